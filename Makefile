@@ -1,0 +1,34 @@
+# Every target sets up .venv by itself on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO := build/demo
+
+.PHONY: demo test lint bench docs clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash tools/demo.sh $(DEMO)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check matrixctl tests bench tools
+	$(BIN)/ruff format --check matrixctl tests bench tools
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/run.py
+
+docs: $(STAMP)
+	$(BIN)/python -m matrixctl.cli.docgen --write
+
+clean:
+	rm -rf build .pytest_cache .mypy_cache .ruff_cache

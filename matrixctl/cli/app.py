@@ -1,0 +1,140 @@
+"""The `matrixctl` command: the root app, the command groups, and the one exit path.
+
+`main()` is the only place that turns exceptions into an error line and an exit code:
+0 success, 1 input read but invalid, 2 usage error or unreadable input, 130 interrupted,
+70 internal error (a bug). No traceback reaches the user unless MATRIXCTL_DEBUG=1.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from matrixctl import __version__, codes
+from matrixctl.cli import convert, inspect_cmd, pack, verify_cmd
+from matrixctl.cli.common import PROG, print_error, write_err
+from matrixctl.errors import MatrixError, UsageError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+app = typer.Typer(
+    name=PROG,
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    context_settings=CONTEXT,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"{PROG} {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Inspect, verify, convert and build the binary files ML pipelines pass around.
+
+    Exit codes: 0 ok, 1 input read but invalid, 2 usage error or unreadable input.
+    Reports and progress go to stderr; stdout carries only data (binary outputs, --json).
+    """
+
+
+app.command("inspect")(inspect_cmd.inspect)
+app.command("verify")(verify_cmd.verify)
+app.command("convert")(convert.convert)
+app.add_typer(pack.app, name="pack")
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised as an exception so `with` blocks remove temporary files."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def _usage_hint(exc: Any) -> str:
+    ctx = getattr(exc, "ctx", None)
+    path = ctx.command_path if ctx is not None else PROG
+    return f"see '{path} --help'"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line and return the exit code (the console script exits with it)."""
+    from typer.main import get_command
+
+    args = sys.argv[1:] if argv is None else argv
+    if hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    command = get_command(app)
+    try:
+        try:
+            result = command.main(args, prog_name=PROG, standalone_mode=False)
+            code = result if isinstance(result, int) else 0
+        finally:
+            sys.stdout.flush()
+        return code
+    except MatrixError as err:
+        print_error(err)
+        return err.exit_code
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except typer.Abort:
+        return _interrupted()
+    except (KeyboardInterrupt, Terminated):
+        return _interrupted()
+    except BrokenPipeError:
+        return _closed_stdout()
+    except typer.TyperException as exc:
+        # The parser's usage errors: wrong option, missing argument, bad value.
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            write_err(exc.format_message() if hasattr(exc, "format_message") else str(exc))
+            return 2
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        print_error(UsageError(message, hint=_usage_hint(exc)))
+        return 2
+    except OSError as exc:
+        print_error(MatrixError(codes.IO_READ, exc.strerror or str(exc), path=exc.filename))
+        return 2
+    except Exception as exc:  # a bug: one line, the traceback only on request
+        if os.environ.get("MATRIXCTL_DEBUG"):
+            raise
+        print_error(
+            MatrixError(
+                codes.INTERNAL,
+                f"internal error {type(exc).__name__}: {exc}",
+                hint="rerun with MATRIXCTL_DEBUG=1 for the traceback and report it",
+            )
+        )
+        return 70
+
+
+def _interrupted() -> int:
+    write_err(f"{PROG}: interrupted; no output was left behind")
+    return 130
+
+
+def _closed_stdout() -> int:
+    """The reader of our stdout went away (`| head`): stop quietly, without a traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

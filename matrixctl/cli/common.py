@@ -1,0 +1,185 @@
+"""What every command shares: output streams, JSON, error lines, progress, shared options.
+
+This is the only place (with the renderers) that knows about terminals, colors and progress.
+Nothing here imports numpy; rich is imported only when something is drawn.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from matrixctl.errors import MatrixError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+PROG = "matrixctl"
+
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Write one JSON document to stdout instead of a report.")
+]
+
+
+def color_enabled(stream: Any = None) -> bool:
+    stream = stream or sys.stderr
+    if os.environ.get("NO_COLOR", "") != "":
+        return False
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+_console: Console | None = None
+
+
+def console() -> Console:
+    """The rich console for people: always stderr, colors off under NO_COLOR or in a pipe."""
+    global _console
+    if _console is None:
+        from rich.console import Console
+
+        tty = stderr_is_terminal()
+        _console = Console(
+            stderr=True,
+            no_color=not color_enabled(),
+            highlight=False,
+            width=None if tty else 120,
+            soft_wrap=False,
+        )
+    return _console
+
+
+def reset_console() -> None:
+    """Forget the cached console (tests swap stderr between runs)."""
+    global _console
+    _console = None
+
+
+def emit_json(doc: Any) -> None:
+    """One JSON document on stdout (UTF-8, control characters escaped by JSON itself)."""
+    data = json.dumps(doc, indent=2, ensure_ascii=False, default=_json_default) + "\n"
+    out = sys.stdout.buffer if hasattr(sys.stdout, "buffer") else None
+    if out is not None:
+        out.write(data.encode("utf-8", "backslashreplace"))
+        out.flush()
+    else:  # pragma: no cover - test runners without a byte stream
+        sys.stdout.write(data)
+        sys.stdout.flush()
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, bytes):
+        return obj.hex()
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    raise TypeError(f"cannot encode {type(obj).__name__} as JSON")
+
+
+def safe(text: object) -> str:
+    """Neutralize control characters (terminal escapes included) for display to a person."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    out = []
+    for ch in s:
+        if ch.isprintable() or ch == " ":
+            out.append(ch)
+        elif ch in "\n\t":
+            out.append({"\n": "\\n", "\t": "\\t"}[ch])
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+    return "".join(out)
+
+
+def _paint(text: str, ansi: str) -> str:
+    return f"\x1b[{ansi}m{text}\x1b[0m" if color_enabled() else text
+
+
+def error_line(err: MatrixError) -> str:
+    head = _paint("error", "1;31")
+    return f"{PROG}: {head}{safe(err.one_line()[len('error') :])}"
+
+
+def print_error(err: MatrixError) -> None:
+    write_err(error_line(err))
+    if err.hint:
+        write_err(f"{PROG}: {_paint('hint', '1;36')}: {safe(err.hint)}")
+
+
+def warn(message: str) -> None:
+    write_err(f"{PROG}: {_paint('warning', '1;33')}: {safe(message)}")
+
+
+def note(message: str) -> None:
+    write_err(f"{PROG}: {safe(message)}")
+
+
+def write_err(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+class _NoProgress:
+    def advance(self, n: int) -> None:
+        return None
+
+    def total(self, n: int | None) -> None:
+        return None
+
+
+class _RichProgress:
+    def __init__(self, progress: Any, task: Any) -> None:
+        self._p = progress
+        self._task = task
+
+    def advance(self, n: int) -> None:
+        self._p.advance(self._task, n)
+
+    def total(self, n: int | None) -> None:
+        self._p.update(self._task, total=n)
+
+
+@contextmanager
+def progress(label: str, total: int | None, unit: str = "bytes") -> Iterator[Any]:
+    """A progress bar on stderr when stderr is a terminal; otherwise nothing at all."""
+    if not stderr_is_terminal() or os.environ.get("MATRIXCTL_NO_PROGRESS"):
+        yield _NoProgress()
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    columns: list[Any] = [TextColumn("{task.description}"), BarColumn()]
+    if unit == "bytes":
+        columns += [DownloadColumn(), TransferSpeedColumn()]
+    else:
+        columns += [MofNCompleteColumn()]
+    columns.append(TimeRemainingColumn())
+    with Progress(*columns, console=console(), transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield _RichProgress(bar, task)

@@ -1,0 +1,120 @@
+"""`matrixctl pack`: token ids to MATRIX-ATOM files, atoms to SVG-Tensor grids."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from matrixctl.cli.common import JsonOption, emit_json, note, progress
+
+app = typer.Typer(help="Pack token ids into fixed-width files.", no_args_is_help=True)
+
+
+class AtomDtype(StrEnum):
+    auto = "auto"
+    uint16 = "uint16"
+    uint32 = "uint32"
+
+
+OutOption = Annotated[
+    str, typer.Option("-o", "--output", help="Output file; - writes to stdout (not a terminal).")
+]
+
+
+@app.command("atoms")
+def atoms(
+    output: OutOption,
+    atom_size: Annotated[
+        int, typer.Option("--atom-size", "-n", min=1, help="Tokens per atom (fixed width).")
+    ],
+    input_path: Annotated[
+        str,
+        typer.Argument(
+            metavar="[INPUT|-]",
+            help="A token stream (from `tokenize`) or whitespace-separated decimal ids; "
+            "- or nothing reads stdin.",
+        ),
+    ] = "-",
+    dtype: Annotated[
+        AtomDtype,
+        typer.Option(
+            "--dtype",
+            help="Id width. auto: uint16 when vocab_size <= 65536 (or, with no vocabulary "
+            "size, when every id fits), else uint32. Ids are never wrapped.",
+        ),
+    ] = AtomDtype.auto,
+    vocab_size: Annotated[
+        int | None,
+        typer.Option(
+            "--vocab-size",
+            min=1,
+            help="Vocabulary size; every id must be below it. Default: the stream's declared "
+            "size, else the largest id + 1.",
+        ),
+    ] = None,
+    pad_id: Annotated[
+        int, typer.Option("--pad-id", min=0, help="Id that pads the last atom to full width.")
+    ] = 0,
+    json_out: JsonOption = False,
+) -> None:
+    """Pack token ids into a MATRIX-ATOM v1 file (streaming, bounded memory, atomic)."""
+    from matrixctl.errors import UsageError
+    from matrixctl.io import STDIO
+    from matrixctl.packing import input_size, pack_atoms
+
+    if json_out and output == STDIO:
+        raise UsageError("--json needs stdout, so the output cannot be - as well")
+    _hint_terminal_input(input_path)
+    with progress("packing", input_size(input_path)) as bar:
+        summary = pack_atoms(
+            input_path,
+            output,
+            atom_size=atom_size,
+            dtype=dtype.value,
+            vocab_size=vocab_size,
+            pad_id=pad_id,
+            tick=bar.advance,
+        )
+    if json_out:
+        emit_json(summary)
+    else:
+        note(
+            f"packed {summary['tokens']:,} tokens (+{summary['padding']} padding) into "
+            f"{summary['atom_count']:,} atoms of {summary['atom_size']} as {summary['dtype']}, "
+            f"vocab_size {summary['vocab_size']:,} -> {output}"
+        )
+
+
+def _hint_terminal_input(input_path: str) -> None:
+    import sys
+
+    from matrixctl.io import STDIO
+
+    if input_path == STDIO and sys.stdin.isatty():
+        note("reading token ids from the terminal; end with Ctrl-D")
+
+
+@app.command("svgt")
+def svgt(
+    atoms_path: Annotated[str, typer.Argument(metavar="ATOMS", help="A MATRIX-ATOM file.")],
+    output: OutOption,
+    grid: Annotated[
+        str, typer.Option("--grid", help="ROWSxCOLS of each atom's grid; ROWS*COLS = atom_size.")
+    ],
+    json_out: JsonOption = False,
+) -> None:
+    """Project MATRIX-ATOM atoms onto RxC grids in an SVG-Tensor file (ids must fit uint16)."""
+    from matrixctl.errors import UsageError
+    from matrixctl.io import STDIO
+    from matrixctl.packing import input_size, pack_svgt
+
+    if json_out and output == STDIO:
+        raise UsageError("--json needs stdout, so the output cannot be - as well")
+    with progress("projecting", input_size(atoms_path)) as bar:
+        summary = pack_svgt(atoms_path, output, grid=grid, tick=bar.advance)
+    if json_out:
+        emit_json(summary)
+    else:
+        note(f"projected {summary['atom_count']:,} atoms onto {summary['grid']} grids -> {output}")

@@ -1,0 +1,142 @@
+"""Human renderings of inspect descriptions and verify reports, on stderr.
+
+The renderers draw the same data the `--json` documents carry: a description is a dict whose
+scalar entries form a summary table, whose dict entries become key/value tables and whose lists of
+dicts become tables. Every string is passed through `safe()` first, so a hostile file cannot send
+escape sequences to the terminal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from matrixctl.cli.common import console, safe
+from matrixctl.codes import Severity
+from matrixctl.validate.findings import FileReport
+
+SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+
+
+def _text(value: Any) -> Any:
+    from rich.text import Text
+
+    if value is None:
+        return Text("-", style="dim")
+    if isinstance(value, bool):
+        return Text("yes" if value else "no")
+    if isinstance(value, int):
+        return Text(f"{value:,}" if abs(value) >= 10_000 else str(value))
+    if isinstance(value, list) and all(not isinstance(v, dict | list) for v in value):
+        return Text(safe(", ".join(str(v) for v in value)))
+    return Text(safe(value))
+
+
+def _kv_table(title: str, data: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=safe(title), title_justify="left", show_header=False, box=None)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    for key, value in data.items():
+        shown = (
+            ", ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else value
+        )
+        table.add_row(_text(key), _text(shown))
+    return table
+
+
+def _list_table(title: str, rows: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=safe(title), title_justify="left")
+    columns: list[str] = []
+    for row in rows:
+        for key in row:
+            if key not in columns:
+                columns.append(key)
+    for col in columns:
+        table.add_column(safe(col), overflow="fold")
+    for row in rows:
+        table.add_row(*(_text(row.get(col)) for col in columns))
+    return table
+
+
+def findings_table(report: FileReport) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_header=True, box=None, pad_edge=False)
+    for col in ("severity", "code", "offset", "field", "message"):
+        table.add_column(col, overflow="fold" if col == "message" else "ellipsis")
+    for f in report.findings:
+        offset = "-" if f.offset is None else f"0x{f.offset:x}"
+        table.add_row(
+            Text(f.severity.value, style=SEVERITY_STYLE[f.severity]),
+            Text(f.code),
+            Text(offset),
+            _text(f.field),
+            _text(f.message),
+        )
+    return table
+
+
+def render_description(report: FileReport, doc: dict[str, Any] | None) -> None:
+    from rich.text import Text
+
+    con = console()
+    head = Text()
+    head.append(safe(report.path), style="bold")
+    head.append(f"  {report.format or 'unknown format'}")
+    if doc and isinstance(doc.get("size"), int):
+        head.append(f"  {doc['size']:,} bytes", style="dim")
+    con.print(head)
+    if doc:
+        scalars = {k: v for k, v in doc.items() if not isinstance(v, dict | list) and k != "size"}
+        if scalars:
+            con.print(_kv_table("", scalars))
+        for key, value in doc.items():
+            if isinstance(value, dict):
+                con.print(_kv_table(key, value))
+            elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+                if key == "fields":
+                    continue  # the byte map is for --json readers and docs
+                con.print(_list_table(key, value))
+    if report.findings:
+        con.print(findings_table(report))
+    else:
+        con.print(Text("no findings in the structural checks", style="green"))
+    if report.skipped:
+        con.print(
+            Text(
+                f"not checked here: {', '.join(report.skipped)} (run `matrixctl verify`)",
+                style="dim",
+            )
+        )
+    con.print()
+
+
+def render_verify(reports: list[FileReport], strict: bool) -> None:
+    from rich.text import Text
+
+    con = console()
+    for report in reports:
+        ok = report.ok(strict)
+        line = Text()
+        line.append("OK  " if ok else "FAIL", style="bold green" if ok else "bold red")
+        line.append(f" {safe(report.path)}")
+        line.append(f"  ({report.format or 'unknown format'})", style="dim")
+        errors, warnings = report.count(Severity.ERROR), report.count(Severity.WARNING)
+        bits = [f"{len(report.checks)} checks"]
+        if errors:
+            bits.append(f"{errors} error{'s' * (errors != 1)}")
+        if warnings:
+            bits.append(f"{warnings} warning{'s' * (warnings != 1)}")
+        line.append("  " + ", ".join(bits), style="dim")
+        con.print(line)
+        if report.findings:
+            con.print(findings_table(report))
+    if len(reports) > 1:
+        bad = sum(1 for r in reports if not r.ok(strict))
+        con.print(
+            Text(f"{len(reports)} files: {len(reports) - bad} ok, {bad} failed", style="bold")
+        )

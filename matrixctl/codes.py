@@ -1,0 +1,76 @@
+"""The registry of stable diagnostic codes.
+
+Every finding a validator reports and every error a codec or command raises carries one of these
+codes. Codes are part of the public contract (scripts match on them, docs/errors.md lists them), so
+a code is never renamed or reused for another meaning. Modules declare their codes at import time
+with `define`, next to the code that raises them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Severity(StrEnum):
+    """How bad a finding is. `error` makes a file invalid; `warning` only under --strict."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class CodeInfo:
+    code: str
+    summary: str
+    group: str
+    severity: Severity
+
+
+CODES: dict[str, CodeInfo] = {}
+
+
+def define(code: str, summary: str, *, group: str, severity: Severity = Severity.ERROR) -> str:
+    """Declare a code once and return it, so modules can write `X = define("X", ...)`."""
+    info = CodeInfo(code, summary, group, severity)
+    known = CODES.get(code)
+    if known is not None and known != info:
+        raise RuntimeError(f"diagnostic code {code} is defined twice with different meanings")
+    CODES[code] = info
+    return code
+
+
+def severity_of(code: str) -> Severity:
+    info = CODES.get(code)
+    return info.severity if info is not None else Severity.ERROR
+
+
+# Codes shared by every command. Format-specific codes live beside their codec.
+G = "general"
+USAGE = define("USAGE", "A command-line argument or option is wrong.", group=G)
+IO_NOT_FOUND = define("IO_NOT_FOUND", "An input path does not exist.", group=G)
+IO_IS_DIR = define("IO_IS_DIR", "A file was expected but the path is a folder.", group=G)
+IO_PERMISSION = define(
+    "IO_PERMISSION", "A path cannot be read or written for lack of permission.", group=G
+)
+IO_READ = define("IO_READ", "The operating system failed to read an input.", group=G)
+IO_WRITE = define("IO_WRITE", "The operating system failed to write an output.", group=G)
+OUT_TTY = define(
+    "OUT_TTY",
+    "Binary output to a terminal was refused; redirect it or name an output file.",
+    group=G,
+)
+OUT_EXISTS_DIR = define("OUT_EXISTS_DIR", "An output path names an existing folder.", group=G)
+UNKNOWN_FORMAT = define(
+    "UNKNOWN_FORMAT", "The file's leading bytes match no format matrixctl knows.", group=G
+)
+TRUNCATED = define(
+    "TRUNCATED", "The input ends before a structure it declares is complete.", group=G
+)
+INTERRUPTED = define(
+    "INTERRUPTED", "The command was interrupted; no output was left behind.", group=G
+)
+INTERNAL = define(
+    "INTERNAL", "A bug in matrixctl; please report it with the command line.", group=G
+)

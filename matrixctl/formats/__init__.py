@@ -1,0 +1,1 @@
+"""One codec module per format: constants, header dataclass, read, write."""

@@ -1,0 +1,107 @@
+"""Every format matrixctl knows, in one place.
+
+A format is recognised by its leading bytes (never by its file name): an entry names its magic,
+or a cheap sniff function over the first bytes. The `handler` module loads, describes and
+validates the format (see `matrixctl.validate`); it is imported only when a file of that format
+is met, so this module stays cheap to import.
+
+To add a format: write its codec in `matrixctl/formats/`, its handler (load, describe, rules),
+and add one `Format(...)` line below.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matrixctl.io import Source
+
+SNIFF_BYTES = 64
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    title: str
+    handler: str
+    magic: bytes | None = None
+    sniff: Callable[[bytes, int], bool] | None = None
+    directory: Callable[[str], bool] | None = None
+    extensions: tuple[str, ...] = ()
+
+    def matches(self, head: bytes, size: int) -> bool:
+        if self.magic is not None:
+            return head.startswith(self.magic)
+        return self.sniff is not None and self.sniff(head, size)
+
+
+FORMATS: list[Format] = [
+    Format(
+        "matrix-atom",
+        "MATRIX-ATOM v1 token file",
+        "matrixctl.validate.matrix_atom",
+        magic=b"MTRXATOM",
+        extensions=(".bin", ".atoms"),
+    ),
+    Format(
+        "svgt",
+        "SVG-Tensor grid projection",
+        "matrixctl.validate.svgt",
+        magic=b"SVGTENSR",
+        extensions=(".svgt",),
+    ),
+    Format(
+        "token-stream",
+        "matrixctl binary token stream",
+        "matrixctl.validate.token_stream",
+        magic=b"MXTOKENS",
+        extensions=(".mxt", ".tokens"),
+    ),
+]
+
+_BY_NAME = {f.name: f for f in FORMATS}
+
+
+def get(name: str) -> Format:
+    return _BY_NAME[name]
+
+
+def names() -> list[str]:
+    return [f.name for f in FORMATS]
+
+
+def sniff_bytes(head: bytes, size: int) -> str | None:
+    for fmt in FORMATS:
+        if fmt.directory is None and fmt.matches(head, size):
+            return fmt.name
+    return None
+
+
+def sniff(src: Source) -> str | None:
+    return sniff_bytes(src.head(SNIFF_BYTES), src.size)
+
+
+def sniff_dir(path: str) -> Format | None:
+    """The folder format `path` is, or None for files. A folder no format claims is an error
+    raised by the caller when it opens the path as a file."""
+    if not os.path.isdir(path):
+        return None
+    for fmt in FORMATS:
+        if fmt.directory is not None and fmt.directory(path):
+            return fmt
+    return None
+
+
+# Known formats matrixctl does not read, recognised so the message can say what the file is.
+FOREIGN_MAGIC: list[tuple[bytes, str]] = []
+
+
+def explain_unknown(src: Source) -> str | None:
+    head = src.head(SNIFF_BYTES)
+    for magic, text in FOREIGN_MAGIC:
+        if head.startswith(magic):
+            return text
+    return None

@@ -1,0 +1,307 @@
+"""Input and output helpers shared by every codec and command.
+
+- `-` means stdin for inputs and stdout for outputs.
+- `read_exact` loops on short reads (pipes, sockets) and names what it was reading when the input
+  ends early.
+- `Source` maps a regular file read-only (zero-copy numpy views) and spools a pipe to a temporary
+  file first, so every reader sees one random-access buffer with bounded memory.
+- `atomic_output` writes to a temporary file in the destination folder, fsyncs it and renames it
+  over the destination: an output appears whole or not at all, an existing file is never
+  damaged, and an output path that is also an input path is safe (the input's mapping keeps the
+  old inode alive until it is closed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import shutil
+import stat
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import IO, BinaryIO, Protocol
+
+from matrixctl import codes
+from matrixctl.errors import FormatError, InputError, OutputError, UsageError, from_os_error
+
+STDIO = "-"
+COPY_CHUNK = 1 << 20
+
+
+class Readable(Protocol):
+    def read(self, n: int = -1, /) -> bytes: ...
+
+
+def display_name(path: str) -> str:
+    return "<stdin>" if path == STDIO else path
+
+
+def read_exact(fp: Readable, n: int, what: str, *, offset: int | None = None) -> bytes:
+    """Read exactly `n` bytes or raise TRUNCATED naming `what` and how many bytes arrived.
+
+    `read(n)` on a pipe may return fewer bytes than asked for without being at the end, so this
+    loops until it has `n` bytes or `read` returns nothing.
+    """
+    if n == 0:
+        return b""
+    first = fp.read(n)
+    if len(first) == n:
+        return first
+    parts = [first]
+    got = len(first)
+    while got < n:
+        chunk = fp.read(n - got)
+        if not chunk:
+            raise FormatError(
+                codes.TRUNCATED,
+                f"input ends while reading {what}: expected {n} bytes, got {got}",
+                offset=None if offset is None else offset + got,
+                field=what,
+            )
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def open_input_stream(path: str) -> BinaryIO:
+    """Open an input for sequential reading; `-` is stdin (not closed by the caller's `with`)."""
+    if path == STDIO:
+        return _NoClose(sys.stdin.buffer)  # type: ignore[return-value]
+    try:
+        if os.path.isdir(path):
+            raise InputError(codes.IO_IS_DIR, "is a folder, a file was expected", path=path)
+        return open(path, "rb")
+    except OSError as exc:
+        raise from_os_error(exc, path) from None
+
+
+class _NoClose:
+    """Wrap stdin so `with open_input_stream('-')` does not close the process's stdin."""
+
+    def __init__(self, fp: BinaryIO) -> None:
+        self._fp = fp
+
+    def read(self, n: int = -1) -> bytes:
+        return self._fp.read(n)
+
+    def readinto(self, b: bytearray | memoryview) -> int:
+        return int(self._fp.readinto(b))  # type: ignore[attr-defined]
+
+    def isatty(self) -> bool:
+        return self._fp.isatty()
+
+    def fileno(self) -> int:
+        return self._fp.fileno()
+
+    def __enter__(self) -> _NoClose:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class Source:
+    """A whole input as one read-only buffer: an mmap of a regular file, or a spooled pipe.
+
+    `buf` supports slicing and the buffer protocol (numpy.frombuffer). Use as a context manager;
+    views handed out must not outlive it.
+    """
+
+    def __init__(self, path: str, buf: mmap.mmap | bytes, size: int, fp: IO[bytes] | None) -> None:
+        self.path = path
+        self.name = display_name(path)
+        self.buf = buf
+        self.size = size
+        self._fp = fp
+
+    @classmethod
+    def open(cls, path: str) -> Source:
+        if path == STDIO:
+            return cls._from_fd_or_spool(path)
+        try:
+            st = os.stat(path)
+            if stat.S_ISDIR(st.st_mode):
+                raise InputError(codes.IO_IS_DIR, "is a folder, a file was expected", path=path)
+            if not stat.S_ISREG(st.st_mode):
+                # A FIFO or character device: read it through like a pipe.
+                with open(path, "rb") as fp:
+                    return cls._spool(path, fp)
+            fp = open(path, "rb")  # noqa: SIM115 - owned by the Source
+        except OSError as exc:
+            raise from_os_error(exc, path) from None
+        return cls._map(path, fp)
+
+    @classmethod
+    def _map(cls, path: str, fp: IO[bytes]) -> Source:
+        size = os.fstat(fp.fileno()).st_size
+        if size == 0:
+            return cls(path, b"", 0, fp)
+        try:
+            buf = mmap.mmap(fp.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            # Some file systems refuse mmap; fall back to reading (bounded by the file's size).
+            fp.seek(0)
+            data = fp.read()
+            return cls(path, data, len(data), fp)
+        return cls(path, buf, size, fp)
+
+    @classmethod
+    def _from_fd_or_spool(cls, path: str) -> Source:
+        stdin = sys.stdin.buffer
+        try:
+            st = os.fstat(stdin.fileno())
+        except (OSError, ValueError):
+            return cls._spool(path, stdin)
+        if stat.S_ISREG(st.st_mode):
+            # `matrixctl verify - < file`: map the file behind stdin directly.
+            fp = os.fdopen(os.dup(stdin.fileno()), "rb")
+            return cls._map(path, fp)
+        return cls._spool(path, stdin)
+
+    @classmethod
+    def _spool(cls, path: str, stream: Readable) -> Source:
+        tmp = tempfile.TemporaryFile(prefix="matrixctl-stdin-")  # noqa: SIM115 - owned by Source
+        try:
+            while True:
+                chunk = stream.read(COPY_CHUNK)
+                if not chunk:
+                    break
+                tmp.write(chunk)
+            tmp.flush()
+        except OSError as exc:
+            tmp.close()
+            raise from_os_error(exc, path) from None
+        return cls._map(path, tmp)
+
+    def head(self, n: int) -> bytes:
+        return bytes(self.buf[:n])
+
+    def close(self) -> None:
+        if isinstance(self.buf, mmap.mmap):
+            with contextlib.suppress(BufferError):
+                # A numpy view still alive keeps the mapping; the OS frees it at exit.
+                self.buf.close()
+        if self._fp is not None:
+            self._fp.close()
+            self._fp = None
+
+    def __enter__(self) -> Source:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def stdout_is_terminal() -> bool:
+    try:
+        return os.isatty(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def refuse_binary_to_terminal(path: str, what: str = "binary output") -> None:
+    if path == STDIO and stdout_is_terminal():
+        raise UsageError(
+            f"refusing to write {what} to a terminal",
+            code=codes.OUT_TTY,
+            hint="redirect stdout (`> out.bin`, `| next-command`) or name a file with -o",
+        )
+
+
+class AtomicFile:
+    """A temporary file beside the destination that becomes the destination on `commit`."""
+
+    def __init__(self, dest: str) -> None:
+        self.dest = dest
+        folder = os.path.dirname(os.path.abspath(dest))
+        if os.path.isdir(dest):
+            raise OutputError(codes.OUT_EXISTS_DIR, "output path is a folder", path=dest)
+        try:
+            fd, self.tmp = tempfile.mkstemp(
+                prefix=f".{os.path.basename(dest)}.", suffix=".tmp", dir=folder
+            )
+        except OSError as exc:
+            raise from_os_error(exc, dest, writing=True) from None
+        self.fp: BinaryIO = os.fdopen(fd, "w+b")
+        self._done = False
+
+    def commit(self) -> None:
+        try:
+            self.fp.flush()
+            os.fsync(self.fp.fileno())
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(self.fp.fileno(), 0o666 & ~umask)
+            self.fp.close()
+            os.replace(self.tmp, self.dest)
+            _fsync_dir(os.path.dirname(os.path.abspath(self.dest)))
+        except OSError as exc:
+            self.discard()
+            raise from_os_error(exc, self.dest, writing=True) from None
+        self._done = True
+
+    def discard(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        with contextlib.suppress(OSError):
+            self.fp.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.tmp)
+
+
+def _fsync_dir(folder: str) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_output(path: str, *, what: str = "binary output") -> Iterator[BinaryIO]:
+    """Yield a seekable binary file that replaces `path` only if the block completes.
+
+    For `-` the bytes are spooled to a temporary file and copied to stdout at the end, so the
+    writer may seek (headers completed last) and stdout never receives a partial file from a
+    failed write. On any exception, Ctrl-C included, nothing is written and the temporary file is
+    removed.
+    """
+    if path == STDIO:
+        refuse_binary_to_terminal(path, what)
+        with tempfile.TemporaryFile(prefix="matrixctl-out-") as tmp:
+            yield tmp
+            tmp.flush()
+            tmp.seek(0)
+            out = sys.stdout.buffer
+            shutil.copyfileobj(tmp, out, COPY_CHUNK)
+            out.flush()
+        return
+    target = AtomicFile(path)
+    try:
+        yield target.fp
+    except BaseException:
+        target.discard()
+        raise
+    try:
+        target.commit()
+    except BaseException:
+        target.discard()
+        raise
+
+
+def write_all(fp: BinaryIO, data: bytes | memoryview, dest: str) -> None:
+    try:
+        fp.write(data)
+    except OSError as exc:
+        raise from_os_error(exc, dest, writing=True) from None

@@ -1,0 +1,134 @@
+"""Rule registry and runner.
+
+A rule is a function `subject -> Iterable[Finding]` registered for one format. Rules marked
+`scan=True` read the payload (CRCs, digests, id ranges) and run only under `verify`; the others
+check structure and run under `inspect` too. A rule that raises a `FormatError` becomes an error
+finding; the remaining rules still run, and they skip themselves when what they need is broken.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from matrixctl import codes
+from matrixctl.errors import FormatError, InputError, MatrixError
+from matrixctl.io import Source
+from matrixctl.validate.findings import FileReport, Finding, finding, from_error
+
+RuleFn = Callable[[Any], Iterable[Finding]]
+F = TypeVar("F", bound=RuleFn)
+
+
+@dataclass(frozen=True)
+class Rule:
+    format: str
+    name: str
+    fn: RuleFn
+    scan: bool
+
+
+_RULES: dict[str, list[Rule]] = {}
+
+
+def rule(fmt: str, name: str, *, scan: bool = False) -> Callable[[F], F]:
+    """Register `fn` as a rule of format `fmt`. `name` is what reports list as checked."""
+
+    def register(fn: F) -> F:
+        rules = _RULES.setdefault(fmt, [])
+        if any(r.name == name for r in rules):
+            raise RuntimeError(f"rule {fmt}/{name} registered twice")
+        rules.append(Rule(fmt, name, fn, scan))
+        return fn
+
+    return register
+
+
+def rules_for(fmt: str) -> list[Rule]:
+    return list(_RULES.get(fmt, []))
+
+
+def run_rules(fmt: str, subject: Any, report: FileReport, *, scan: bool) -> None:
+    for r in rules_for(fmt):
+        if r.scan and not scan:
+            report.skipped.append(r.name)
+            continue
+        try:
+            report.findings.extend(r.fn(subject))
+        except FormatError as err:
+            report.findings.append(from_error(err))
+        report.checks.append(r.name)
+
+
+def handler(fmt: str) -> Any:
+    """Import the module that loads, describes and validates `fmt` (lazily: start-up time)."""
+    from matrixctl.formats.registry import get
+
+    return importlib.import_module(get(fmt).handler)
+
+
+def _load(load: Callable[[Any], Any], arg: Any, report: FileReport) -> Any:
+    try:
+        return load(arg)
+    except FormatError as err:
+        report.findings.append(from_error(err))
+        report.checks.append("structure")
+        return None
+
+
+def examine(
+    path: str, *, scan: bool, describe: bool = False, fmt: str | None = None
+) -> tuple[FileReport, dict[str, Any] | None]:
+    """Open, sniff and check one path; with `describe`, also return the format's description.
+
+    `scan=True` runs every rule (verify); `scan=False` only the structural ones (inspect).
+    Unreadable inputs give a report marked unreadable (exit code 2), never an exception.
+    """
+    from matrixctl.formats import registry
+
+    name = "<stdin>" if path == "-" else path
+    try:
+        entry = registry.sniff_dir(path) if path != "-" else None
+        if entry is not None:
+            report = FileReport(name, entry.name)
+            mod = importlib.import_module(entry.handler)
+            subject = _load(mod.load_dir, path, report)
+            return _finish(mod, entry.name, subject, report, scan=scan, describe=describe)
+        src = Source.open(path)
+    except MatrixError as err:
+        report = FileReport(name, None, unreadable=isinstance(err, InputError))
+        report.findings.append(from_error(err))
+        return report, None
+    with src:
+        fmt = fmt or registry.sniff(src)
+        if fmt is None:
+            report = FileReport(src.name, None)
+            head = src.head(8)
+            message = (
+                f"unrecognised leading bytes {head!r}" if head else "empty file: no format is empty"
+            )
+            report.findings.append(finding(codes.UNKNOWN_FORMAT, message, offset=0))
+            hint = registry.explain_unknown(src)
+            if hint:
+                report.findings[-1] = finding(codes.UNKNOWN_FORMAT, hint, offset=0)
+            return report, None
+        report = FileReport(src.name, fmt)
+        mod = handler(fmt)
+        subject = _load(mod.load, src, report)
+        return _finish(mod, fmt, subject, report, scan=scan, describe=describe)
+
+
+def _finish(
+    mod: Any, fmt: str, subject: Any, report: FileReport, *, scan: bool, describe: bool
+) -> tuple[FileReport, dict[str, Any] | None]:
+    if subject is None:
+        return report, None
+    try:
+        run_rules(fmt, subject, report, scan=scan)
+        return report, (mod.describe(subject) if describe else None)
+    finally:
+        close = getattr(subject, "close", None)
+        if close is not None:
+            close()

@@ -1,0 +1,296 @@
+"""MATRIX-ATOM v1: golden bytes, round trips, every finding, truncation and bit flips."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from matrixctl.codes import Severity
+from matrixctl.errors import FormatError, UsageError
+from matrixctl.formats import matrix_atom as ma
+from matrixctl.validate.engine import examine
+from tests import golden_bytes as gb
+
+
+def codes_of(report) -> set[str]:
+    return {f.code for f in report.findings}
+
+
+def verify_bytes(tmp_path: Path, data: bytes, name: str = "f.bin"):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return examine(str(path), scan=True)[0]
+
+
+def reseal(data: bytes) -> bytes:
+    """Recompute header_crc32 so a test isolates one other field's finding."""
+    buf = bytearray(data)
+    buf[0x30:0x34] = bytes(4)
+    buf[0x30:0x34] = struct.pack("<I", zlib.crc32(bytes(buf[:64])))
+    return bytes(buf)
+
+
+def patch(data: bytes, offset: int, fmt: str, value: object) -> bytes:
+    buf = bytearray(data)
+    struct.pack_into(fmt, buf, offset, value)
+    return reseal(bytes(buf))
+
+
+# Golden files -------------------------------------------------------------------------------
+
+
+def test_golden_file_on_disk_is_the_hand_written_bytes() -> None:
+    assert (Path(__file__).parent / "golden/matrix_atom_v1.bin").read_bytes() == gb.MATRIX_ATOM
+
+
+def test_writer_produces_the_golden_bytes() -> None:
+    out = io.BytesIO()
+    header = ma.write_atoms(out, np.array(gb.IDS), atom_size=4, vocab_size=100, pad_id=0)
+    assert out.getvalue() == gb.MATRIX_ATOM
+    assert header.token_count == 8 and header.atom_count == 2
+
+
+def test_header_parse_matches_spec_table() -> None:
+    h = ma.AtomHeader.parse(gb.MATRIX_ATOM)
+    assert (h.magic, h.version, h.header_bytes, h.dtype_id, h.flags) == (b"MTRXATOM", 1, 64, 1, 0)
+    assert (h.vocab_size, h.atom_size, h.atom_count, h.token_count, h.data_offset) == (
+        100,
+        4,
+        2,
+        8,
+        64,
+    )
+    assert h.header_crc32 == struct.unpack_from("<I", gb.MATRIX_ATOM, 0x30)[0]
+
+
+def test_golden_verifies_clean(tmp_path: Path) -> None:
+    report = verify_bytes(tmp_path, gb.MATRIX_ATOM)
+    assert report.findings == []
+    assert report.ok(strict=True)
+    assert "payload_crc32" in report.checks and "token ids < vocab_size" in report.checks
+
+
+def test_header_crc_covers_payload_crc_field() -> None:
+    """Decision: header_crc32 covers bytes 0..63 with only 0x30..0x33 zeroed."""
+    assert ma.header_crc(gb.MATRIX_ATOM) == struct.unpack_from("<I", gb.MATRIX_ATOM, 0x30)[0]
+    changed = bytearray(gb.MATRIX_ATOM)
+    changed[0x34] ^= 1
+    assert ma.header_crc(bytes(changed)) != ma.header_crc(gb.MATRIX_ATOM)
+
+
+def test_reference_tool_crc_variant_is_accepted_with_a_warning(tmp_path: Path) -> None:
+    report = verify_bytes(tmp_path, gb.MATRIX_ATOM_LEGACY)
+    assert [f.code for f in report.findings] == [ma.ATOM_HEADER_CRC_LEGACY]
+    assert report.findings[0].severity is Severity.WARNING
+    assert report.ok() and not report.ok(strict=True)
+
+
+def test_token_count_includes_padding() -> None:
+    """Decision: token_count counts the padded payload, so atom_count * atom_size == token_count."""
+    out = io.BytesIO()
+    writer = ma.AtomWriter(out, atom_size=4, vocab_size=10, pad_id=7)
+    writer.write(np.array([1, 2, 3, 4, 5]))
+    h = writer.finish()
+    assert (h.token_count, h.atom_count, writer.padding) == (8, 2, 3)
+    ids = np.frombuffer(out.getvalue()[64:], dtype="<u2")
+    assert ids.tolist() == [1, 2, 3, 4, 5, 7, 7, 7]
+
+
+# dtype choice and never wrapping -----------------------------------------------------------
+
+
+def test_auto_is_uint16_exactly_up_to_65536_vocab() -> None:
+    assert ma.choose_dtype("auto", 65536) == "uint16"
+    assert ma.choose_dtype("auto", 65537) == "uint32"
+    assert ma.choose_dtype("auto", None) is None
+    assert ma.choose_dtype("uint32", 10) == "uint32"
+
+
+def test_uint16_never_wraps_70000() -> None:
+    assert np.array([70000]).astype(np.uint16)[0] == 4464  # what silent wrapping would give
+    out = io.BytesIO()
+    writer = ma.AtomWriter(out, atom_size=2, dtype="uint16")
+    with pytest.raises(FormatError) as info:
+        writer.write(np.array([1, 70000]))
+    assert info.value.code == ma.ATOM_ID_OVERFLOW
+    assert info.value.field == "token[1]"
+
+
+def test_auto_without_vocab_widens_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ma.AtomWriter, "CHUNK", 3)  # force several widening passes
+    out = io.BytesIO()
+    writer = ma.AtomWriter(out, atom_size=4)
+    first = np.arange(10)
+    writer.write(first)
+    writer.write(np.array([70000, 5]))
+    h = writer.finish()
+    assert h.dtype_name == "uint32" and h.vocab_size == 70001
+    ids = np.frombuffer(out.getvalue()[64:], dtype="<u4")
+    assert ids.tolist() == [*range(10), 70000, 5]
+    assert zlib.crc32(out.getvalue()[64:]) == h.payload_crc32
+    assert ma.header_crc(out.getvalue()) == h.header_crc32
+
+
+def test_largest_id_is_two_below_2_to_the_32() -> None:
+    """Decision: vocab_size is a u32, so id 2**32 - 1 can never be below it."""
+    writer = ma.AtomWriter(io.BytesIO(), atom_size=1)
+    writer.write(np.array([2**32 - 2]))
+    assert writer.finish().vocab_size == 2**32 - 1
+    with pytest.raises(FormatError) as info:
+        ma.AtomWriter(io.BytesIO(), atom_size=1).write(np.array([2**32 - 1]))
+    assert info.value.code == ma.ATOM_ID_OVERFLOW
+
+
+def test_ids_at_or_above_vocab_are_refused() -> None:
+    writer = ma.AtomWriter(io.BytesIO(), atom_size=2, vocab_size=10)
+    writer.write(np.array([9]))
+    with pytest.raises(FormatError) as info:
+        writer.write(np.array([3, 10]))
+    assert info.value.code == ma.ATOM_ID_RANGE and info.value.field == "token[2]"
+
+
+def test_negative_ids_are_refused() -> None:
+    with pytest.raises(FormatError):
+        ma.AtomWriter(io.BytesIO(), atom_size=2).write(np.array([1, -1]))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"atom_size": 0},
+        {"atom_size": 2, "dtype": "int8"},
+        {"atom_size": 2, "vocab_size": 0},
+        {"atom_size": 2, "vocab_size": 5, "pad_id": 5},
+        {"atom_size": 2, "dtype": "uint16", "pad_id": 70000},
+        {"atom_size": 2, "flags": 4},
+    ],
+)
+def test_bad_writer_options_are_usage_errors(kwargs: dict) -> None:
+    with pytest.raises(UsageError):
+        ma.AtomWriter(io.BytesIO(), **kwargs)
+
+
+def test_empty_input_gives_a_valid_empty_file(tmp_path: Path) -> None:
+    out = io.BytesIO()
+    h = ma.write_atoms(out, np.array([], dtype=np.int64), atom_size=8, vocab_size=5)
+    assert (h.token_count, h.atom_count) == (0, 0)
+    assert verify_bytes(tmp_path, out.getvalue()).ok(strict=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ids=st.lists(st.integers(0, ma.MAX_ID), max_size=200),
+    atom_size=st.integers(1, 17),
+    pad_id=st.integers(0, 3),
+)
+def test_round_trip_property(ids: list[int], atom_size: int, pad_id: int) -> None:
+    out = io.BytesIO()
+    h = ma.write_atoms(out, np.array(ids, dtype=np.int64), atom_size=atom_size, pad_id=pad_id)
+    data = out.getvalue()
+    parsed = ma.AtomHeader.parse(data)
+    assert parsed == h
+    view = ma.token_view(data, parsed)
+    padding = (-len(ids)) % atom_size
+    assert view.tolist() == ids + [pad_id] * padding
+    assert h.dtype_name == ("uint16" if max([*ids, pad_id]) < 65536 else "uint32")
+    assert h.atom_count * h.atom_size == h.token_count
+    assert zlib.crc32(data[64:]) == h.payload_crc32
+
+
+# Findings: one per rule --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("offset", "fmt", "value", "code"),
+    [
+        (0x08, "<H", 2, ma.ATOM_VERSION),
+        (0x0A, "<H", 32, ma.ATOM_HEADER_BYTES),
+        (0x0C, "<B", 3, ma.ATOM_DTYPE),
+        (0x0D, "<B", 0x80, ma.ATOM_FLAGS),
+        (0x0E, "<H", 1, ma.ATOM_RESERVED),
+        (0x38, "<Q", 1, ma.ATOM_RESERVED),
+        (0x10, "<I", 0, ma.ATOM_VOCAB_SIZE),
+        (0x14, "<I", 0, ma.ATOM_ATOM_SIZE),
+        (0x18, "<Q", 3, ma.ATOM_COUNT),
+        (0x28, "<Q", 72, ma.ATOM_DATA_OFFSET),
+        (0x10, "<I", 50, ma.ATOM_ID_RANGE),
+        (0x34, "<I", 0, ma.ATOM_PAYLOAD_CRC),
+    ],
+)
+def test_each_header_field_is_checked(
+    tmp_path: Path, offset: int, fmt: str, value: int, code: str
+) -> None:
+    report = verify_bytes(tmp_path, patch(gb.MATRIX_ATOM, offset, fmt, value))
+    assert code in codes_of(report)
+    hit = next(f for f in report.findings if f.code == code)
+    assert hit.offset is not None and hit.field
+
+
+def test_id_range_finding_points_at_first_bad_token(tmp_path: Path) -> None:
+    report = verify_bytes(tmp_path, patch(gb.MATRIX_ATOM, 0x10, "<I", 50))
+    hit = next(f for f in report.findings if f.code == ma.ATOM_ID_RANGE)
+    assert hit.field == "token[2]" and hit.offset == 64 + 2 * 2  # id 99 is token 2
+
+
+def test_token_count_that_overruns_the_file(tmp_path: Path) -> None:
+    data = patch(patch(gb.MATRIX_ATOM, 0x20, "<Q", 12), 0x18, "<Q", 3)
+    report = verify_bytes(tmp_path, data)
+    assert ma.ATOM_TRUNCATED in codes_of(report)
+
+
+def test_trailing_bytes(tmp_path: Path) -> None:
+    assert ma.ATOM_TRAILING in codes_of(verify_bytes(tmp_path, gb.MATRIX_ATOM + b"\0\0"))
+
+
+def test_narrow_and_wide_dtype_notes(tmp_path: Path) -> None:
+    narrow = verify_bytes(tmp_path, patch(gb.MATRIX_ATOM, 0x10, "<I", 70000), "n.bin")
+    assert ma.ATOM_DTYPE_NARROW in codes_of(narrow) and narrow.ok()
+    out = io.BytesIO()
+    ma.write_atoms(out, np.array([1, 2]), atom_size=2, dtype="uint32", vocab_size=10)
+    wide = verify_bytes(tmp_path, out.getvalue(), "w.bin")
+    assert [f.code for f in wide.findings] == [ma.ATOM_DTYPE_WIDE]
+    assert wide.ok(strict=True)  # info findings never fail a file
+
+
+def test_huge_token_count_does_not_allocate(tmp_path: Path) -> None:
+    data = patch(patch(gb.MATRIX_ATOM, 0x20, "<Q", 2**63), 0x18, "<Q", 2**61)
+    report = verify_bytes(tmp_path, data)
+    assert ma.ATOM_TRUNCATED in codes_of(report)
+
+
+def test_inspect_does_not_scan_the_payload(tmp_path: Path) -> None:
+    path = tmp_path / "f.bin"
+    path.write_bytes(patch(gb.MATRIX_ATOM, 0x34, "<I", 0))
+    report, desc = examine(str(path), scan=False, describe=True)
+    assert report.findings == []  # the payload CRC is not looked at
+    assert "payload_crc32" in report.skipped
+    assert desc is not None and desc["preview"][0]["tokens"] == "5 17 99 0"
+
+
+# Hostile and damaged files -----------------------------------------------------------------
+
+
+def test_truncation_at_every_length_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "t.bin"
+    for n in range(len(gb.MATRIX_ATOM)):
+        path.write_bytes(gb.MATRIX_ATOM[:n])
+        report = examine(str(path), scan=True)[0]
+        assert not report.ok(), n
+        assert report.exit_code() == 1, n
+
+
+def test_every_single_bit_flip_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "flip.bin"
+    for bit in range(len(gb.MATRIX_ATOM) * 8):
+        data = bytearray(gb.MATRIX_ATOM)
+        data[bit // 8] ^= 1 << (bit % 8)
+        path.write_bytes(bytes(data))
+        report = examine(str(path), scan=True)[0]
+        assert not report.ok(), f"flip of bit {bit % 8} in byte {bit // 8} went unnoticed"
