@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from matrixctl import __version__, codes
-from matrixctl.cli import convert, inspect_cmd, pack, verify_cmd
+from matrixctl.cli import convert, ingest, inspect_cmd, pack, tokenize, verify_cmd
 from matrixctl.cli.common import PROG, print_error, write_err
 from matrixctl.errors import MatrixError, UsageError
 
@@ -55,6 +55,8 @@ app.command("inspect")(inspect_cmd.inspect)
 app.command("verify")(verify_cmd.verify)
 app.command("convert")(convert.convert)
 app.add_typer(pack.app, name="pack")
+app.add_typer(tokenize.app, name="tokenize")
+app.add_typer(ingest.app, name="ingest")
 
 
 class Terminated(BaseException):

@@ -1,0 +1,11 @@
+"""`matrixctl ingest`: turn sources (documents, GGUF models) into verified packs.
+
+Each source kind is a command in its own module (`ingest_docs.py`, `ingest_gguf.py`), registered
+on this group with one line below.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(help="Ingest documents or models into verified packs.", no_args_is_help=True)
