@@ -24,7 +24,14 @@ from collections.abc import Iterator
 from typing import IO, BinaryIO, Protocol
 
 from matrixctl import codes
-from matrixctl.errors import FormatError, InputError, OutputError, UsageError, from_os_error
+from matrixctl.errors import (
+    FormatError,
+    InputError,
+    MatrixError,
+    OutputError,
+    UsageError,
+    from_os_error,
+)
 
 STDIO = "-"
 COPY_CHUNK = 1 << 20
@@ -132,6 +139,8 @@ class Source:
                 with open(path, "rb") as fp:
                     return cls._spool(path, fp)
             fp = open(path, "rb")  # noqa: SIM115 - owned by the Source
+        except MatrixError:
+            raise
         except OSError as exc:
             raise from_os_error(exc, path) from None
         return cls._map(path, fp)

@@ -58,6 +58,7 @@ def run_cli(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+        out, err = out_buf.getvalue(), err_buf.getvalue()
         sys.stdin, sys.stdout, sys.stderr = old
         common.reset_console()
         for k, v in saved_env.items():
@@ -65,7 +66,7 @@ def run_cli(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    return Run(code, out_buf.getvalue(), err_buf.getvalue().decode("utf-8"))
+    return Run(code, out, err.decode("utf-8"))
 
 
 def run_sub(

@@ -67,8 +67,7 @@ SVGT = (
 )
 
 # Token stream: ids 5 17 99 in document "a", then 0 42 in an unlabelled document.
-STREAM_IDS = bytes.fromhex("05001100630000002a00")
-TOKEN_STREAM = (
+STREAM_BEFORE_CRC = (
     b"MXTOKENS"  # 0 magic
     + bytes.fromhex("0100")  # 8 version 1
     + bytes.fromhex("01")  # 10 dtype_id uint16
@@ -85,7 +84,10 @@ TOKEN_STREAM = (
     + bytes.fromhex("0000000000000000")  # 72 END frame
     + bytes.fromhex("0500000000000000")  # 80 token_count 5
     + bytes.fromhex("0200000000000000")  # 88 doc_count 2
-    + struct.pack("<I", zlib.crc32(STREAM_IDS))  # 96 crc32 of the id bytes
+)
+TOKEN_STREAM = (
+    STREAM_BEFORE_CRC
+    + struct.pack("<I", zlib.crc32(STREAM_BEFORE_CRC))  # 96 crc32 of bytes 0..95
     + bytes(4)  # 100 reserved
 )
 

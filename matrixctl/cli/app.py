@@ -83,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     command = get_command(app)
     try:
         try:
-            result = command.main(args, prog_name=PROG, standalone_mode=False)
+            # Not command.main(): it would swallow Ctrl-C and a closed stdout itself.
+            with command.make_context(PROG, list(args)) as ctx:
+                result = command.invoke(ctx)
             code = result if isinstance(result, int) else 0
         finally:
             sys.stdout.flush()

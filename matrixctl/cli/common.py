@@ -25,6 +25,9 @@ PROG = "matrixctl"
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Write one JSON document to stdout instead of a report.")
 ]
+QuietOption = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No summary line on stderr when all went well.")
+]
 
 
 def color_enabled(stream: Any = None) -> bool:
@@ -56,7 +59,7 @@ def console() -> Console:
         tty = stderr_is_terminal()
         _console = Console(
             stderr=True,
-            no_color=not color_enabled(),
+            color_system="auto" if color_enabled() else None,  # NO_COLOR: no styling at all
             highlight=False,
             width=None if tty else 120,
             soft_wrap=False,

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from matrixctl.cli.common import JsonOption, emit_json, note, warn
+from matrixctl.cli.common import JsonOption, QuietOption, emit_json, note, warn
 
 
 def convert(
@@ -30,6 +30,7 @@ def convert(
         ),
     ] = None,
     json_out: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Convert between formats. Today: SVG-Tensor to an SVG picture (`atoms.svgt atoms.svg`)."""
     from matrixctl import convert as conv
@@ -57,5 +58,5 @@ def convert(
         warn(text)
     if json_out:
         emit_json({"input": src, "output": dst, "from": src_fmt, "to": dst_fmt, **result.summary})
-    else:
+    elif not quiet:
         note(f"converted {src_fmt} -> {dst_fmt}: {dst}")

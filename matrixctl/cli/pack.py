@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from matrixctl.cli.common import JsonOption, emit_json, note, progress
+from matrixctl.cli.common import JsonOption, QuietOption, emit_json, note, progress
 
 app = typer.Typer(help="Pack token ids into fixed-width files.", no_args_is_help=True)
 
@@ -58,6 +58,7 @@ def atoms(
         int, typer.Option("--pad-id", min=0, help="Id that pads the last atom to full width.")
     ] = 0,
     json_out: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Pack token ids into a MATRIX-ATOM v1 file (streaming, bounded memory, atomic)."""
     from matrixctl.errors import UsageError
@@ -79,7 +80,7 @@ def atoms(
         )
     if json_out:
         emit_json(summary)
-    else:
+    elif not quiet:
         note(
             f"packed {summary['tokens']:,} tokens (+{summary['padding']} padding) into "
             f"{summary['atom_count']:,} atoms of {summary['atom_size']} as {summary['dtype']}, "
@@ -104,6 +105,7 @@ def svgt(
         str, typer.Option("--grid", help="ROWSxCOLS of each atom's grid; ROWS*COLS = atom_size.")
     ],
     json_out: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Project MATRIX-ATOM atoms onto RxC grids in an SVG-Tensor file (ids must fit uint16)."""
     from matrixctl.errors import UsageError

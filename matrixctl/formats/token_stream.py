@@ -16,7 +16,8 @@ little-endian.
       4   4  count        TOKENS: ids in the body (1 .. 2**24)
                           DOC: bytes of a UTF-8 label (0 .. 65535); the document ends here
                           END: 0
-    END body (24 bytes): token_count u64, doc_count u64, crc32 u32 of every id byte, reserved u32
+    END body (24 bytes): token_count u64, doc_count u64, crc32 u32, reserved u32; crc32 is the
+      CRC-32 of every byte of the stream before it (header, frames, padding, END's counts)
 
 The END frame is last and mandatory: a stream cut short by a crashed producer has no END, so the
 consumer fails instead of packing a silently shorter dataset.
@@ -78,7 +79,9 @@ TOKS_AFTER_END = codes.define("TOKS_AFTER_END", "Bytes follow the END frame.", g
 TOKS_TOTALS = codes.define(
     "TOKS_TOTALS", "The END frame's token or document count disagrees with the frames.", group=G
 )
-TOKS_CRC = codes.define("TOKS_CRC", "The END frame's CRC-32 disagrees with the ids.", group=G)
+TOKS_CRC = codes.define(
+    "TOKS_CRC", "The END frame's CRC-32 disagrees with the bytes of the stream.", group=G
+)
 TOKS_ID_RANGE = codes.define(
     "TOKS_ID_RANGE", "A token id is >= the vocab_size the stream declares.", group=G
 )
@@ -173,7 +176,11 @@ class TokenStreamWriter:
         self.tokens = 0
         self.docs = 0
         self.crc = 0
-        fp.write(self.header.pack())
+        self._emit(self.header.pack())
+
+    def _emit(self, data: bytes | memoryview) -> None:
+        self.fp.write(data)
+        self.crc = crc32(data, self.crc)
 
     def write(self, ids: np.ndarray) -> None:
         import numpy as np
@@ -193,23 +200,23 @@ class TokenStreamWriter:
         for start in range(0, out.size, MAX_FRAME_TOKENS):
             part = out[start : start + MAX_FRAME_TOKENS]
             data = np.ascontiguousarray(part).data.cast("B")
-            self.fp.write(FRAME.pack(KIND_TOKENS, b"\0\0\0", part.size))
-            self.fp.write(data)
-            self.fp.write(bytes(_pad(len(data))))
-            self.crc = crc32(data, self.crc)
+            self._emit(FRAME.pack(KIND_TOKENS, b"\0\0\0", part.size))
+            self._emit(data)
+            self._emit(bytes(_pad(len(data))))
         self.tokens += out.size
 
     def end_document(self, label: str = "") -> None:
         raw = label.encode("utf-8")
         if len(raw) > MAX_LABEL_BYTES:
             raw = raw[:MAX_LABEL_BYTES].decode("utf-8", "ignore").encode("utf-8")
-        self.fp.write(FRAME.pack(KIND_DOC, b"\0\0\0", len(raw)))
-        self.fp.write(raw + bytes(_pad(len(raw))))
+        self._emit(FRAME.pack(KIND_DOC, b"\0\0\0", len(raw)))
+        self._emit(raw + bytes(_pad(len(raw))))
         self.docs += 1
 
     def close(self) -> EndInfo:
-        self.fp.write(FRAME.pack(KIND_END, b"\0\0\0", 0))
-        self.fp.write(END_BODY.pack(self.tokens, self.docs, self.crc, 0))
+        self._emit(FRAME.pack(KIND_END, b"\0\0\0", 0))
+        self._emit(struct.pack("<QQ", self.tokens, self.docs))
+        self.fp.write(struct.pack("<II", self.crc, 0))
         self.fp.flush()
         return EndInfo(self.tokens, self.docs, self.crc)
 
@@ -238,7 +245,7 @@ def iter_events(fp: Readable, header: StreamHeader, *, start: int = HEADER_SIZE)
 
     pos = start
     tokens = docs = 0
-    crc = 0
+    crc = crc32(header.pack())
     itemsize = header.itemsize
     vocab = header.vocab_size
     while True:
@@ -251,8 +258,9 @@ def iter_events(fp: Readable, header: StreamHeader, *, start: int = HEADER_SIZE)
                 field="END",
             )
         if len(raw) < FRAME_SIZE:
-            raw = bytes(raw) + read_exact(fp, FRAME_SIZE - len(raw), "frame header", offset=pos)
+            raw = bytes(raw) + _read_body(fp, FRAME_SIZE - len(raw), "frame header", pos + len(raw))
         kind, reserved, count = FRAME.unpack(raw)
+        crc = crc32(raw, crc)
         if reserved != b"\0\0\0":
             raise FormatError(
                 TOKS_RESERVED,
@@ -284,7 +292,7 @@ def iter_events(fp: Readable, header: StreamHeader, *, start: int = HEADER_SIZE)
                         offset=body + bad * itemsize,
                         field=f"token[{tokens + bad}]",
                     )
-            crc = crc32(memoryview(data)[:nbytes], crc)
+            crc = crc32(data, crc)
             yield Event(KIND_TOKENS, pos, tokens=ids)
             tokens += count
             pos = body + nbytes + _pad(nbytes)
@@ -298,6 +306,7 @@ def iter_events(fp: Readable, header: StreamHeader, *, start: int = HEADER_SIZE)
                 )
             data = _read_body(fp, count + _pad(count), "document label", body)
             _check_zero(data[count:], body + count)
+            crc = crc32(data, crc)
             try:
                 label = bytes(data[:count]).decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -320,6 +329,7 @@ def iter_events(fp: Readable, header: StreamHeader, *, start: int = HEADER_SIZE)
                 )
             data = _read_body(fp, END_BODY.size, "END frame", body)
             n, d, c, res = END_BODY.unpack(bytes(data))
+            crc = crc32(memoryview(data)[:16], crc)
             if res:
                 raise FormatError(
                     TOKS_RESERVED,

@@ -1,0 +1,166 @@
+"""SVG-Tensor: golden bytes, packing from atoms, refusing ids above 65535, SVG rendering."""
+
+from __future__ import annotations
+
+import io
+import re
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from matrixctl.errors import FormatError, UsageError
+from matrixctl.formats import matrix_atom as ma
+from matrixctl.formats import svgt
+from matrixctl.io import Source
+from matrixctl.packing import pack_svgt
+from matrixctl.validate.engine import examine
+from tests import golden_bytes as gb
+
+
+def write(tmp_path: Path, name: str, data: bytes) -> str:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_golden_file_on_disk_is_the_hand_written_bytes() -> None:
+    assert (Path(__file__).parent / "golden/svgt_v1.svgt").read_bytes() == gb.SVGT
+
+
+def test_pack_svgt_produces_the_golden_bytes(tmp_path: Path) -> None:
+    atoms = write(tmp_path, "a.bin", gb.MATRIX_ATOM)
+    out = tmp_path / "a.svgt"
+    summary = pack_svgt(atoms, str(out), grid="2x2")
+    assert out.read_bytes() == gb.SVGT
+    assert summary["atom_count"] == 2
+
+
+def test_header_parse_matches_spec_table() -> None:
+    h = svgt.SvgtHeader.parse(gb.SVGT)
+    assert (h.magic, h.version, h.header_bytes, h.rows, h.cols) == (b"SVGTENSR", 1, 32, 2, 2)
+    assert (h.atom_count, h.data_offset) == (2, 32)
+    assert svgt.atoms_view(gb.SVGT, h).tolist() == [[[5, 17], [99, 0]], [[42, 0], [0, 0]]]
+
+
+def test_ids_above_65535_are_refused_not_masked(tmp_path: Path) -> None:
+    """Decision: an id above 65535 is an error naming the token; nothing is written."""
+    buf = io.BytesIO()
+    ma.write_atoms(buf, np.array([1, 2, 3, 70000]), atom_size=4)
+    atoms = write(tmp_path, "wide.bin", buf.getvalue())
+    out = tmp_path / "wide.svgt"
+    with pytest.raises(FormatError) as info:
+        pack_svgt(atoms, str(out), grid="2x2")
+    assert info.value.code == svgt.SVGT_ID_OVERFLOW and info.value.field == "token[3]"
+    assert not out.exists()
+
+
+def test_uint32_atoms_whose_ids_fit_project_fine(tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    ma.write_atoms(buf, np.array([1, 2, 3, 65535]), atom_size=4, dtype="uint32")
+    out = tmp_path / "ok.svgt"
+    pack_svgt(write(tmp_path, "w.bin", buf.getvalue()), str(out), grid="1x4")
+    h = svgt.SvgtHeader.parse(out.read_bytes())
+    assert svgt.atoms_view(out.read_bytes(), h).reshape(-1).tolist() == [1, 2, 3, 65535]
+
+
+def test_corrupt_atom_payload_is_caught_while_projecting(tmp_path: Path) -> None:
+    data = bytearray(gb.MATRIX_ATOM)
+    data[70] ^= 0x01
+    out = tmp_path / "x.svgt"
+    with pytest.raises(FormatError) as info:
+        pack_svgt(write(tmp_path, "bad.bin", bytes(data)), str(out), grid="2x2")
+    assert info.value.code == ma.ATOM_PAYLOAD_CRC
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("grid", "atom_size"), [("3x2", 4), ("2x", 4), ("0x4", 4), ("ax2", 4)])
+def test_bad_grids_are_usage_errors(grid: str, atom_size: int) -> None:
+    with pytest.raises(UsageError):
+        svgt.parse_grid(grid, atom_size)
+
+
+def patch(offset: int, fmt: str, value: int) -> bytes:
+    buf = bytearray(gb.SVGT)
+    struct.pack_into(fmt, buf, offset, value)
+    return bytes(buf)
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (patch(0x08, "<H", 2), svgt.SVGT_VERSION),
+        (patch(0x0A, "<H", 64), svgt.SVGT_HEADER_BYTES),
+        (patch(0x0C, "<H", 0), svgt.SVGT_GRID),
+        (patch(0x0E, "<H", 0), svgt.SVGT_GRID),
+        (patch(0x18, "<Q", 40), svgt.SVGT_DATA_OFFSET),
+        (patch(0x10, "<Q", 3), svgt.SVGT_TRUNCATED),
+        (patch(0x10, "<Q", 2**62), svgt.SVGT_TRUNCATED),
+        (gb.SVGT + b"\0\0", svgt.SVGT_TRAILING),
+    ],
+)
+def test_each_header_problem_has_its_code(tmp_path: Path, data: bytes, code: str) -> None:
+    report = examine(write(tmp_path, "s.svgt", data), scan=True)[0]
+    assert code in {f.code for f in report.findings}
+
+
+def test_truncation_at_every_length_is_reported(tmp_path: Path) -> None:
+    for n in range(len(gb.SVGT)):
+        report = examine(write(tmp_path, "t.svgt", gb.SVGT[:n]), scan=True)[0]
+        assert not report.ok(), n
+
+
+def test_every_header_bit_flip_is_reported(tmp_path: Path) -> None:
+    """The payload has no checksum (docs/formats/svgt.md decision 4); the header is covered."""
+    for bit in range(svgt.HEADER_SIZE * 8):
+        data = bytearray(gb.SVGT)
+        data[bit // 8] ^= 1 << (bit % 8)
+        assert not examine(write(tmp_path, "f.svgt", bytes(data)), scan=True)[0].ok(), bit
+
+
+# SVG rendering ------------------------------------------------------------------------------
+
+
+def render(tmp_path: Path, atoms: str | None) -> str:
+    from matrixctl.convert.svg import svgt_to_svg
+
+    out = tmp_path / "o.svg"
+    with Source.open(write(tmp_path, "g.svgt", gb.SVGT)) as src:
+        svgt_to_svg(src, str(out), {"atoms": atoms})
+    return out.read_text()
+
+
+def test_svg_has_one_cell_per_token_and_labels(tmp_path: Path) -> None:
+    text = render(tmp_path, None)
+    assert text.startswith("<svg ") and text.rstrip().endswith("</svg>")
+    assert text.count("<rect x=") == 8
+    assert "atom 0</text>" in text and "atom 1</text>" in text
+    assert "<title>id 99 (atom 0, row 1, col 0)</title>" in text
+
+
+def test_svg_is_deterministic_and_colors_follow_the_documented_hash(tmp_path: Path) -> None:
+    from matrixctl.convert.svg import token_color
+
+    assert render(tmp_path, None) == render(tmp_path, None)
+    # Worked by hand from docs/formats/svgt.md for id 1:
+    # x = 0x9E3779B1; x ^= x >> 16 -> 0x9E37E786; x = x * 0x85EBCA6B mod 2^32; x ^= x >> 13.
+    x = 0x9E3779B1
+    x ^= x >> 16
+    assert x == 0x9E37E786
+    x = (x * 0x85EBCA6B) & 0xFFFFFFFF
+    x ^= x >> 13
+    r, g, b = (64 + ((x >> s) & 0xFF) * 191 // 255 for s in (0, 8, 16))
+    assert token_color(1) == f"#{r:02x}{g:02x}{b:02x}"
+    fills = set(re.findall(r'fill="(#[0-9a-f]{6})"><title>id 5 ', render(tmp_path, None)))
+    assert fills == {token_color(5)}
+
+
+def test_svg_atom_range(tmp_path: Path) -> None:
+    text = render(tmp_path, "1:2")
+    assert "atom 1</text>" in text and "atom 0</text>" not in text
+    assert text.count("<rect x=") == 4
+    with pytest.raises(UsageError):
+        render(tmp_path, "2:5")
+    with pytest.raises(UsageError):
+        render(tmp_path, "x")
