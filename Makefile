@@ -25,7 +25,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/run.py
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/run.py $(BENCH)
 
 docs: $(STAMP)
 	$(BIN)/python -m matrixctl.cli.docgen --write

@@ -21,7 +21,7 @@ import stat
 import sys
 import tempfile
 from collections.abc import Iterator
-from typing import IO, BinaryIO, Protocol
+from typing import IO, Any, BinaryIO, Protocol
 
 from matrixctl import codes
 from matrixctl.errors import (
@@ -206,6 +206,65 @@ class Source:
         self.close()
 
 
+class Releaser:
+    """Drop the pages of a read-only file mapping behind a forward-moving cursor.
+
+    Touched pages of a mapped file count towards the process's resident memory. Scans that
+    read a mapping front to back call `advance(pos)`; every `step` bytes the range already
+    read is released with MADV_DONTNEED (for a read-only file mapping the pages stay in the
+    page cache, and a later access maps them again), so resident memory stays near `step`
+    whatever the file size.
+    """
+
+    def __init__(self, buf: object, step: int = 64 << 20) -> None:
+        self._mm = buf if isinstance(buf, mmap.mmap) and hasattr(buf, "madvise") else None
+        self._step = step
+        self._done = 0
+
+    def advance(self, pos: int) -> None:
+        if self._mm is None or pos - self._done < self._step:
+            return
+        end = (pos - self._step // 2) & ~(mmap.PAGESIZE - 1)
+        if end > self._done:
+            with contextlib.suppress(OSError, ValueError):
+                self._mm.madvise(mmap.MADV_DONTNEED, self._done, end - self._done)
+            self._done = end
+
+
+class BackgroundWriter:
+    """Write chunks on a helper thread while the caller prepares the next ones.
+
+    `os.write` releases the GIL, so on two cores the copy into the page cache overlaps with the
+    caller's scanning (CRC-32 and range checks release it too). At most `depth` chunks are in
+    flight; the caller must keep each chunk's buffer unchanged until `drain()` (views of a
+    mapped input or freshly allocated arrays satisfy that). An error in the thread is raised
+    by the next `write` or `drain`.
+    """
+
+    def __init__(self, fp: BinaryIO, depth: int = 2) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.fp = fp
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="matrixctl-write")
+        self._pending: list[Any] = []
+        self._depth = depth
+
+    def write(self, data: bytes | memoryview) -> None:
+        self._pending.append(self._pool.submit(self.fp.write, data))
+        while len(self._pending) > self._depth:
+            self._pending.pop(0).result()
+
+    def drain(self) -> None:
+        while self._pending:
+            self._pending.pop(0).result()
+
+    def close(self) -> None:
+        try:
+            self.drain()
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 def stdout_is_terminal() -> bool:
     try:
         return os.isatty(sys.stdout.fileno())
@@ -242,13 +301,15 @@ class AtomicFile:
     def commit(self) -> None:
         try:
             self.fp.flush()
-            os.fsync(self.fp.fileno())
+            if durable():
+                os.fsync(self.fp.fileno())
             umask = os.umask(0)
             os.umask(umask)
             os.fchmod(self.fp.fileno(), 0o666 & ~umask)
             self.fp.close()
             os.replace(self.tmp, self.dest)
-            _fsync_dir(os.path.dirname(os.path.abspath(self.dest)))
+            if durable():
+                _fsync_dir(os.path.dirname(os.path.abspath(self.dest)))
         except OSError as exc:
             self.discard()
             raise from_os_error(exc, self.dest, writing=True) from None
@@ -262,6 +323,12 @@ class AtomicFile:
             self.fp.close()
         with contextlib.suppress(OSError):
             os.unlink(self.tmp)
+
+
+def durable() -> bool:
+    """fsync outputs before renaming them (default). MATRIXCTL_NO_FSYNC=1 skips it: the rename
+    is still atomic for other processes, but a power loss may leave an empty file."""
+    return os.environ.get("MATRIXCTL_NO_FSYNC", "") in ("", "0")
 
 
 def _fsync_dir(folder: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +39,7 @@ class TokenInput:
 
     kind: str  # "token-stream" or "text"
     vocab_size: int | None
-    chunks: Iterator[np.ndarray]
+    chunks: Iterator[tuple[np.ndarray, int | None]]  # ids, and their max when already known
     docs: list[int]  # running count of documents (DOC frames), filled while reading
 
 
@@ -68,15 +69,15 @@ def read_token_input(fp: Any) -> TokenInput:
         header = ts.StreamHeader.parse(head + rest)
         docs = [0]
 
-        def stream_chunks() -> Iterator[np.ndarray]:
+        def stream_chunks() -> Iterator[tuple[np.ndarray, int | None]]:
             for event in ts.iter_events(fp, header):
                 if event.kind == ts.KIND_TOKENS:
-                    yield event.tokens
+                    yield event.tokens, event.max_id
                 elif event.kind == ts.KIND_DOC:
                     docs[0] += 1
 
         return TokenInput("token-stream", header.vocab_size or None, stream_chunks(), docs)
-    return TokenInput("text", None, ts.iter_text_ids(fp, head), [0])
+    return TokenInput("text", None, ((ids, None) for ids in ts.iter_text_ids(fp, head)), [0])
 
 
 def pack_atoms(
@@ -91,7 +92,7 @@ def pack_atoms(
 ) -> dict[str, Any]:
     """Token ids (stream or text) -> MATRIX-ATOM file. Returns a summary for the report."""
     refuse_binary_to_terminal(output_path, "a MATRIX-ATOM file")
-    with open_input_stream(input_path) as raw:
+    with _open_tokens(input_path) as raw:
         fp = _Counting(raw, tick) if tick else raw
         tokens = read_token_input(fp)
         vocab = vocab_size
@@ -107,11 +108,13 @@ def pack_atoms(
                 out, atom_size=atom_size, dtype=dtype, vocab_size=vocab, pad_id=pad_id
             )
             try:
-                for chunk in tokens.chunks:
-                    writer.write(chunk)
+                for chunk, max_id in tokens.chunks:
+                    writer.write(chunk, max_id)
+                header = writer.finish()
             except FormatError as err:
                 raise err.with_path("<stdin>" if input_path == STDIO else input_path) from None
-            header = writer.finish()
+            finally:
+                writer.close()
     return {
         "input": input_path,
         "input_kind": tokens.kind,
@@ -127,6 +130,17 @@ def pack_atoms(
         "vocab_size_source": "declared" if vocab is not None else "max id + 1",
         "payload_crc32": f"0x{header.payload_crc32:08x}",
     }
+
+
+@contextmanager
+def _open_tokens(path: str) -> Iterator[Any]:
+    """A regular file is mapped and read zero-copy; stdin and pipes are read in chunks."""
+    if path != STDIO and os.path.isfile(path):
+        with Source.open(path) as src:
+            yield ts.MemReader(src.buf)
+    else:
+        with open_input_stream(path) as fp:
+            yield fp
 
 
 def open_valid(path: str, fmt: str) -> tuple[Source, Any]:

@@ -294,3 +294,24 @@ def test_every_single_bit_flip_is_reported(tmp_path: Path) -> None:
         path.write_bytes(bytes(data))
         report = examine(str(path), scan=True)[0]
         assert not report.ok(), f"flip of bit {bit % 8} in byte {bit // 8} went unnoticed"
+
+
+def test_large_and_small_scans_agree(tmp_path: Path) -> None:
+    """Files above 1 MiB are scanned with numpy in chunks, small ones without; same findings."""
+    from matrixctl.validate import matrix_atom as rules
+
+    ids = np.arange(3_000_000, dtype=np.int64) % 1000
+    ids[2_999_990] = 5000  # one bad id near the end, in the last chunk
+    out = io.BytesIO()
+    ma.write_atoms(out, ids, atom_size=100, vocab_size=6000)
+    data = bytearray(out.getvalue())
+    struct.pack_into("<I", data, 0x10, 1000)  # now 5000 is out of range
+    data = bytearray(reseal(bytes(data)))
+    big = rules.scan_payload(bytes(data), ma.AtomHeader.parse(bytes(data)))
+    small = rules._scan_small(bytes(data), ma.AtomHeader.parse(bytes(data)))
+    assert big == small
+    assert (big.first_bad, big.bad_count, big.max_id) == (2_999_990, 1, 5000)
+    assert big.crc == zlib.crc32(bytes(data[64:]))
+    report = verify_bytes(tmp_path, bytes(data))
+    assert [f.code for f in report.findings] == [ma.ATOM_ID_RANGE]
+    assert report.findings[0].offset == 64 + 2 * 2_999_990

@@ -33,6 +33,7 @@ from matrixctl import codes
 from matrixctl.codes import Severity
 from matrixctl.crc import crc32
 from matrixctl.errors import FormatError, UsageError
+from matrixctl.io import BackgroundWriter
 
 if TYPE_CHECKING:
     import numpy as np
@@ -263,6 +264,7 @@ class AtomWriter:
     """
 
     CHUNK = 1 << 22  # tokens per write when re-encoding
+    BACKGROUND_MIN = 1 << 20  # chunks this large are written on a helper thread
 
     def __init__(
         self,
@@ -300,6 +302,7 @@ class AtomWriter:
         self.tokens = 0
         self.max_id = -1
         self.crc = 0
+        self._bg: BackgroundWriter | None = None
         self.fp.seek(0)
         self.fp.write(bytes(HEADER_SIZE))
 
@@ -307,15 +310,18 @@ class AtomWriter:
     def _np_dtype(self) -> str:
         return DTYPES[DTYPE_IDS[self.dtype]][1]
 
-    def write(self, ids: np.ndarray) -> None:
-        """Append ids (any integer dtype). Raises FormatError naming the first bad token."""
+    def write(self, ids: np.ndarray, max_id: int | None = None) -> None:
+        """Append ids (any integer dtype). Raises FormatError naming the first bad token.
+
+        `max_id` may pass the chunk's largest id when the caller has computed it already.
+        """
         import numpy as np
 
         if ids.size == 0:
             return
         ids = np.ascontiguousarray(ids).reshape(-1)
         lo = int(ids.min()) if ids.dtype.kind == "i" else 0
-        hi = int(ids.max())
+        hi = int(ids.max()) if max_id is None else max_id
         if lo < 0:
             self._bad(ids, ids < 0, "is negative")
         if self.vocab_size is not None and hi >= self.vocab_size:
@@ -339,7 +345,7 @@ class AtomWriter:
         out = ids if ids.dtype == np.dtype(self._np_dtype) else ids.astype(self._np_dtype)
         data = out.data.cast("B")
         self.crc = crc32(data, self.crc)
-        self.fp.write(data)
+        self._write(data)
         self.tokens += ids.size
         self.max_id = max(self.max_id, hi)
 
@@ -354,10 +360,28 @@ class AtomWriter:
             field=f"token[{index}]",
         )
 
+    def _write(self, data: memoryview) -> None:
+        if self._bg is None and len(data) >= self.BACKGROUND_MIN:
+            self._bg = BackgroundWriter(self.fp)
+        if self._bg is not None:
+            self._bg.write(data)
+        else:
+            self.fp.write(data)
+
+    def _drain(self) -> None:
+        if self._bg is not None:
+            self._bg.close()
+            self._bg = None
+
+    def close(self) -> None:
+        """Stop the background writer (after an error too); finish() calls it itself."""
+        self._drain()
+
     def _widen(self) -> None:
         """Rewrite the uint16 payload written so far as uint32, in place, last chunk first."""
         import numpy as np
 
+        self._drain()
         n = self.tokens
         end = n
         while end > 0:
@@ -382,6 +406,7 @@ class AtomWriter:
         """Pad to a whole atom, write the header, return it. The file stays open."""
         import numpy as np
 
+        self._drain()
         vocab = self.vocab_size
         if vocab is None:
             vocab = max(self.max_id, self.pad_id) + 1

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from matrixctl import codes
 from matrixctl.crc import crc32
 from matrixctl.errors import FormatError, UsageError
-from matrixctl.io import Readable, read_exact
+from matrixctl.io import Readable, Releaser, read_exact
 
 if TYPE_CHECKING:
     import numpy as np
@@ -163,6 +163,7 @@ class Event:
     tokens: Any = None
     label: str | None = None
     end: EndInfo | None = None
+    max_id: int = -1  # TOKENS: the largest id in the frame (already checked against vocab)
 
 
 class TokenStreamWriter:
@@ -222,16 +223,22 @@ class TokenStreamWriter:
 
 
 class MemReader:
-    """`read(n)` over a buffer, returning zero-copy memoryview slices."""
+    """`read(n)` over a buffer, returning zero-copy memoryview slices.
+
+    Over a mapped file, pages well behind the cursor are released (`Releaser`), so reading a
+    large stream keeps resident memory flat.
+    """
 
     def __init__(self, buf: Any, pos: int = 0) -> None:
         self.view = memoryview(buf)
         self.pos = pos
+        self._releaser = Releaser(buf)
 
     def read(self, n: int = -1) -> memoryview:
         end = len(self.view) if n < 0 else min(len(self.view), self.pos + n)
         out = self.view[self.pos : end]
         self.pos = end
+        self._releaser.advance(end)
         return out
 
 
@@ -281,19 +288,18 @@ def iter_events(fp: Readable, header: StreamHeader, *, start: int = HEADER_SIZE)
             data = _read_body(fp, nbytes + _pad(nbytes), "token frame", body)
             _check_zero(data[nbytes:], body + nbytes)
             ids = np.frombuffer(data, dtype=header.np_dtype, count=count)
-            if vocab:
-                hi = int(ids.max())
-                if hi >= vocab:
-                    bad = int(np.argmax(ids >= vocab))
-                    raise FormatError(
-                        TOKS_ID_RANGE,
-                        f"token {tokens + bad} (id {int(ids[bad])}) is not below the declared "
-                        f"vocab_size {vocab}",
-                        offset=body + bad * itemsize,
-                        field=f"token[{tokens + bad}]",
-                    )
+            hi = int(ids.max())
+            if vocab and hi >= vocab:
+                bad = int(np.argmax(ids >= vocab))
+                raise FormatError(
+                    TOKS_ID_RANGE,
+                    f"token {tokens + bad} (id {int(ids[bad])}) is not below the declared "
+                    f"vocab_size {vocab}",
+                    offset=body + bad * itemsize,
+                    field=f"token[{tokens + bad}]",
+                )
             crc = crc32(data, crc)
-            yield Event(KIND_TOKENS, pos, tokens=ids)
+            yield Event(KIND_TOKENS, pos, tokens=ids, max_id=hi)
             tokens += count
             pos = body + nbytes + _pad(nbytes)
         elif kind == KIND_DOC:

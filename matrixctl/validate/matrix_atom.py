@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from matrixctl.crc import crc32_chunked
+from matrixctl.crc import crc32
 from matrixctl.formats import matrix_atom as ma
-from matrixctl.io import Source
+from matrixctl.io import Releaser, Source
 from matrixctl.validate.engine import rule
 from matrixctl.validate.findings import Finding, finding
 
@@ -55,7 +56,14 @@ class AtomSubject:
         return self._stats
 
 
+SMALL_PAYLOAD = 1 << 20
+
+
 def scan_payload(buf: Any, header: ma.AtomHeader) -> PayloadStats:
+    itemsize = header.itemsize or 0
+    nbytes = header.token_count * itemsize
+    if nbytes <= SMALL_PAYLOAD and sys.byteorder == "little":
+        return _scan_small(buf, header)
     import numpy as np
 
     tokens = ma.token_view(buf, header)
@@ -66,10 +74,10 @@ def scan_payload(buf: Any, header: ma.AtomHeader) -> PayloadStats:
     first_bad: int | None = None
     bad = 0
     vocab = header.vocab_size
-    start = header.data_offset
+    releaser = Releaser(buf)
     for i in range(0, tokens.size, step):
         chunk = tokens[i : i + step]
-        crc = crc32_chunked(buf, start + i * itemsize, start + (i + chunk.size) * itemsize, crc)
+        crc = crc32(chunk.data.cast("B"), crc)
         hi = int(chunk.max())
         max_id = max(max_id, hi)
         if hi >= vocab:
@@ -77,7 +85,22 @@ def scan_payload(buf: Any, header: ma.AtomHeader) -> PayloadStats:
             if first_bad is None:
                 first_bad = i + int(np.argmax(mask))
             bad += int(np.count_nonzero(mask))
+        releaser.advance(header.data_offset + (i + chunk.size) * itemsize)
     return PayloadStats(crc, max_id, first_bad, bad)
+
+
+def _scan_small(buf: Any, header: ma.AtomHeader) -> PayloadStats:
+    """The same scan without numpy (cheaper to start than to import numpy for a small file)."""
+    itemsize = header.itemsize or 0
+    start = header.data_offset
+    raw = memoryview(buf)[start : start + header.token_count * itemsize]
+    ids = raw.cast("H" if itemsize == 2 else "I")
+    vocab = header.vocab_size
+    bad = [i for i, v in enumerate(ids) if v >= vocab] if ids and max(ids) >= vocab else []
+    stats = PayloadStats(crc32(raw), max(ids, default=-1), bad[0] if bad else None, len(bad))
+    ids.release()
+    raw.release()
+    return stats
 
 
 def load(src: Source) -> AtomSubject:
