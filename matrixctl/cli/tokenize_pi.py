@@ -26,8 +26,8 @@ SymbolsOption = Annotated[
 
 
 class DecodeErrors(StrEnum):
-    strict = "strict"
-    replace = "replace"
+    STRICT = "strict"
+    REPLACE = "replace"
 
 
 @app.command("encode")
@@ -88,7 +88,7 @@ def decode(
             help="strict: byte tokens that are not valid UTF-8, or ids with no text, are an "
             "error naming the token. replace: they become U+FFFD.",
         ),
-    ] = DecodeErrors.strict,
+    ] = DecodeErrors.STRICT,
 ) -> None:
     """Decode token ids back into UTF-8 text (the exact inverse of encode, after normalization).
 
