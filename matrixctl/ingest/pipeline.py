@@ -350,7 +350,7 @@ def ingest_docs(
     total = len(files)
     if shard is not None:
         files = [f for f in files if shard_of(f.recorded, shard[1]) == shard[0]]
-    if not files:
+    if not files and (shard is None or total == 0):
         raise InputError(
             INGEST_NO_INPUT,
             "no input files" + (f" in shard {shard[0]}/{shard[1]}" if shard else ""),
@@ -380,7 +380,13 @@ def ingest_docs(
         for n, res in enumerate(ordered_results(files, state, opts.jobs), 1):
             nbytes += res.source.size
             if res.skip_reason is not None:
-                pb.skipped.append({"path": res.source.recorded, "reason": res.skip_reason})
+                pb.skipped.append(
+                    {
+                        "path": res.source.recorded,
+                        "reason": res.skip_reason,
+                        "ordinal": res.source.ordinal,
+                    }
+                )
             else:
                 ntokens += res.tokens
                 _append(pb, res)
@@ -388,7 +394,8 @@ def ingest_docs(
                 tick(n, nbytes, ntokens)
         tail = {
             "sources": pb.sources,
-            "skipped": [{"path": s.recorded, "reason": s.reason} for s in skipped] + pb.skipped,
+            "skipped": [{"path": s.recorded, "reason": s.reason, "ordinal": None} for s in skipped]
+            + pb.skipped,
             "shard": (
                 {"index": shard[0], "count": shard[1], "sources_total": total} if shard else None
             ),
