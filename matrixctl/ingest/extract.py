@@ -182,13 +182,70 @@ def iter_decoded(fp: HashingReader, name: str, opts: Options) -> Iterator[str]:
 # HTML ---------------------------------------------------------------------------------------
 
 SKIP_TAGS = frozenset(
-    "script style noscript template iframe object embed svg math canvas select button "
-    "-comment".split()
+    [
+        "script",
+        "style",
+        "noscript",
+        "template",
+        "iframe",
+        "object",
+        "embed",
+        "svg",
+        "math",
+        "canvas",
+        "select",
+        "button",
+        "-comment",
+    ]
 )
 BLOCK_TAGS = frozenset(
-    "address article aside blockquote body caption dd details dialog div dl dt fieldset "
-    "figcaption figure footer form h1 h2 h3 h4 h5 h6 head header hgroup hr html legend li main "
-    "nav ol p pre section summary table tbody tfoot thead title tr ul center".split()
+    [
+        "address",
+        "article",
+        "aside",
+        "blockquote",
+        "body",
+        "caption",
+        "dd",
+        "details",
+        "dialog",
+        "div",
+        "dl",
+        "dt",
+        "fieldset",
+        "figcaption",
+        "figure",
+        "footer",
+        "form",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "head",
+        "header",
+        "hgroup",
+        "hr",
+        "html",
+        "legend",
+        "li",
+        "main",
+        "nav",
+        "ol",
+        "p",
+        "pre",
+        "section",
+        "summary",
+        "table",
+        "tbody",
+        "tfoot",
+        "thead",
+        "title",
+        "tr",
+        "ul",
+        "center",
+    ]
 )
 CELL_TAGS = frozenset(("td", "th"))
 _BLOCK = "\ue000"
@@ -285,7 +342,8 @@ def markdown_lines(lines: Iterator[str]) -> Iterator[str]:
     fence: str | None = None
     first = True
     in_front = False
-    for line in lines:
+    for raw_line in lines:
+        line = raw_line
         if first:
             first = False
             if line.rstrip() == "---":

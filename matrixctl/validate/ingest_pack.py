@@ -303,7 +303,6 @@ def check_artifacts(s: PackSubject) -> Iterator[Finding]:
 
 @rule(FMT, "consistency: map, atoms, index, projection, sources", scan=True)
 def check_consistency(s: PackSubject) -> Iterator[Finding]:
-    import numpy as np
 
     from matrixctl.io import Source
     from matrixctl.tokenizers import pi
