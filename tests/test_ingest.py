@@ -51,7 +51,10 @@ def test_html_visible_text_only() -> None:
 
 
 def test_markdown_syntax_is_stripped() -> None:
-    md = "# Title #\n\nSome **bold** and *em* with [a link](http://x) and `code`.\n\n```\nx = 1\n```\n---\n"
+    md = (
+        "# Title #\n\nSome **bold** and *em* with [a link](http://x) and `code`.\n\n"
+        "```\nx = 1\n```\n---\n"
+    )
     out = "".join(extract.markdown_lines(extract.split_lines(iter([md]))))
     assert out == "Title\n\nSome bold and em with a link and code.\n\nx = 1\n"
 
@@ -98,14 +101,16 @@ def test_pack_has_every_artifact_and_verifies(tmp_path: Path) -> None:
     assert m["documents"] == 10 and m["tool"]["name"] == "matrixctl"
     jsonl = next(s for s in m["sources"] if s["kind"] == "jsonl")
     assert jsonl["documents"] == 7 and jsonl["skipped_records"] == 1
-    assert m["symbol_map"]["canonical_hash"] == pi.load_symbol_map(pi.default_map_path())[
-        0
-    ].canonical_hash()
+    assert (
+        m["symbol_map"]["canonical_hash"]
+        == pi.load_symbol_map(pi.default_map_path())[0].canonical_hash()
+    )
     header = ma.AtomHeader.parse((pack / "matrix_atoms.bin").read_bytes())
     assert header.flags == ma.FLAG_INDEX | ma.FLAG_SVG_TENSOR
 
 
 def test_documents_end_with_eos_and_decode_back(tmp_path: Path) -> None:
+    """Decision: a JSON document without a string text field is skipped and counted."""
     pack = ingest(tmp_path)
     data = (pack / "matrix_atoms.bin").read_bytes()
     atoms = ma.token_view(data, ma.AtomHeader.parse(data))
@@ -126,6 +131,7 @@ def test_documents_end_with_eos_and_decode_back(tmp_path: Path) -> None:
 def test_same_bytes_whatever_jobs_and_listing_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Decision: inputs in SRC order, folders sorted by relative path bytes, any --jobs."""
     one = tree_bytes(ingest(tmp_path, "--jobs", "1", "--svgt", "16x16", name="a"))
     two = tree_bytes(ingest(tmp_path, "--jobs", "2", "--svgt", "16x16", name="b"))
     real = os.scandir
@@ -158,6 +164,7 @@ def test_source_date_epoch_is_the_only_time(tmp_path: Path) -> None:
 
 
 def test_shards_merge_into_the_unsharded_pack(tmp_path: Path) -> None:
+    """Decision: shards by a hash of the recorded path; merge restores the global order."""
     whole = tree_bytes(ingest(tmp_path, "--svgt", "16x16", name="whole"))
     shards = [
         str(ingest(tmp_path, "--svgt", "16x16", "--shard", f"{i}/3", name=f"s{i}"))
@@ -172,6 +179,7 @@ def test_shards_merge_into_the_unsharded_pack(tmp_path: Path) -> None:
 
 
 def test_large_file_spills_and_streams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decision: bounded memory: tokens and records spill to the temporary folder."""
     from matrixctl.ingest import pipeline
 
     monkeypatch.setattr(pipeline, "MEM_TOKENS", 1000)
@@ -197,6 +205,7 @@ def test_large_file_spills_and_streams(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_bad_utf8_names_file_and_offset_and_leaves_no_pack(tmp_path: Path) -> None:
+    """Decision: invalid UTF-8 stops with the file and byte offset, unless a policy is given."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "a.txt").write_bytes(b"fine\n")
@@ -205,15 +214,25 @@ def test_bad_utf8_names_file_and_offset_and_leaves_no_pack(tmp_path: Path) -> No
     assert run.code == 1
     assert "INGEST_UTF8" in run.stderr and "b.txt" in run.stderr and "offset 3" in run.stderr
     assert sorted(os.listdir(tmp_path)) == ["src"]  # no pack, no temporary folder
-    ok = run_cli("ingest", "docs", str(src), "-o", str(tmp_path / "p2"), "--encoding-errors",
-                 "skip-file", "--json")
+    ok = run_cli(
+        "ingest",
+        "docs",
+        str(src),
+        "-o",
+        str(tmp_path / "p2"),
+        "--encoding-errors",
+        "skip-file",
+        "--json",
+    )
     assert ok.code == 0 and ok.json()["skipped"] == 1
-    rep = run_cli("ingest", "docs", str(src), "-o", str(tmp_path / "p3"), "--encoding-errors",
-                  "replace")
+    rep = run_cli(
+        "ingest", "docs", str(src), "-o", str(tmp_path / "p3"), "--encoding-errors", "replace"
+    )
     assert rep.code == 0
 
 
 def test_failure_keeps_the_existing_pack(tmp_path: Path) -> None:
+    """Decision: an existing pack is replaced only when the new one is complete."""
     pack = ingest(tmp_path)
     before = tree_bytes(pack)
     src = tmp_path / "bad"
@@ -226,6 +245,7 @@ def test_failure_keeps_the_existing_pack(tmp_path: Path) -> None:
 
 
 def test_a_folder_that_is_not_a_pack_is_never_replaced(tmp_path: Path) -> None:
+    """Decision: only a pack or an empty folder may be replaced (INGEST_OUTPUT otherwise)."""
     keep = tmp_path / "mine"
     keep.mkdir()
     (keep / "thesis.txt").write_text("precious")
@@ -246,9 +266,20 @@ def test_interrupted_ingest_leaves_no_pack(tmp_path: Path) -> None:
     for i in range(40):
         (src / f"f{i:02d}.txt").write_text("some words to tokenize " * 20000)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "matrixctl", "ingest", "docs", str(src), "-o",
-         str(tmp_path / "pack"), "--jobs", "2"],
-        cwd=ROOT, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "matrixctl",
+            "ingest",
+            "docs",
+            str(src),
+            "-o",
+            str(tmp_path / "pack"),
+            "--jobs",
+            "2",
+        ],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
     )
     time.sleep(1.5)
     proc.send_signal(signal.SIGTERM)
@@ -270,7 +301,9 @@ def test_interrupted_ingest_leaves_no_pack(tmp_path: Path) -> None:
         (["--symbols", "/nonexistent/map.json"], 2, "IO_NOT_FOUND"),
     ],
 )
-def test_bad_options_are_usage_errors(tmp_path: Path, args: list[str], code: int, text: str) -> None:
+def test_bad_options_are_usage_errors(
+    tmp_path: Path, args: list[str], code: int, text: str
+) -> None:
     run = run_cli("ingest", "docs", str(CORPUS), "-o", str(tmp_path / "p"), *args)
     assert run.code == code and text in run.stderr
     assert not (tmp_path / "p").exists()
@@ -286,14 +319,34 @@ def test_missing_source_and_binary_named_file(tmp_path: Path) -> None:
 
 
 def test_map_without_eos_needs_an_eos_option(tmp_path: Path) -> None:
+    """Decision: without a map eos_id, --eos-id ID or --eos-id none must be given."""
     m = tmp_path / "m.json"
-    m.write_text(json.dumps({"version": 1, "vocab_size": 300, "unk_id": 0,
-                             "byte_fallback": True, "byte_base_id": 2, "normalization": "nfc",
-                             "symbols": [{"id": 258, "text": "the"}]}))
+    m.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "vocab_size": 300,
+                "unk_id": 0,
+                "byte_fallback": True,
+                "byte_base_id": 2,
+                "normalization": "nfc",
+                "symbols": [{"id": 258, "text": "the"}],
+            }
+        )
+    )
     run = run_cli("ingest", "docs", str(CORPUS), "-o", str(tmp_path / "p"), "--symbols", str(m))
     assert run.code == 2 and "--eos-id" in run.stderr
-    run = run_cli("ingest", "docs", str(CORPUS), "-o", str(tmp_path / "p"), "--symbols", str(m),
-                  "--eos-id", "none")
+    run = run_cli(
+        "ingest",
+        "docs",
+        str(CORPUS),
+        "-o",
+        str(tmp_path / "p"),
+        "--symbols",
+        str(m),
+        "--eos-id",
+        "none",
+    )
     assert run.code == 0
     assert examine(str(tmp_path / "p"), scan=True)[0].ok(strict=True)
 
@@ -434,6 +487,7 @@ def test_index_writer_produces_the_golden_bytes() -> None:
 
 
 def test_index_truncation_and_bit_flips_are_reported(tmp_path: Path) -> None:
+    """Decision: header and records both carry a CRC-32, so any flipped bit is seen."""
     path = tmp_path / "i.bin"
     path.write_bytes(GOLDEN_INDEX)
     report = examine(str(path), scan=True)[0]
@@ -465,8 +519,16 @@ def test_encode_pack_decode_pipeline(tmp_path: Path) -> None:
     enc = run_cli("tokenize", "pi", "encode", "-", stdin=text.encode())
     assert enc.code == 0 and enc.stdout[:8] == b"MXTOKENS"
     (tmp_path / "t.mxt").write_bytes(enc.stdout)
-    packed = run_cli("pack", "atoms", str(tmp_path / "t.mxt"), "-o", str(tmp_path / "a.bin"),
-                     "-n", "64", "--json")
+    packed = run_cli(
+        "pack",
+        "atoms",
+        str(tmp_path / "t.mxt"),
+        "-o",
+        str(tmp_path / "a.bin"),
+        "-n",
+        "64",
+        "--json",
+    )
     assert packed.code == 0 and packed.json()["documents"] == 1
     dec = run_cli("tokenize", "pi", "decode", str(tmp_path / "t.mxt"))
     assert dec.code == 0 and dec.out == pi.normalize(text, "nfkc")
@@ -474,7 +536,9 @@ def test_encode_pack_decode_pipeline(tmp_path: Path) -> None:
 
 def test_tokenize_exit_codes(tmp_path: Path) -> None:
     bad_text = run_cli("tokenize", "pi", "encode", "-", stdin=b"ok\xc3(")
-    assert bad_text.code == 1 and "PI_TEXT_UTF8" in bad_text.stderr and "offset 2" in bad_text.stderr
+    assert (
+        bad_text.code == 1 and "PI_TEXT_UTF8" in bad_text.stderr and "offset 2" in bad_text.stderr
+    )
     assert bad_text.stdout == b""
     missing = run_cli("tokenize", "pi", "encode", str(tmp_path / "none.txt"))
     assert missing.code == 2 and "IO_NOT_FOUND" in missing.stderr
@@ -488,11 +552,14 @@ def test_tokenize_exit_codes(tmp_path: Path) -> None:
     assert replaced.code == 0 and replaced.out.startswith("\ufffd")
     usage = run_cli("tokenize", "pi", "encode", "--json", "-", stdin=b"x")
     assert usage.code == 2 and "USAGE" in usage.stderr
-    js = run_cli("tokenize", "pi", "encode", "-o", str(tmp_path / "o.mxt"), "--json", "-",
-                 stdin=b"hello")
-    assert js.code == 0 and js.json()["tokens"] == pi.Tokenizer(
-        pi.load_symbol_map(pi.default_map_path())[0]
-    ).encode("hello").size
+    js = run_cli(
+        "tokenize", "pi", "encode", "-o", str(tmp_path / "o.mxt"), "--json", "-", stdin=b"hello"
+    )
+    assert (
+        js.code == 0
+        and js.json()["tokens"]
+        == pi.Tokenizer(pi.load_symbol_map(pi.default_map_path())[0]).encode("hello").size
+    )
 
 
 def test_cli_in_a_subprocess_and_help_stays_cheap() -> None:
@@ -507,8 +574,9 @@ def test_cli_in_a_subprocess_and_help_stays_cheap() -> None:
         "print('LOADED=' + ','.join(m for m in ('numpy', 'ahocorasick_rs', 'selectolax') "
         "if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                         check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False
+    )
     assert "Usage:" in out.stdout and out.stdout.strip().splitlines()[-1] == "LOADED="
 
 

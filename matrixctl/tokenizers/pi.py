@@ -562,13 +562,25 @@ class Tokenizer:
             ids = ids[ids >= 0]
         return ids
 
+    WINDOW = 1 << 18  # bytes matched per automaton call: keeps the match list in cache
+
     def encode_normalized_bytes(self, data: bytes) -> np.ndarray:
         """Token ids of already-normalized UTF-8 text."""
-        if not data:
-            import numpy as np
+        import numpy as np
 
-            return np.zeros(0, dtype=np.int64)
-        return self._ids_of(self._match(data))
+        if len(data) <= self.WINDOW:
+            if not data:
+                return np.zeros(0, dtype=np.int64)
+            return self._ids_of(self._match(data))
+        # Long input: windows with the streaming encoder's look-ahead carry (exact).
+        enc = StreamEncoder(self)
+        view = memoryview(data)
+        parts = [
+            enc._tokenize(bytes(view[i : i + self.WINDOW]), final=False)
+            for i in range(0, len(data), self.WINDOW)
+        ]
+        parts.append(enc._tokenize(b"", final=True))
+        return np.concatenate(parts)
 
     def encode(self, text: str) -> np.ndarray:
         """Token ids (int64) of `text`: normalize, then greedy leftmost-longest matching."""
@@ -652,12 +664,27 @@ class StreamEncoder:
             return np.zeros(0, dtype=np.int64)
         self._raw = pending[cut:]
         data = normalize(pending[:cut], self.tok.map.normalization).encode("utf-8")
-        return self._tokenize(data, final=False)
+        return self._tokenize_windows(data, final=False)
 
     def finish(self) -> np.ndarray:
         data = normalize(self._raw, self.tok.map.normalization).encode("utf-8")
         self._raw = ""
-        return self._tokenize(data, final=True)
+        return self._tokenize_windows(data, final=True)
+
+    def _tokenize_windows(self, data: bytes, *, final: bool) -> np.ndarray:
+        import numpy as np
+
+        window = self.tok.WINDOW
+        if len(data) <= window:
+            return self._tokenize(data, final=final)
+        view = memoryview(data)
+        parts = [
+            self._tokenize(bytes(view[i : i + window]), final=False)
+            for i in range(0, len(data), window)
+        ]
+        if final:
+            parts.append(self._tokenize(b"", final=True))
+        return np.concatenate(parts)
 
     def _tokenize(self, data: bytes, *, final: bool) -> np.ndarray:
         import numpy as np
