@@ -176,6 +176,10 @@ def test_shards_merge_into_the_unsharded_pack(tmp_path: Path) -> None:
     missing = run_cli("ingest", "merge", shards[0], shards[1], "-o", str(tmp_path / "x"))
     assert missing.code == 1 and "INGEST_MERGE" in missing.stderr
     assert not (tmp_path / "x").exists()
+    nothing = run_cli("ingest", "merge", str(tmp_path / "nope"), "-o", str(tmp_path / "x"))
+    assert nothing.code == 2 and "IO_NOT_FOUND" in nothing.stderr
+    decode_missing = run_cli("tokenize", "pi", "decode", str(tmp_path / "nope.mxt"))
+    assert decode_missing.code == 2 and "IO_NOT_FOUND" in decode_missing.stderr
 
 
 def test_large_file_spills_and_streams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -50,6 +50,10 @@ def merge_packs(packs: list[str], out_dir: str) -> dict[str, Any]:
     for path in packs:
         if os.path.realpath(path) == real_out:
             raise UsageError(f"the output {out_dir} is also an input; write elsewhere")
+        if not os.path.isdir(path):
+            from matrixctl.errors import InputError
+
+            raise InputError(codes.IO_NOT_FOUND, "no such pack folder", path=path)
         report, _ = examine(path, scan=True)
         if report.format != ip.FORMAT or not report.ok():
             first = next((f for f in report.findings if f.severity is codes.Severity.ERROR), None)
