@@ -31,3 +31,12 @@ def crc32(data: Any, value: int = 0) -> int:
     """CRC-32 of a bytes-like object, continuing from `value`."""
     fn = _crc32 or _load()
     return fn(data, value) & 0xFFFFFFFF
+
+
+def crc32_chunked(buf: Any, start: int, end: int, value: int = 0, chunk: int = 8 << 20) -> int:
+    """CRC-32 of `buf[start:end]` in chunks, so a mapped file is never copied whole."""
+    fn = _crc32 or _load()
+    with memoryview(buf) as view:
+        for pos in range(start, end, chunk):
+            value = fn(view[pos : min(pos + chunk, end)], value)
+    return value & 0xFFFFFFFF

@@ -45,9 +45,13 @@ def run_cli(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -
 
     old = sys.stdin, sys.stdout, sys.stderr
     out_buf, err_buf = io.BytesIO(), io.BytesIO()
-    sys.stdin = _Stream(io.BytesIO(stdin), encoding="utf-8")
-    sys.stdout = _Stream(out_buf, encoding="utf-8", write_through=True)
-    sys.stderr = _Stream(err_buf, encoding="utf-8", write_through=True)
+    # Keep the wrappers referenced: a collected TextIOWrapper closes the buffer it wraps.
+    streams = (
+        _Stream(io.BytesIO(stdin), encoding="utf-8"),
+        _Stream(out_buf, encoding="utf-8", write_through=True),
+        _Stream(err_buf, encoding="utf-8", write_through=True),
+    )
+    sys.stdin, sys.stdout, sys.stderr = streams
     saved_env = {}
     for k, v in (env or {}).items():
         saved_env[k] = os.environ.get(k)
@@ -66,6 +70,8 @@ def run_cli(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+    for stream in streams:
+        stream.detach()
     return Run(code, out, err.decode("utf-8"))
 
 

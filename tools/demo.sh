@@ -24,3 +24,27 @@ matrixctl convert "$out/atoms.svgt" "$out/atoms.svg" --atoms 0:16
 
 say "done: open $out/atoms.svg in a browser"
 ls -l "$out" >&2
+
+say "ingest the bundled sample corpus (HTML, JSON Lines, Markdown, text) into a pack"
+SOURCE_DATE_EPOCH=0 matrixctl ingest docs fixtures/corpus -o "$out/pack" --svgt 16x16 --jobs 2
+
+say "verify the pack (every hash, the atoms, the map, the index, the projection) and show it"
+matrixctl verify "$out/pack"
+matrixctl inspect "$out/pack"
+
+say "decode the first document back to text"
+python - "$out/pack" <<'PY' >&2
+import json, sys
+import numpy as np
+from matrixctl.formats import doc_index as di, matrix_atom as ma
+from matrixctl.tokenizers import pi
+pack = sys.argv[1]
+raw = open(f"{pack}/matrix_atoms.bin", "rb").read()
+atoms = ma.token_view(raw, ma.AtomHeader.parse(raw))
+idx = open(f"{pack}/doc_index.bin", "rb").read()
+rec = di.records_view(idx, di.IndexHeader.parse(idx))[0]
+tok = pi.Tokenizer(pi.load_symbol_map(f"{pack}/pi_symbol_map.json")[0])
+ids = atoms[int(rec["token_offset"]) : int(rec["token_offset"] + rec["token_length"])]
+print(f"document 0: {ids.size} tokens, source {json.load(open(f'{pack}/ingest_manifest.json'))['sources'][int(rec['source'])]['path']}")
+print(tok.decode(ids)[:400])
+PY

@@ -8,4 +8,8 @@ from __future__ import annotations
 
 import typer
 
+from matrixctl.cli import ingest_docs
+
 app = typer.Typer(help="Ingest documents or models into verified packs.", no_args_is_help=True)
+app.command("docs")(ingest_docs.docs)
+app.command("merge")(ingest_docs.merge)

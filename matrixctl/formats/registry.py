@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from matrixctl.formats import ingest_pack, pi_symbol_map
+
 if TYPE_CHECKING:
     from matrixctl.io import Source
 
@@ -59,6 +61,21 @@ FORMATS: list[Format] = [
         "matrixctl.validate.token_stream",
         magic=b"MXTOKENS",
         extensions=(".mxt", ".tokens"),
+    ),
+    Format(
+        "pi-symbol-map",
+        "π tokenizer symbol map (JSON)",
+        "matrixctl.validate.pi_symbol_map",
+        sniff=pi_symbol_map.sniff,
+    ),
+    Format(
+        "doc-index", "ingest pack document index", "matrixctl.validate.doc_index", magic=b"MXDOCIDX"
+    ),
+    Format(
+        "ingest-pack",
+        "MATRIX ingest pack (folder)",
+        "matrixctl.validate.ingest_pack",
+        directory=ingest_pack.is_pack,
     ),
 ]
 

@@ -1,0 +1,212 @@
+"""`matrixctl ingest docs` and `matrixctl ingest merge`: documents to verified ingest packs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from matrixctl.cli.common import JsonOption, console, emit_json, note, stderr_is_terminal
+
+
+class PackDtype(StrEnum):
+    auto = "auto"
+    uint16 = "uint16"
+    uint32 = "uint32"
+
+
+class MissingField(StrEnum):
+    skip = "skip"
+    error = "error"
+
+
+class EncodingErrors(StrEnum):
+    error = "error"
+    replace_ = "replace"
+    skip_file = "skip-file"
+
+
+@contextmanager
+def ingest_progress(total_files: int, total_bytes: int) -> Iterator[Any]:
+    """Files, bytes, tokens per second and ETA on stderr, only when it is a terminal."""
+    if not stderr_is_terminal() or os.environ.get("MATRIXCTL_NO_PROGRESS"):
+        yield None
+        return
+    import time
+
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TextColumn("{task.fields[tps]}"),
+        TimeRemainingColumn(),
+        console=console(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(f"files 0/{total_files}", total=total_bytes or None, tps="")
+        start = time.monotonic()
+
+        def tick(files: int, nbytes: int, tokens: int) -> None:
+            rate = tokens / max(1e-6, time.monotonic() - start)
+            bar.update(
+                task,
+                completed=nbytes,
+                description=f"files {files}/{total_files}",
+                tps=f"{rate:,.0f} tok/s",
+            )
+
+        yield tick
+
+
+def docs(
+    srcs: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="SRC...",
+            help="Files and folders of HTML, JSON, JSON Lines, Markdown or text (UTF-8).",
+        ),
+    ],
+    output: Annotated[
+        str, typer.Option("-o", "--output", metavar="PACKDIR", help="The pack folder to write.")
+    ],
+    symbols: Annotated[
+        str | None,
+        typer.Option(
+            "--symbols", "-s", metavar="MAP", help="A pi_symbol_map.json. Default: the bundled map."
+        ),
+    ] = None,
+    atom_size: Annotated[
+        int, typer.Option("--atom-size", "-n", min=1, help="Tokens per atom.")
+    ] = 256,
+    dtype: Annotated[
+        PackDtype, typer.Option("--dtype", help="Id width; auto: uint16 when vocab_size <= 65536.")
+    ] = PackDtype.auto,
+    svgt: Annotated[
+        str | None,
+        typer.Option(
+            "--svgt",
+            metavar="RxC",
+            help="Also write atoms.svgt, the atoms on RxC grids (R*C = atom size).",
+        ),
+    ] = None,
+    eos_id: Annotated[
+        str | None,
+        typer.Option(
+            "--eos-id",
+            metavar="ID|none",
+            help="End-of-document token closing every document. Default: the map's "
+            "eos_id; none: no separator.",
+        ),
+    ] = None,
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-j", min=1, help="Worker processes (same output for any N).")
+    ] = 1,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            "--shard",
+            metavar="I/N",
+            help="Take only shard I of N of the input files (stable key: the path); "
+            "combine the shard packs with `ingest merge`.",
+        ),
+    ] = None,
+    text_field: Annotated[
+        str, typer.Option("--text-field", help="JSON / JSON Lines: the field holding the text.")
+    ] = "text",
+    missing_field: Annotated[
+        MissingField,
+        typer.Option(
+            "--missing-field",
+            help="A JSON document without a string text field: skip it (counted in "
+            "the manifest) or stop with an error.",
+        ),
+    ] = MissingField.skip,
+    encoding_errors: Annotated[
+        EncodingErrors,
+        typer.Option(
+            "--encoding-errors",
+            help="A file that is not UTF-8: stop with an error naming the file and byte "
+            "offset, replace bad bytes with U+FFFD, or skip the file (listed in the "
+            "manifest).",
+        ),
+    ] = EncodingErrors.error,
+    json_out: JsonOption = False,
+) -> None:
+    """Turn documents into a complete ingest pack: atoms, symbol map, document index,
+    optional SVG-Tensor projection and a manifest with the SHA-256 of every artifact and source.
+
+    The pack is built in a hidden temporary folder beside PACKDIR and renamed into place only
+    when complete; an existing PACKDIR is replaced only on success, and only if it is an ingest
+    pack or an empty folder. Output bytes do not depend on --jobs or on the order the file
+    system lists files in; no time is recorded unless SOURCE_DATE_EPOCH is set.
+    """
+    from matrixctl.ingest.pipeline import IngestOptions, ingest_docs
+    from matrixctl.ingest.sources import enumerate_sources
+
+    opts = IngestOptions(
+        symbols=symbols,
+        atom_size=atom_size,
+        dtype=dtype.value,
+        svgt=svgt,
+        eos_id=eos_id,
+        jobs=jobs,
+        shard=shard,
+        text_field=text_field,
+        missing_field=missing_field.value,
+        encoding_errors=encoding_errors.value,
+    )
+    total_files = total_bytes = 0
+    if stderr_is_terminal():
+        files, _ = enumerate_sources(srcs, exclude=[output])
+        total_files, total_bytes = len(files), sum(f.size for f in files)
+    with ingest_progress(total_files, total_bytes) as tick:
+        summary = ingest_docs(srcs, output, opts, tick=tick)
+    if json_out:
+        emit_json(summary)
+    else:
+        note(
+            f"ingested {summary['files']:,} files ({summary['bytes']:,} bytes): "
+            f"{summary['documents']:,} documents, {summary['tokens']:,} tokens in "
+            f"{summary['atoms']:,} atoms of {summary['atom_size']} ({summary['dtype']}) -> "
+            f"{output}"
+        )
+
+
+def merge(
+    packs: Annotated[list[str], typer.Argument(metavar="PACK...", help="Shard packs to combine.")],
+    output: Annotated[
+        str, typer.Option("-o", "--output", metavar="PACKDIR", help="The merged pack folder.")
+    ],
+    json_out: JsonOption = False,
+) -> None:
+    """Combine shard packs (from `ingest docs --shard I/N`, all N shards) into one pack.
+
+    Every input pack is verified first (hashes, consistency). The documents are put back in
+    the order of the unsharded input list, so the merged pack is byte-identical to the pack one
+    `ingest docs` without --shard would have written. Packs that are not shards are
+    concatenated in the order given.
+    """
+    from matrixctl.ingest.merge import merge_packs
+
+    summary = merge_packs(packs, output)
+    if json_out:
+        emit_json(summary)
+    else:
+        note(
+            f"merged {summary['packs']} packs: {summary['documents']:,} documents, "
+            f"{summary['tokens']:,} tokens -> {output}"
+        )

@@ -1,0 +1,526 @@
+"""Text extraction for `ingest docs`: HTML, JSON, JSON Lines, Markdown and plain text.
+
+A source file's kind is sniffed from its leading bytes (docs/formats/ingest-pack.md,
+"Extraction"): a NUL byte in the first 8 KiB means binary; a leading `<` with an HTML tag in
+the first 4 KiB means HTML; a leading `[` means a JSON array; a leading `{` means JSON Lines
+when the first line is a complete JSON object, else one JSON document. Markdown and plain text
+have the same bytes, so only for them the name decides: `.md`, `.markdown`, `.mdown`, `.mkd`
+are Markdown (the only difference is that Markdown syntax is stripped).
+
+Each extractor yields documents as `(item, pieces)`: `item` locates the document in its source
+(JSON Lines line number, JSON array index, 0 otherwise) and `pieces` is an iterator of text
+pieces, so a 5 GB text file streams through with bounded memory. HTML and JSON files are parsed
+whole and are limited to 256 MiB each.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from matrixctl import codes
+from matrixctl.errors import FormatError
+
+G = "ingest"
+INGEST_BINARY = codes.define(
+    "INGEST_BINARY", "A named source file is binary (a NUL byte in its first 8 KiB).", group=G
+)
+INGEST_UTF8 = codes.define(
+    "INGEST_UTF8",
+    "A source file is not valid UTF-8 (the error names the file and byte offset).",
+    group=G,
+)
+INGEST_JSON = codes.define("INGEST_JSON", "A JSON or JSON Lines source is not valid JSON.", group=G)
+INGEST_TOO_LARGE = codes.define(
+    "INGEST_TOO_LARGE",
+    "An HTML or JSON source (parsed whole) exceeds 256 MiB, or a JSON Lines line does.",
+    group=G,
+)
+INGEST_TEXT_FIELD = codes.define(
+    "INGEST_TEXT_FIELD",
+    "A JSON document lacks the text field (or it is not a string) under --missing-field error.",
+    group=G,
+)
+
+MAX_WHOLE = 256 << 20
+SNIFF = 8192
+PIECE = 1 << 20
+MARKDOWN_EXT = (".md", ".markdown", ".mdown", ".mkd")
+KINDS = ("html", "json", "jsonl", "markdown", "text")
+
+_HTML_TAG = re.compile(
+    rb"<(?:!doctype\s+html|html|head|body|title|meta|p|div|h[1-6]|table|a)\b", re.I
+)
+
+
+@dataclass(frozen=True)
+class Options:
+    text_field: str = "text"
+    missing_field: str = "skip"  # skip | error
+    encoding_errors: str = "error"  # error | replace | skip-file
+
+
+def sniff_kind(head: bytes, name: str) -> str:
+    """`binary`, `html`, `json`, `jsonl`, `markdown` or `text` from the first bytes."""
+    if b"\0" in head[:SNIFF]:
+        return "binary"
+    body = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if body.startswith(b"<") and _HTML_TAG.search(body[:4096]):
+        return "html"
+    if body.startswith(b"["):
+        return "json"
+    if body.startswith(b"{"):
+        first = body.split(b"\n", 1)[0].strip()
+        try:
+            if isinstance(json.loads(first), dict):
+                return "jsonl"
+        except (ValueError, RecursionError):
+            pass
+        return "json"
+    if name.lower().endswith(MARKDOWN_EXT):
+        return "markdown"
+    return "text"
+
+
+class HashingReader:
+    """Read a file while computing its SHA-256 and counting bytes."""
+
+    def __init__(self, fp: BinaryIO) -> None:
+        self.fp = fp
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.fp.read(n)
+        self.sha.update(data)
+        self.size += len(data)
+        return data
+
+    def readline(self, limit: int = -1) -> bytes:
+        data = self.fp.readline(limit)
+        self.sha.update(data)
+        self.size += len(data)
+        return data
+
+    def drain(self) -> None:
+        while self.read(PIECE):
+            pass
+
+
+def _utf8_error(name: str, offset: int, reason: str) -> FormatError:
+    return FormatError(
+        INGEST_UTF8,
+        f"not valid UTF-8 ({reason})",
+        path=name,
+        offset=offset,
+        hint="pass --encoding-errors replace (U+FFFD) or skip-file to go on",
+    )
+
+
+class SkipFile(Exception):
+    """Raised by an extractor under --encoding-errors skip-file."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def decode_whole(data: bytes, name: str, opts: Options) -> str:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if opts.encoding_errors == "replace":
+            text = data.decode("utf-8", "replace")
+        elif opts.encoding_errors == "skip-file":
+            raise SkipFile(f"not UTF-8 at byte {exc.start}") from None
+        else:
+            raise _utf8_error(name, exc.start, exc.reason) from None
+    return text.removeprefix("\ufeff")
+
+
+def iter_decoded(fp: HashingReader, name: str, opts: Options) -> Iterator[str]:
+    """Stream UTF-8 text in pieces with CRLF and lone CR turned into LF; BOM dropped."""
+    errors = "replace" if opts.encoding_errors == "replace" else "strict"
+    decoder = codecs.getincrementaldecoder("utf-8")(errors)
+    consumed = 0
+    first = True
+    held_cr = False
+    while True:
+        data = fp.read(PIECE)
+        final = not data
+        buffered = len(decoder.getstate()[0])
+        try:
+            text = decoder.decode(data, final=final)
+        except UnicodeDecodeError as exc:
+            offset = consumed - buffered + exc.start
+            if opts.encoding_errors == "skip-file":
+                raise SkipFile(f"not UTF-8 at byte {offset}") from None
+            raise _utf8_error(name, offset, exc.reason) from None
+        consumed += len(data)
+        if first and text:
+            first = False
+            text = text.removeprefix("\ufeff")
+        if held_cr:
+            text = "\r" + text
+            held_cr = False
+        if not final and text.endswith("\r"):
+            text = text[:-1]
+            held_cr = True
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        if text:
+            yield text
+        if final:
+            return
+
+
+# HTML ---------------------------------------------------------------------------------------
+
+SKIP_TAGS = frozenset(
+    [
+        "script",
+        "style",
+        "noscript",
+        "template",
+        "iframe",
+        "object",
+        "embed",
+        "svg",
+        "math",
+        "canvas",
+        "select",
+        "button",
+        "-comment",
+    ]
+)
+BLOCK_TAGS = frozenset(
+    [
+        "address",
+        "article",
+        "aside",
+        "blockquote",
+        "body",
+        "caption",
+        "dd",
+        "details",
+        "dialog",
+        "div",
+        "dl",
+        "dt",
+        "fieldset",
+        "figcaption",
+        "figure",
+        "footer",
+        "form",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "head",
+        "header",
+        "hgroup",
+        "hr",
+        "html",
+        "legend",
+        "li",
+        "main",
+        "nav",
+        "ol",
+        "p",
+        "pre",
+        "section",
+        "summary",
+        "table",
+        "tbody",
+        "tfoot",
+        "thead",
+        "title",
+        "tr",
+        "ul",
+        "center",
+    ]
+)
+CELL_TAGS = frozenset(("td", "th"))
+_BLOCK = "\ue000"
+_NL = "\ue001"
+_SP = "\ue002"
+_TAB = "\ue003"
+_PRIVATE = re.compile("[\ue000-\ue003]")
+_HTML_WS = re.compile(r"[ \t\n\r\f]+")
+_SPACES = re.compile(" {2,}")
+_BLOCKS = re.compile(" ?\ue000[\ue000 ]*")
+
+
+def html_text(text: str) -> str:
+    """Visible text: scripts, styles, comments dropped; entities decoded (by the parser); block
+    elements and <br> become line breaks; white space collapsed as a browser does, except in
+    <pre>; table cells separated by a space."""
+    from selectolax.lexbor import LexborHTMLParser
+
+    tree = LexborHTMLParser(text)
+    root = tree.root
+    if root is None:
+        return ""
+    parts: list[str] = []
+    add = parts.append
+    # Iterative depth-first walk with explicit exits: (node, entering, in_pre).
+    stack: list[tuple[Any, bool, int]] = [(root, True, 0)]
+    while stack:
+        node, entering, pre = stack.pop()
+        tag = node.tag
+        if not entering:
+            if tag in BLOCK_TAGS:
+                add(_BLOCK)
+            elif tag in CELL_TAGS:
+                add(" ")
+            continue
+        if tag == "-text":
+            value = node.text_content or ""
+            if _PRIVATE.search(value):
+                value = _PRIVATE.sub("", value)
+            if pre:
+                add(value.replace(" ", _SP).replace("\n", _NL).replace("\t", _TAB))
+            else:
+                add(_HTML_WS.sub(" ", value))
+            continue
+        if tag in SKIP_TAGS:
+            continue
+        if tag == "br":
+            add(_NL)
+            continue
+        if tag in BLOCK_TAGS:
+            add(_BLOCK)
+        stack.append((node, False, pre))
+        child_pre = pre + (tag == "pre")
+        children = []
+        child = node.first_child
+        while child is not None:
+            children.append(child)
+            child = child.next
+        for child in reversed(children):
+            stack.append((child, True, child_pre))
+    out = "".join(parts)
+    out = _SPACES.sub(" ", out)
+    out = _BLOCKS.sub("\n", out)
+    out = out.replace(_NL, "\n").replace(_SP, " ").replace(_TAB, "\t")
+    lines = [line.rstrip(" ") for line in out.split("\n")]
+    return "\n".join(lines).strip("\n")
+
+
+# Markdown -----------------------------------------------------------------------------------
+
+_MD_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
+_MD_LINK = re.compile(r"\[([^\]]+)\](?:\([^)]*\)|\[[^\]]*\])")
+_MD_AUTOLINK = re.compile(r"<((?:https?|ftp|mailto):[^>\s]+)>")
+_MD_CODE = re.compile(r"`+([^`]+?)`+")
+_MD_STRONG = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
+_MD_EM = re.compile(r"(?<![\w*])([*_])(?=\S)(.+?)(?<=\S)\1(?![\w*])")
+_MD_TAG = re.compile(r"</?[A-Za-z][^<>]*>")
+_MD_HEADING = re.compile(r"^ {0,3}#{1,6}(?:\s+|$)(.*?)(?:\s+#+\s*)?$")
+_MD_RULE = re.compile(r"^ {0,3}(?:[-*_] *){3,}$")
+_MD_SETEXT = re.compile(r"^ {0,3}(?:=+|-+) *$")
+_MD_QUOTE = re.compile(r"^ {0,3}(?:> ?)+")
+_MD_BULLET = re.compile(r"^(\s*)(?:[-*+]|\d{1,9}[.)])\s+")
+_MD_REFDEF = re.compile(r"^ {0,3}\[[^\]]+\]:\s+\S")
+_MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+def markdown_lines(lines: Iterator[str]) -> Iterator[str]:
+    """A light Markdown-to-text pass, line by line (streams): syntax dropped, text kept.
+
+    Headings lose their #, emphasis and code marks are removed, links and images keep their
+    text, code blocks keep their content, rules, setext underlines, link reference definitions
+    and front matter are dropped, list bullets and quote marks are removed.
+    """
+    fence: str | None = None
+    first = True
+    in_front = False
+    for raw_line in lines:
+        line = raw_line
+        if first:
+            first = False
+            if line.rstrip() == "---":
+                in_front = True
+                continue
+        if in_front:
+            if line.rstrip() in ("---", "..."):
+                in_front = False
+            continue
+        m = _MD_FENCE.match(line)
+        if fence is not None:
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
+                fence = None
+                continue
+            yield line + "\n"
+            continue
+        if m:
+            fence = m.group(1)
+            continue
+        if _MD_RULE.match(line) or _MD_SETEXT.match(line) or _MD_REFDEF.match(line):
+            continue
+        h = _MD_HEADING.match(line)
+        if h:
+            line = h.group(1)
+        line = _MD_QUOTE.sub("", line)
+        line = _MD_BULLET.sub(r"\1", line)
+        line = _MD_IMAGE.sub(r"\1", line)
+        line = _MD_LINK.sub(r"\1", line)
+        line = _MD_AUTOLINK.sub(r"\1", line)
+        line = _MD_CODE.sub(r"\1", line)
+        line = _MD_STRONG.sub(r"\2", line)
+        line = _MD_EM.sub(r"\2", line)
+        line = _MD_TAG.sub("", line)
+        yield line.rstrip() + "\n"
+
+
+def split_lines(pieces: Iterator[str]) -> Iterator[str]:
+    """Lines (without their newline) from text pieces, holding at most one partial line."""
+    rest = ""
+    for piece in pieces:
+        chunk = rest + piece if rest else piece
+        lines = chunk.split("\n")
+        rest = lines.pop()
+        yield from lines
+    if rest:
+        yield rest
+
+
+def batch(pieces: Iterator[str], size: int = PIECE) -> Iterator[str]:
+    """Join small pieces (lines) into pieces of about `size` characters."""
+    buf: list[str] = []
+    n = 0
+    for piece in pieces:
+        buf.append(piece)
+        n += len(piece)
+        if n >= size:
+            yield "".join(buf)
+            buf, n = [], 0
+    if buf:
+        yield "".join(buf)
+
+
+# Documents ----------------------------------------------------------------------------------
+
+Doc = tuple[int, Iterator[str]]
+
+
+@dataclass
+class Counters:
+    skipped_records: int = 0
+
+
+def _read_whole(fp: HashingReader, name: str, what: str) -> bytes:
+    data = fp.read(MAX_WHOLE + 1)
+    if len(data) > MAX_WHOLE:
+        raise FormatError(
+            INGEST_TOO_LARGE,
+            f"{what} source is larger than {MAX_WHOLE >> 20} MiB (parsed whole)",
+            path=name,
+            hint="split it, or use JSON Lines for large JSON data sets",
+        )
+    return data
+
+
+def _field(obj: Any, opts: Options, name: str, where: str, counters: Counters) -> str | None:
+    value = obj.get(opts.text_field) if isinstance(obj, dict) else None
+    if isinstance(value, str):
+        return value
+    if opts.missing_field == "error":
+        raise FormatError(
+            INGEST_TEXT_FIELD,
+            f"{where} has no string field {opts.text_field!r}",
+            path=name,
+            field=opts.text_field,
+        )
+    counters.skipped_records += 1
+    return None
+
+
+def documents(
+    kind: str, fp: HashingReader, name: str, opts: Options, counters: Counters
+) -> Iterator[Doc]:
+    """The documents of one source of a known kind."""
+    if kind == "text":
+        yield 0, iter_decoded(fp, name, opts)
+    elif kind == "markdown":
+        yield 0, batch(markdown_lines(split_lines(iter_decoded(fp, name, opts))))
+    elif kind == "html":
+        text = decode_whole(_read_whole(fp, name, "HTML"), name, opts)
+        yield 0, iter([html_text(text)])
+    elif kind == "json":
+        text = decode_whole(_read_whole(fp, name, "JSON"), name, opts)
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise FormatError(
+                INGEST_JSON,
+                f"not valid JSON: {exc.msg} (line {exc.lineno})",
+                path=name,
+                offset=len(text[: exc.pos].encode("utf-8")),
+            ) from None
+        except RecursionError:
+            raise FormatError(INGEST_JSON, "JSON nested too deeply", path=name) from None
+        items = doc if isinstance(doc, list) else [doc]
+        for n, obj in enumerate(items):
+            value = _field(obj, opts, name, f"element {n}", counters)
+            if value is not None:
+                yield (n if isinstance(doc, list) else 0), iter([value.replace("\r\n", "\n")])
+    elif kind == "jsonl":
+        yield from _jsonl(fp, name, opts, counters)
+    else:  # pragma: no cover - kinds are fixed
+        raise ValueError(kind)
+
+
+def _jsonl(fp: HashingReader, name: str, opts: Options, counters: Counters) -> Iterator[Doc]:
+    offset = 0
+    line_no = 0
+    errors = "replace" if opts.encoding_errors == "replace" else "strict"
+    while True:
+        raw = fp.readline(MAX_WHOLE + 1)
+        if not raw:
+            return
+        line_no += 1
+        if len(raw) > MAX_WHOLE:
+            raise FormatError(
+                INGEST_TOO_LARGE, f"line {line_no} is longer than 256 MiB", path=name, offset=offset
+            )
+        start = offset
+        offset += len(raw)
+        if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+            start += 3
+        try:
+            line = raw.decode("utf-8", errors)
+        except UnicodeDecodeError as exc:
+            if opts.encoding_errors == "skip-file":
+                raise SkipFile(f"not UTF-8 at byte {start + exc.start}") from None
+            raise _utf8_error(name, start + exc.start, exc.reason) from None
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise FormatError(
+                INGEST_JSON,
+                f"line {line_no} is not valid JSON: {exc.msg}",
+                path=name,
+                offset=start + len(line[: exc.pos].encode("utf-8")),
+                field=f"line {line_no}",
+            ) from None
+        except RecursionError:
+            raise FormatError(
+                INGEST_JSON, f"line {line_no}: JSON nested too deeply", path=name, offset=start
+            ) from None
+        value = _field(obj, opts, name, f"line {line_no}", counters)
+        if value is not None:
+            yield line_no, iter([value.replace("\r\n", "\n")])
+
+
+Extractor = Callable[..., Iterator[Doc]]

@@ -1,0 +1,265 @@
+"""Writing an ingest pack folder (matrix-ingest-v1.md section 6; docs/formats/ingest-pack.md).
+
+`PackBuilder` builds the pack in a hidden temporary sibling folder (`.NAME.XXXX.tmp`, same
+parent, so the final rename is atomic), streaming atoms and document records as they arrive in
+order. `finish` completes the atom header, the index, the projection, copies the symbol map,
+hashes every artifact, writes the manifest as `ingest_manifest.json.partial`, renames the folder
+into place and only then renames the manifest to its final name: at no moment does a folder
+that looks like a complete pack hold incomplete data. On any failure (Ctrl-C included) the
+temporary folder is removed; an existing PACKDIR is replaced only on success, and only when it
+is an ingest pack or an empty folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from matrixctl import __version__, codes
+from matrixctl.errors import OutputError, from_os_error
+from matrixctl.formats import doc_index as di
+from matrixctl.formats import ingest_pack as ip
+from matrixctl.formats import matrix_atom as ma
+from matrixctl.formats import svgt
+
+if TYPE_CHECKING:
+    import numpy as np
+
+INGEST_OUTPUT = codes.define(
+    "INGEST_OUTPUT",
+    "PACKDIR exists and is neither an ingest pack nor an empty folder (it is never replaced).",
+    group="ingest",
+)
+WRITE_CHUNK = 1 << 22  # tokens per write when copying spilled tokens
+HASH_CHUNK = 8 << 20
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fp:
+        while True:
+            block = fp.read(HASH_CHUNK)
+            if not block:
+                break
+            h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def check_destination(dest: str) -> None:
+    if os.path.lexists(dest):
+        if os.path.isdir(dest) and not os.path.islink(dest):
+            if ip.is_pack(dest) or not os.listdir(dest):
+                return
+            raise OutputError(
+                INGEST_OUTPUT,
+                "exists and is not an ingest pack; refusing to replace it",
+                path=dest,
+                hint="choose another -o, or remove the folder yourself",
+            )
+        raise OutputError(INGEST_OUTPUT, "exists and is not a folder", path=dest)
+
+
+def created_stamp() -> str | None:
+    """ISO 8601 UTC time from SOURCE_DATE_EPOCH, or None (no wall-clock time in artifacts)."""
+    import datetime
+
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if not epoch:
+        return None
+    try:
+        value = int(epoch)
+    except ValueError:
+        from matrixctl.errors import UsageError
+
+        raise UsageError(f"SOURCE_DATE_EPOCH must be an integer, got {epoch!r}") from None
+    return datetime.datetime.fromtimestamp(value, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def write_json(path: str, doc: Any) -> None:
+    data = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    with open(path, "wb") as fp:
+        fp.write(data.encode("utf-8"))
+        fp.flush()
+        os.fsync(fp.fileno())
+
+
+@dataclass
+class PackPlan:
+    """Everything the pack's header fields and manifest need to know up front."""
+
+    atom_size: int
+    dtype: str
+    vocab_size: int
+    pad_id: int
+    eos_id: int | None
+    grid: tuple[int, int] | None
+    map_raw: bytes
+    map_hash: str
+    manifest_head: dict[str, Any] = field(default_factory=dict)
+
+
+class PackBuilder:
+    """Stream documents into a pack in a temporary folder; `finish` puts it in place."""
+
+    def __init__(self, dest: str, plan: PackPlan) -> None:
+        check_destination(dest)
+        self.dest = dest
+        self.plan = plan
+        parent = os.path.dirname(os.path.abspath(dest))
+        name = os.path.basename(os.path.abspath(dest))
+        try:
+            self.tmp = tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent)
+        except OSError as exc:
+            raise from_os_error(exc, dest, writing=True) from None
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self.tmp, 0o777 & ~umask)
+        self.spill_dir = os.path.join(self.tmp, ".spill")
+        os.mkdir(self.spill_dir)
+        flags = ma.FLAG_INDEX | (ma.FLAG_SVG_TENSOR if plan.grid else 0)
+        self._atoms_fp = open(os.path.join(self.tmp, ip.ATOMS), "w+b")  # noqa: SIM115
+        self.atoms = ma.AtomWriter(
+            self._atoms_fp,
+            atom_size=plan.atom_size,
+            dtype=plan.dtype,
+            vocab_size=plan.vocab_size,
+            pad_id=plan.pad_id,
+            flags=flags,
+        )
+        self._index_fp = open(os.path.join(self.tmp, ip.DOC_INDEX), "w+b")  # noqa: SIM115
+        self.index = di.IndexWriter(self._index_fp, eos_id=plan.eos_id)
+        self.sources: list[dict[str, Any]] = []
+        self.skipped: list[dict[str, Any]] = []
+        self.done = False
+
+    # Streaming ----------------------------------------------------------------------------
+
+    def add_tokens(self, ids: np.ndarray) -> None:
+        self.atoms.write(ids)
+
+    def add_tokens_file(self, path: str) -> None:
+        import numpy as np
+
+        with open(path, "rb") as fp:
+            while True:
+                block = fp.read(WRITE_CHUNK * 4)
+                if not block:
+                    break
+                self.atoms.write(np.frombuffer(block, dtype="<u4"))
+
+    def add_record(self, length: int, source: int, item: int) -> None:
+        self.index.add(length, source, item)
+
+    # Completion ---------------------------------------------------------------------------
+
+    def finish(self, manifest_tail: dict[str, Any]) -> dict[str, Any]:
+        """Complete every artifact, write the manifest, move the pack into place."""
+        plan = self.plan
+        header = self.atoms.finish()
+        padding = self.atoms.padding
+        self._sync(self._atoms_fp)
+        idx_header = self.index.finish()
+        self._sync(self._index_fp)
+        shutil.rmtree(self.spill_dir)
+        files: dict[str, dict[str, Any]] = {}
+        if plan.grid:
+            self._project(header)
+        with open(os.path.join(self.tmp, ip.SYMBOLS), "wb") as fp:
+            fp.write(plan.map_raw)
+            fp.flush()
+            os.fsync(fp.fileno())
+        for name in (ip.ATOMS, ip.SYMBOLS, ip.DOC_INDEX, *((ip.SVGT,) if plan.grid else ())):
+            path = os.path.join(self.tmp, name)
+            files[name] = {"sha256": sha256_file(path), "bytes": os.path.getsize(path)}
+        manifest: dict[str, Any] = {
+            "version": ip.MANIFEST_VERSION,
+            **plan.manifest_head,
+            "tokenizer": ip.SYMBOLS,
+            "atom_file": ip.ATOMS,
+            "atom_size": header.atom_size,
+            "dtype": header.dtype_name,
+            "hash": files[ip.ATOMS]["sha256"],
+            "vocab_size": header.vocab_size,
+            "pad_id": plan.pad_id,
+            "eos_id": plan.eos_id,
+            "tokens": header.token_count - padding,
+            "padding": padding,
+            "token_count": header.token_count,
+            "atom_count": header.atom_count,
+            "documents": idx_header.doc_count,
+            "symbol_map": {"file": ip.SYMBOLS, "canonical_hash": plan.map_hash},
+            "doc_index": ip.DOC_INDEX,
+            "svgt": (
+                {"file": ip.SVGT, "grid": f"{plan.grid[0]}x{plan.grid[1]}"} if plan.grid else None
+            ),
+            "files": files,
+            **manifest_tail,
+            "tool": {"name": "matrixctl", "version": __version__},
+            "created": created_stamp(),
+        }
+        partial = os.path.join(self.tmp, ip.MANIFEST + ".partial")
+        write_json(partial, manifest)
+        self._put_in_place()
+        return manifest
+
+    def _sync(self, fp: Any) -> None:
+        fp.flush()
+        os.fsync(fp.fileno())
+        fp.close()
+
+    def _project(self, header: ma.AtomHeader) -> None:
+        from matrixctl.io import Source
+
+        assert self.plan.grid is not None
+        rows, cols = self.plan.grid
+        with Source.open(os.path.join(self.tmp, ip.ATOMS)) as src:
+            tokens = ma.token_view(src.buf, header)
+            step = max(1, (1 << 22) // header.atom_size) * header.atom_size
+            chunks = (tokens[i : i + step] for i in range(0, tokens.size, step))
+            with open(os.path.join(self.tmp, ip.SVGT), "wb") as fp:
+                svgt.write_svgt(fp, chunks, rows=rows, cols=cols, atom_count=header.atom_count)
+                fp.flush()
+                os.fsync(fp.fileno())
+            del tokens
+
+    def _put_in_place(self) -> None:
+        dest = self.dest
+        old = None
+        try:
+            if os.path.lexists(dest):
+                old = tempfile.mkdtemp(
+                    prefix=f".{os.path.basename(os.path.abspath(dest))}.",
+                    suffix=".old",
+                    dir=os.path.dirname(os.path.abspath(dest)),
+                )
+                os.rename(dest, os.path.join(old, "pack"))
+            os.rename(self.tmp, dest)
+            os.rename(os.path.join(dest, ip.MANIFEST + ".partial"), os.path.join(dest, ip.MANIFEST))
+        except OSError as exc:
+            if old is not None and not os.path.lexists(dest):
+                with contextlib.suppress(OSError):
+                    os.rename(os.path.join(old, "pack"), dest)  # put the old pack back
+            raise from_os_error(exc, dest, writing=True) from None
+        self.done = True
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def abort(self) -> None:
+        if self.done:
+            return
+        for fp in (self._atoms_fp, self._index_fp):
+            with contextlib.suppress(OSError):
+                fp.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self) -> PackBuilder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.abort()

@@ -1,0 +1,458 @@
+"""`ingest docs`: worker processes tokenize files; one ordered streaming writer builds the pack.
+
+- The inputs are listed in a fixed order (sources.py); `--shard I/N` keeps a stable subset.
+- With `--jobs 1` files are processed in this process; with N > 1, N forked worker processes
+  each take whole files (`Pool.apply_async`), at most 2N + 2 files in flight, and the writer
+  consumes the results strictly in input order. The output bytes therefore do not depend on
+  N or on which worker finishes first.
+- A worker keeps a file's tokens in memory up to 1 Mi tokens / 64 Ki documents, then spills
+  them to a temporary file in the pack's temporary folder, so memory does not grow with the
+  size of a file or of the corpus (a 5 GB text file streams through in 1 MiB pieces).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from matrixctl import codes, errors
+from matrixctl.errors import FormatError, InputError, MatrixError, UsageError, from_os_error
+from matrixctl.ingest import extract
+from matrixctl.ingest.sources import SourceFile, enumerate_sources, parse_shard, shard_of
+from matrixctl.tokenizers import pi
+
+if TYPE_CHECKING:
+    import numpy as np
+
+INGEST_NO_INPUT = codes.define(
+    "INGEST_NO_INPUT", "The sources hold no file to ingest (in this shard).", group="ingest"
+)
+MEM_TOKENS = 1 << 20
+MEM_DOCS = 1 << 16
+
+Tick = Callable[[int, int, int], None]  # files, bytes, tokens done so far
+
+
+@dataclass
+class FileResult:
+    source: SourceFile
+    kind: str
+    sha256: str = ""
+    size: int = 0
+    skip_reason: str | None = None
+    documents: int = 0
+    empty_documents: int = 0
+    skipped_records: int = 0
+    tokens: int = 0
+    ids: Any = None  # np.ndarray of uint32 kept in memory, or None
+    records: list[tuple[int, int]] = field(default_factory=list)  # (length, item) in memory
+    spill_ids: str | None = None
+    spill_records: str | None = None
+
+
+@dataclass
+class WorkerState:
+    tok: pi.Tokenizer
+    eos_id: int | None
+    opts: extract.Options
+    spill_dir: str
+
+
+_STATE: WorkerState | None = None
+
+
+class _Acc:
+    """A file's tokens and records, in memory until they grow, then in spill files."""
+
+    def __init__(self, spill_dir: str, ordinal: int) -> None:
+        self.spill_dir = spill_dir
+        self.ordinal = ordinal
+        self.parts: list[np.ndarray] = []
+        self.n = 0
+        self.records: list[tuple[int, int]] = []
+        self.ids_path: str | None = None
+        self.recs_path: str | None = None
+
+    def add(self, ids: np.ndarray) -> None:
+        if ids.size:
+            self.parts.append(ids)
+            self.n += ids.size
+            if self.n >= MEM_TOKENS:
+                self._spill_ids()
+
+    def record(self, length: int, item: int) -> None:
+        self.records.append((length, item))
+        if len(self.records) >= MEM_DOCS:
+            self._spill_records()
+
+    def _spill_ids(self) -> None:
+        import numpy as np
+
+        if self.ids_path is None:
+            self.ids_path = os.path.join(self.spill_dir, f"{self.ordinal}.ids")
+        with open(self.ids_path, "ab") as fp:
+            fp.write(np.concatenate(self.parts).astype("<u4").tobytes())
+        self.parts, self.n = [], 0
+
+    def _spill_records(self) -> None:
+        import numpy as np
+
+        if self.recs_path is None:
+            self.recs_path = os.path.join(self.spill_dir, f"{self.ordinal}.recs")
+        with open(self.recs_path, "ab") as fp:
+            fp.write(np.array(self.records, dtype="<u8").tobytes())
+        self.records = []
+
+    def close(self, result: FileResult) -> None:
+        import numpy as np
+
+        if self.ids_path is not None:
+            if self.parts:
+                self._spill_ids()
+            result.spill_ids = self.ids_path
+        elif self.parts:
+            result.ids = np.concatenate(self.parts).astype("<u4")
+        if self.recs_path is not None:
+            if self.records:
+                self._spill_records()
+            result.spill_records = self.recs_path
+        else:
+            result.records = self.records
+
+
+def _encode_doc(tok: pi.Tokenizer, pieces: Iterator[str], acc: _Acc) -> int:
+    first = next(pieces, None)
+    if first is None:
+        return 0
+    second = next(pieces, None)
+    if second is None:
+        ids = tok.encode(first)
+        acc.add(ids)
+        return int(ids.size)
+    enc = tok.stream()
+    n = 0
+    for piece in (first, second):
+        ids = enc.feed(piece)
+        acc.add(ids)
+        n += ids.size
+    for piece in pieces:
+        ids = enc.feed(piece)
+        acc.add(ids)
+        n += ids.size
+    ids = enc.finish()
+    acc.add(ids)
+    return int(n + ids.size)
+
+
+def process_file(sf: SourceFile, state: WorkerState) -> FileResult:
+    """Extract, tokenize and account one source file (runs in a worker)."""
+    import numpy as np
+
+    try:
+        fp = open(sf.path, "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise from_os_error(exc, sf.recorded) from None
+    with fp:
+        reader = extract.HashingReader(fp)
+        try:
+            head = fp.read(extract.SNIFF)
+            fp.seek(0)
+        except OSError as exc:
+            raise from_os_error(exc, sf.recorded) from None
+        kind = extract.sniff_kind(head, sf.path)
+        result = FileResult(sf, kind)
+        if kind == "binary":
+            if sf.named:
+                raise FormatError(
+                    extract.INGEST_BINARY,
+                    "is binary (a NUL byte in its first 8 KiB), not a document",
+                    path=sf.recorded,
+                    offset=head.index(b"\0"),
+                )
+            result.skip_reason = "binary"
+            return result
+        acc = _Acc(state.spill_dir, sf.ordinal)
+        counters = extract.Counters()
+        eos = None if state.eos_id is None else np.array([state.eos_id], dtype=np.int64)
+        try:
+            for item, pieces in extract.documents(kind, reader, sf.recorded, state.opts, counters):
+                n = _encode_doc(state.tok, pieces, acc)
+                if n == 0:
+                    result.empty_documents += 1
+                    continue
+                if eos is not None:
+                    acc.add(eos)
+                    n += 1
+                acc.record(n, item)
+                result.documents += 1
+                result.tokens += n
+            reader.drain()
+        except extract.SkipFile as skip:
+            result.skip_reason = f"encoding: {skip.reason}"
+            for path in (acc.ids_path, acc.recs_path):
+                if path:
+                    os.unlink(path)
+            return result
+        except OSError as exc:
+            raise from_os_error(exc, sf.recorded) from None
+        acc.close(result)
+        result.skipped_records = counters.skipped_records
+        result.sha256 = "sha256:" + reader.sha.hexdigest()
+        result.size = reader.size
+        return result
+
+
+# Worker processes ---------------------------------------------------------------------------
+
+
+def _init_worker() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _work(sf: SourceFile) -> tuple[str, Any]:
+    assert _STATE is not None
+    try:
+        return "ok", process_file(sf, _STATE)
+    except MatrixError as err:
+        return "error", (
+            type(err).__name__,
+            err.code,
+            err.message,
+            err.path,
+            err.offset,
+            err.field,
+            err.hint,
+        )
+
+
+def _reraise(payload: tuple[Any, ...]) -> None:
+    cls_name, code, message, path, offset, fld, hint = payload
+    cls = getattr(errors, cls_name, FormatError)
+    if cls is UsageError:
+        raise UsageError(message, code=code, hint=hint)
+    if not issubclass(cls, MatrixError):
+        cls = FormatError
+    raise cls(code, message, path=path, offset=offset, field=fld, hint=hint)
+
+
+def ordered_results(files: list[SourceFile], state: WorkerState, jobs: int) -> Iterator[FileResult]:
+    """Each file's result, in input order, from `jobs` processes."""
+    global _STATE
+    if jobs <= 1 or len(files) <= 1:
+        for sf in files:
+            yield process_file(sf, state)
+        return
+    import multiprocessing
+
+    _STATE = state  # inherited by the forked workers
+    ctx = multiprocessing.get_context("fork")
+    pool = ctx.Pool(jobs, initializer=_init_worker)
+    ok = False
+    try:
+        window: deque[Any] = deque()
+        pending = iter(files)
+        for sf in pending:
+            window.append(pool.apply_async(_work, (sf,)))
+            if len(window) >= 2 * jobs + 2:
+                break
+        while window:
+            status, payload = window.popleft().get()
+            nxt = next(pending, None)
+            if nxt is not None:
+                window.append(pool.apply_async(_work, (nxt,)))
+            if status == "error":
+                _reraise(payload)
+            yield payload
+        ok = True
+    finally:
+        if ok:
+            pool.close()
+        else:
+            pool.terminate()
+        pool.join()
+        _STATE = None
+
+
+# The command --------------------------------------------------------------------------------
+
+
+@dataclass
+class IngestOptions:
+    symbols: str | None = None
+    atom_size: int = 256
+    dtype: str = "auto"
+    svgt: str | None = None
+    eos_id: str | None = None  # an id, "none", or None for the map's eos_id
+    jobs: int = 1
+    shard: str | None = None
+    text_field: str = "text"
+    missing_field: str = "skip"
+    encoding_errors: str = "error"
+
+
+def resolve_eos(smap: pi.SymbolMap, value: str | None) -> int | None:
+    if value is None:
+        if smap.eos_id is None:
+            raise UsageError(
+                "the symbol map has no eos_id, so documents cannot be separated",
+                hint="pass --eos-id ID (an id of the map's vocabulary) or --eos-id none",
+            )
+        return smap.eos_id
+    if value.lower() == "none":
+        return None
+    if not value.isdigit():
+        raise UsageError(f"--eos-id must be an id or none, got {value!r}")
+    eos = int(value)
+    if eos >= smap.vocab_size:
+        raise UsageError(f"--eos-id {eos} is outside the vocabulary [0, {smap.vocab_size})")
+    return eos
+
+
+def ingest_docs(
+    srcs: list[str], out_dir: str, opts: IngestOptions, tick: Tick | None = None
+) -> dict[str, Any]:
+    """Documents to a complete, verified-by-construction ingest pack. Returns a summary."""
+    from matrixctl.formats import matrix_atom as ma
+    from matrixctl.formats import svgt as svgt_fmt
+    from matrixctl.ingest.pack import PackBuilder, PackPlan
+
+    if opts.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    if opts.missing_field not in ("skip", "error"):
+        raise UsageError("--missing-field must be skip or error")
+    if opts.encoding_errors not in ("error", "replace", "skip-file"):
+        raise UsageError("--encoding-errors must be error, replace or skip-file")
+    shard = parse_shard(opts.shard)
+    map_path = opts.symbols or pi.default_map_path()
+    smap, map_raw = pi.load_symbol_map(map_path)
+    eos = resolve_eos(smap, opts.eos_id)
+    dtype = ma.choose_dtype(opts.dtype, smap.vocab_size)
+    assert dtype is not None
+    if dtype == "uint16" and smap.vocab_size > ma.UINT16_LIMIT:
+        raise UsageError(
+            f"--dtype uint16 cannot hold the map's ids (vocab_size {smap.vocab_size:,})"
+        )
+    if not 1 <= opts.atom_size < ma.UINT32_LIMIT:
+        raise UsageError("--atom-size must be between 1 and 2**32 - 1")
+    grid = svgt_fmt.parse_grid(opts.svgt, opts.atom_size) if opts.svgt else None
+    if grid and smap.vocab_size > ma.UINT16_LIMIT:
+        raise UsageError(
+            "--svgt needs ids below 65536 (SVG-Tensor stores uint16) but the map's vocab_size "
+            f"is {smap.vocab_size:,}"
+        )
+    files, skipped = enumerate_sources(srcs, exclude=[out_dir])
+    total = len(files)
+    if shard is not None:
+        files = [f for f in files if shard_of(f.recorded, shard[1]) == shard[0]]
+    if not files and (shard is None or total == 0):
+        raise InputError(
+            INGEST_NO_INPUT,
+            "no input files" + (f" in shard {shard[0]}/{shard[1]}" if shard else ""),
+            path=", ".join(srcs),
+        )
+    tok = pi.Tokenizer(smap)
+    plan = PackPlan(
+        atom_size=opts.atom_size,
+        dtype=dtype,
+        vocab_size=smap.vocab_size,
+        pad_id=smap.pad_id,
+        eos_id=eos,
+        grid=grid,
+        map_raw=map_raw,
+        map_hash=smap.canonical_hash(),
+        manifest_head={"source": srcs[0] if len(srcs) == 1 else list(srcs)},
+    )
+    started = time.monotonic()
+    nbytes = ntokens = 0
+    with PackBuilder(out_dir, plan) as pb:
+        state = WorkerState(
+            tok,
+            eos,
+            extract.Options(opts.text_field, opts.missing_field, opts.encoding_errors),
+            pb.spill_dir,
+        )
+        for n, res in enumerate(ordered_results(files, state, opts.jobs), 1):
+            nbytes += res.source.size
+            if res.skip_reason is not None:
+                pb.skipped.append(
+                    {
+                        "path": res.source.recorded,
+                        "reason": res.skip_reason,
+                        "ordinal": res.source.ordinal,
+                    }
+                )
+            else:
+                ntokens += res.tokens
+                _append(pb, res)
+            if tick:
+                tick(n, nbytes, ntokens)
+        tail = {
+            "sources": pb.sources,
+            "skipped": [{"path": s.recorded, "reason": s.reason, "ordinal": None} for s in skipped]
+            + pb.skipped,
+            "shard": (
+                {"index": shard[0], "count": shard[1], "sources_total": total} if shard else None
+            ),
+            "options": {
+                "text_field": opts.text_field,
+                "missing_field": opts.missing_field,
+                "encoding_errors": opts.encoding_errors,
+            },
+        }
+        manifest = pb.finish(tail)
+    elapsed = time.monotonic() - started
+    return {
+        "pack": out_dir,
+        "files": len(files),
+        "bytes": nbytes,
+        "documents": manifest["documents"],
+        "tokens": manifest["tokens"],
+        "atoms": manifest["atom_count"],
+        "atom_size": manifest["atom_size"],
+        "dtype": manifest["dtype"],
+        "vocab_size": manifest["vocab_size"],
+        "skipped": len(manifest["skipped"]),
+        "hash": manifest["hash"],
+        "seconds": round(elapsed, 3),
+    }
+
+
+def _append(pb: Any, res: FileResult) -> None:
+    import numpy as np
+
+    index = len(pb.sources)
+    pb.sources.append(
+        {
+            "path": res.source.recorded,
+            "ordinal": res.source.ordinal,
+            "kind": res.kind,
+            "bytes": res.size,
+            "sha256": res.sha256,
+            "documents": res.documents,
+            "tokens": res.tokens,
+            "skipped_records": res.skipped_records,
+            "empty_documents": res.empty_documents,
+        }
+    )
+    if res.spill_ids is not None:
+        pb.add_tokens_file(res.spill_ids)
+        os.unlink(res.spill_ids)
+    elif res.ids is not None:
+        pb.add_tokens(res.ids)
+    if res.spill_records is not None:
+        with open(res.spill_records, "rb") as fp:
+            while True:
+                block = fp.read(16 << 16)
+                if not block:
+                    break
+                for length, item in np.frombuffer(block, dtype="<u8").reshape(-1, 2).tolist():
+                    pb.add_record(length, index, item)
+        os.unlink(res.spill_records)
+    for length, item in res.records:
+        pb.add_record(length, index, item)

@@ -1,0 +1,808 @@
+"""The π symbol-map tokenizer (matrix-ingest-v1.md section 3; docs/formats/pi-symbol-map.md).
+
+A symbol map (`pi_symbol_map.json`) lists `{"id", "text"}` symbols. Encoding is:
+
+1. normalize the text with the map's `normalization` (`nfkc`, `nfc`, `nfkd`, `nfd` or `none`);
+2. greedy leftmost-longest matching: at each position take the longest symbol that starts
+   there; where no symbol starts, the character's UTF-8 bytes become `byte_base_id + b`
+   (with `byte_fallback`) or the character becomes one `unk_id` (without).
+
+The matcher is a compiled Aho-Corasick automaton (`ahocorasick_rs`, Rust `aho-corasick` crate,
+`MatchKind.LeftmostLongest`) over the UTF-8 bytes. Every single byte that is not itself a symbol
+is added as a one-byte pattern (its byte token, or `unk` for a lead byte and "nothing" for a
+continuation byte), so the matches tile the input with no gaps: the fallback needs no slow path
+and stays exact. On valid UTF-8, leftmost-longest over bytes equals leftmost-longest over
+characters (a symbol's first byte is a lead byte, so matches start on character boundaries).
+
+Decoding is the exact inverse: symbol ids give their text, byte ids give bytes that are
+reassembled into UTF-8 (an invalid sequence is an error naming the token, or U+FFFD with
+`errors="replace"`), `unk_id` gives U+FFFD, `pad_id` and `eos_id` give nothing.
+
+Codecs never print or exit: problems are findings (`check_map`) or `FormatError`s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from matrixctl import codes
+from matrixctl.errors import FormatError, UsageError
+from matrixctl.validate.findings import Finding, finding
+
+if TYPE_CHECKING:
+    import numpy as np
+
+FORMAT = "pi-symbol-map"
+VERSION = 1
+NORMALIZATIONS = ("nfkc", "nfc", "nfkd", "nfd", "none")
+MAX_MAP_BYTES = 256 << 20  # a 150k-symbol map is ~5 MiB; refuse to parse absurd files
+MAX_VOCAB = (1 << 32) - 1  # vocab_size is a u32 in MATRIX-ATOM
+MAX_SYMBOL_BYTES = 1024  # bounds the look-ahead the streaming encoder keeps
+REQUIRED = ("version", "vocab_size", "unk_id", "normalization", "symbols")
+KNOWN_KEYS = {
+    "version",
+    "vocab_size",
+    "unk_id",
+    "pad_id",
+    "eos_id",
+    "byte_fallback",
+    "byte_base_id",
+    "normalization",
+    "symbols",
+    "name",
+    "description",
+}
+REPLACEMENT = "\ufffd"
+
+G = FORMAT
+PI_JSON = codes.define(
+    "PI_JSON", "The symbol map is not a UTF-8 JSON object (or exceeds 256 MiB).", group=G
+)
+PI_VERSION = codes.define("PI_VERSION", "Unsupported symbol map version (v1 only).", group=G)
+PI_FIELD = codes.define(
+    "PI_FIELD", "A symbol map field is missing or has the wrong JSON type.", group=G
+)
+PI_VOCAB_SIZE = codes.define("PI_VOCAB_SIZE", "vocab_size is not between 1 and 2**32 - 1.", group=G)
+PI_ID_RANGE = codes.define("PI_ID_RANGE", "A symbol id is outside [0, vocab_size).", group=G)
+PI_DUP_ID = codes.define("PI_DUP_ID", "Two symbols share an id.", group=G)
+PI_DUP_TEXT = codes.define("PI_DUP_TEXT", "Two symbols share a text.", group=G)
+PI_EMPTY_TEXT = codes.define("PI_EMPTY_TEXT", "A symbol's text is empty.", group=G)
+PI_SYMBOL_LONG = codes.define(
+    "PI_SYMBOL_LONG", "A symbol's text is longer than 1024 UTF-8 bytes.", group=G
+)
+PI_SPECIAL_RANGE = codes.define(
+    "PI_SPECIAL_RANGE", "unk_id, pad_id or eos_id is outside [0, vocab_size).", group=G
+)
+PI_SPECIAL_COLLISION = codes.define(
+    "PI_SPECIAL_COLLISION",
+    "unk_id, pad_id or eos_id is also a symbol or byte id (decode reads it as that symbol).",
+    group=G,
+    severity=codes.Severity.WARNING,
+)
+PI_BYTE_RANGE = codes.define(
+    "PI_BYTE_RANGE",
+    "With byte_fallback, the 256 byte ids [byte_base_id, byte_base_id + 256) are not all "
+    "inside the vocabulary.",
+    group=G,
+)
+PI_BYTE_COLLISION = codes.define(
+    "PI_BYTE_COLLISION", "A byte-fallback id is also a symbol id.", group=G
+)
+PI_NORMALIZATION = codes.define(
+    "PI_NORMALIZATION", "normalization is not nfkc, nfc, nfkd, nfd or none.", group=G
+)
+PI_NOT_NORMALIZED = codes.define(
+    "PI_NOT_NORMALIZED",
+    "A symbol's text changes under the map's normalization, so it can never match.",
+    group=G,
+    severity=codes.Severity.WARNING,
+)
+PI_UNKNOWN_KEY = codes.define(
+    "PI_UNKNOWN_KEY",
+    "The symbol map has a key v1 does not define (ignored, not hashed).",
+    group=G,
+    severity=codes.Severity.INFO,
+)
+PI_DECODE_ID = codes.define(
+    "PI_DECODE_ID",
+    "A token id is neither a symbol, a byte, unk_id, pad_id nor eos_id, so it has no text.",
+    group=G,
+)
+PI_DECODE_UTF8 = codes.define(
+    "PI_DECODE_UTF8", "Byte tokens do not reassemble into valid UTF-8.", group=G
+)
+PI_TEXT_UTF8 = codes.define("PI_TEXT_UTF8", "Input text is not valid UTF-8.", group=G)
+
+
+@dataclass(frozen=True)
+class SymbolMap:
+    """A checked symbol map. `symbols` is sorted by id."""
+
+    vocab_size: int
+    unk_id: int
+    pad_id: int
+    byte_fallback: bool
+    byte_base_id: int | None
+    normalization: str
+    symbols: tuple[tuple[int, str], ...]
+    eos_id: int | None = None
+    version: int = VERSION
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def canonical(self) -> dict[str, Any]:
+        """The fields that define the tokenizer, in the canonical form that is hashed."""
+        doc: dict[str, Any] = {
+            "version": self.version,
+            "vocab_size": self.vocab_size,
+            "unk_id": self.unk_id,
+            "pad_id": self.pad_id,
+            "eos_id": self.eos_id,
+            "byte_fallback": self.byte_fallback,
+            "byte_base_id": self.byte_base_id if self.byte_fallback else None,
+            "normalization": self.normalization,
+            "symbols": [{"id": i, "text": t} for i, t in self.symbols],
+        }
+        return doc
+
+    def canonical_bytes(self) -> bytes:
+        return json.dumps(
+            self.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode("utf-8")
+
+    def canonical_hash(self) -> str:
+        """`sha256:` + hex digest of the canonical JSON (docs/formats/pi-symbol-map.md)."""
+        return "sha256:" + hashlib.sha256(self.canonical_bytes()).hexdigest()
+
+    @property
+    def max_symbol_bytes(self) -> int:
+        return max((len(t.encode("utf-8")) for _, t in self.symbols), default=1)
+
+    def special_ids(self) -> dict[str, int]:
+        out = {"unk_id": self.unk_id, "pad_id": self.pad_id}
+        if self.eos_id is not None:
+            out["eos_id"] = self.eos_id
+        return out
+
+    def to_json_bytes(self) -> bytes:
+        """The map as a file: the canonical fields, one symbol per line (deterministic)."""
+        head = {k: v for k, v in self.canonical().items() if k != "symbols" and v is not None}
+        lines = ["{"]
+        for key, value in head.items():
+            lines.append(f"  {json.dumps(key)}: {json.dumps(value)},")
+        lines.append('  "symbols": [')
+        for n, (i, t) in enumerate(self.symbols):
+            comma = "," if n + 1 < len(self.symbols) else ""
+            lines.append(f'    {{"id": {i}, "text": {json.dumps(t, ensure_ascii=False)}}}{comma}')
+        lines.append("  ]")
+        lines.append("}")
+        return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int
+
+
+def _field_error(name: str, want: str, got: Any) -> Finding:
+    return finding(
+        PI_FIELD, f"{name} must be {want}, got {type(got).__name__} {got!r:.40}", field=name
+    )
+
+
+def check_map(raw: bytes) -> tuple[SymbolMap | None, list[Finding]]:
+    """Parse and check a symbol map. Returns the map (None when it cannot be used) and findings.
+
+    Every check of spec section 3.1 is a finding: ids inside [0, vocab_size), unique ids,
+    unique non-empty texts, unk/pad/eos in range, the 256 byte ids inside the vocabulary and
+    clear of symbol ids when byte_fallback is on, a known normalization (case-insensitive).
+    """
+    out: list[Finding] = []
+    if len(raw) > MAX_MAP_BYTES:
+        return None, [finding(PI_JSON, f"symbol map is {len(raw)} bytes, limit {MAX_MAP_BYTES}")]
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return None, [finding(PI_JSON, f"not UTF-8: {exc.reason}", offset=exc.start)]
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        offset = len(text[: exc.pos].encode("utf-8"))
+        return None, [finding(PI_JSON, f"not valid JSON: {exc.msg}", offset=offset)]
+    except RecursionError:
+        return None, [finding(PI_JSON, "JSON nested too deeply")]
+    if not isinstance(doc, dict):
+        return None, [finding(PI_JSON, f"top level is a {type(doc).__name__}, not an object")]
+    for key in REQUIRED:
+        if key not in doc:
+            out.append(finding(PI_FIELD, f"required field {key!r} is missing", field=key))
+    for key in sorted(set(doc) - KNOWN_KEYS):
+        out.append(finding(PI_UNKNOWN_KEY, f"unknown key {key!r} is ignored", field=key))
+    if any(f.code == PI_FIELD for f in out):
+        return None, out
+
+    version = doc["version"]
+    if not _is_int(version):
+        out.append(_field_error("version", "an integer", version))
+    elif version != VERSION:
+        out.append(finding(PI_VERSION, f"version {version} is not supported", field="version"))
+    vocab = doc["vocab_size"]
+    usable = True
+    if not _is_int(vocab):
+        out.append(_field_error("vocab_size", "an integer", vocab))
+        usable = False
+    elif not 1 <= vocab <= MAX_VOCAB:
+        out.append(
+            finding(
+                PI_VOCAB_SIZE, f"vocab_size {vocab} is not in [1, {MAX_VOCAB}]", field="vocab_size"
+            )
+        )
+        usable = False
+    norm = doc["normalization"]
+    if not isinstance(norm, str):
+        out.append(_field_error("normalization", "a string", norm))
+        usable = False
+    elif norm.lower() not in NORMALIZATIONS:
+        out.append(
+            finding(
+                PI_NORMALIZATION,
+                f"normalization {norm!r} is not one of {', '.join(NORMALIZATIONS)}",
+                field="normalization",
+            )
+        )
+        usable = False
+    byte_fallback = doc.get("byte_fallback", False)
+    if not isinstance(byte_fallback, bool):
+        out.append(_field_error("byte_fallback", "true or false", byte_fallback))
+        usable = False
+        byte_fallback = False
+    base = doc.get("byte_base_id")
+    if byte_fallback and base is None:
+        out.append(
+            finding(
+                PI_FIELD, "byte_fallback is true but byte_base_id is missing", field="byte_base_id"
+            )
+        )
+        usable = False
+    elif base is not None and not _is_int(base):
+        out.append(_field_error("byte_base_id", "an integer", base))
+        usable = False
+        base = None
+    specials: dict[str, int] = {}
+    for key in ("unk_id", "pad_id", "eos_id"):
+        if key not in doc or (key == "eos_id" and doc[key] is None):
+            continue
+        value = doc[key]
+        if not _is_int(value):
+            out.append(_field_error(key, "an integer", value))
+            usable = False
+            continue
+        specials[key] = value
+        if _is_int(vocab) and not 0 <= value < vocab:
+            out.append(
+                finding(PI_SPECIAL_RANGE, f"{key} {value} is outside [0, {vocab})", field=key)
+            )
+            usable = False
+    symbols_raw = doc["symbols"]
+    if not isinstance(symbols_raw, list):
+        out.append(_field_error("symbols", "a list", symbols_raw))
+        return None, out
+    if _is_int(vocab) and len(symbols_raw) > vocab:
+        out.append(
+            finding(
+                PI_ID_RANGE,
+                f"{len(symbols_raw)} symbols cannot have distinct ids below vocab_size {vocab}",
+                field="symbols",
+            )
+        )
+    symbols: list[tuple[int, str]] = []
+    ids: dict[int, int] = {}
+    texts: dict[str, int] = {}
+    form = norm.lower() if isinstance(norm, str) else "none"
+    for n, entry in enumerate(symbols_raw):
+        where = f"symbols[{n}]"
+        if not isinstance(entry, dict) or "id" not in entry or "text" not in entry:
+            out.append(
+                finding(PI_FIELD, f"{where} must be an object with id and text", field=where)
+            )
+            usable = False
+            continue
+        sid, stext = entry["id"], entry["text"]
+        if not _is_int(sid):
+            out.append(_field_error(f"{where}.id", "an integer", sid))
+            usable = False
+            continue
+        if not isinstance(stext, str):
+            out.append(_field_error(f"{where}.text", "a string", stext))
+            usable = False
+            continue
+        if _is_int(vocab) and not 0 <= sid < vocab:
+            out.append(
+                finding(PI_ID_RANGE, f"{where} id {sid} is outside [0, {vocab})", field=where)
+            )
+            usable = False
+        if sid in ids:
+            out.append(
+                finding(
+                    PI_DUP_ID,
+                    f"{where} id {sid} is also the id of symbols[{ids[sid]}]",
+                    field=where,
+                )
+            )
+            usable = False
+        else:
+            ids[sid] = n
+        if stext == "":
+            out.append(finding(PI_EMPTY_TEXT, f"{where} (id {sid}) has an empty text", field=where))
+            usable = False
+            continue
+        try:
+            nbytes = len(stext.encode("utf-8"))
+        except UnicodeEncodeError:
+            out.append(
+                finding(PI_FIELD, f"{where} text holds a lone surrogate (not UTF-8)", field=where)
+            )
+            usable = False
+            continue
+        if nbytes > MAX_SYMBOL_BYTES:
+            out.append(
+                finding(
+                    PI_SYMBOL_LONG,
+                    f"{where} (id {sid}) text is {nbytes} bytes, limit {MAX_SYMBOL_BYTES}",
+                    field=where,
+                )
+            )
+            usable = False
+        if stext in texts:
+            out.append(
+                finding(
+                    PI_DUP_TEXT,
+                    f"{where} (id {sid}) has the same text as symbols[{texts[stext]}]",
+                    field=where,
+                )
+            )
+            usable = False
+        else:
+            texts[stext] = n
+        if form in NORMALIZATIONS and form != "none" and normalize(stext, form) != stext:
+            out.append(
+                finding(
+                    PI_NOT_NORMALIZED,
+                    f"{where} (id {sid}) text {stext!r:.40} is not {form.upper()}-normalized, "
+                    "so normalized input never contains it",
+                    field=where,
+                )
+            )
+        symbols.append((sid, stext))
+    if byte_fallback and _is_int(base) and _is_int(vocab) and base is not None:
+        if not (base >= 0 and base + 256 <= vocab):
+            out.append(
+                finding(
+                    PI_BYTE_RANGE,
+                    f"byte ids {base}..{base + 255} do not fit in [0, {vocab})",
+                    field="byte_base_id",
+                )
+            )
+            usable = False
+        clash = sorted(i for i in ids if base <= i < base + 256)
+        if clash:
+            out.append(
+                finding(
+                    PI_BYTE_COLLISION,
+                    f"{len(clash)} symbol id(s) fall among the byte ids {base}..{base + 255}, "
+                    f"first {clash[0]} (symbols[{ids[clash[0]]}])",
+                    field=f"symbols[{ids[clash[0]]}]",
+                )
+            )
+            usable = False
+    for key, value in specials.items():
+        hits = []
+        if value in ids:
+            hits.append(f"symbol id (symbols[{ids[value]}])")
+        if byte_fallback and _is_int(base) and base is not None and base <= value < base + 256:
+            hits.append(f"byte id (byte 0x{value - base:02x})")
+        if hits:
+            out.append(
+                finding(
+                    PI_SPECIAL_COLLISION, f"{key} {value} is also a {' and '.join(hits)}", field=key
+                )
+            )
+    if not usable or any(f.severity is codes.Severity.ERROR for f in out):
+        return None, out
+    symbols.sort()
+    extra = {k: doc[k] for k in ("name", "description") if k in doc}
+    smap = SymbolMap(
+        vocab_size=vocab,
+        unk_id=specials["unk_id"],
+        pad_id=specials.get("pad_id", specials["unk_id"]),
+        byte_fallback=byte_fallback,
+        byte_base_id=base if byte_fallback else None,
+        normalization=form,
+        symbols=tuple(symbols),
+        eos_id=specials.get("eos_id"),
+        extra=extra,
+    )
+    return smap, out
+
+
+def load_symbol_map(path: str) -> tuple[SymbolMap, bytes]:
+    """Read and check a map file; raise the first error as a FormatError. Returns (map, raw)."""
+    from matrixctl.errors import from_os_error
+    from matrixctl.io import display_name, open_input_stream
+
+    name = display_name(path)
+    with open_input_stream(path) as fp:
+        try:
+            raw = fp.read(MAX_MAP_BYTES + 1)
+        except OSError as exc:
+            raise from_os_error(exc, path) from None
+    smap, findings = check_map(raw)
+    errors = [f for f in findings if f.severity is codes.Severity.ERROR]
+    if smap is None or errors:
+        first = errors[0] if errors else findings[0]
+        more = (
+            f" (and {len(errors) - 1} more; run `matrixctl verify {name}`)"
+            if len(errors) > 1
+            else ""
+        )
+        raise FormatError(
+            first.code, first.message + more, path=name, offset=first.offset, field=first.field
+        )
+    return smap, raw
+
+
+def default_map_path() -> str:
+    """The bundled default symbol map (see tools/build_default_symbols.py)."""
+    from importlib import resources
+
+    return str(resources.files("matrixctl") / "data" / "pi_symbol_map.json")
+
+
+def normalize(text: str, form: str) -> str:
+    if form == "none":
+        return text
+    return unicodedata.normalize(form.upper(), text)  # type: ignore[arg-type]
+
+
+# Normalization works on whole strings; a stream is cut only before a character that can never
+# interact with what precedes it under NFC/NFKC/NFD/NFKD: an ASCII character (a starter with no
+# decomposition that is never the second element of a composition), or a CJK ideograph, Hangul
+# syllable or kana letter (likewise). See docs/formats/pi-symbol-map.md, "Streaming".
+def _safe_char(c: str) -> bool:
+    o = ord(c)
+    return (
+        o < 0x80
+        or 0x3400 <= o <= 0x9FFF
+        or 0xAC00 <= o <= 0xD7A3
+        or 0x3041 <= o <= 0x3096
+        or 0x30A1 <= o <= 0x30FA
+    )
+
+
+SAFE_SCAN = 1 << 16
+FORCE_CUT_CHARS = 16 << 20
+
+
+def safe_cut(text: str) -> int:
+    """An index i such that normalize(text[:i]) + normalize(text[i:]) == normalize(text).
+
+    Returns 0 when no safe cut is found near the end (the caller keeps accumulating).
+    """
+    stop = max(0, len(text) - SAFE_SCAN)
+    for i in range(len(text) - 1, stop - 1, -1):
+        if _safe_char(text[i]):
+            return i
+    if len(text) < FORCE_CUT_CHARS:
+        return 0
+    # Pathological input: 16 Mi characters with no ASCII or CJK character. Cut before a
+    # starter with no decomposition outside the Hangul jamo, which is safe for every text
+    # outside a few scripts' composition pairs (documented limitation).
+    for i in range(len(text) - 1, 0, -1):
+        c = text[i]
+        if (
+            unicodedata.combining(c) == 0
+            and unicodedata.decomposition(c) == ""
+            and not 0x1100 <= ord(c) <= 0x11FF
+        ):
+            return i
+    return 0
+
+
+class Tokenizer:
+    """Encoder and decoder for one symbol map. Build once; encode many texts."""
+
+    def __init__(self, smap: SymbolMap) -> None:
+        import ahocorasick_rs
+        import numpy as np
+
+        self.map = smap
+        patterns: list[bytes] = []
+        ids: list[int] = []
+        for sid, text in smap.symbols:
+            patterns.append(text.encode("utf-8"))
+            ids.append(sid)
+        have = set(patterns)
+        for b in range(256):
+            one = bytes([b])
+            if one in have:
+                continue
+            patterns.append(one)
+            if smap.byte_fallback:
+                assert smap.byte_base_id is not None
+                ids.append(smap.byte_base_id + b)
+            elif b < 0x80 or b >= 0xC0:
+                ids.append(smap.unk_id)  # a character's first byte: one unk per character
+            else:
+                ids.append(-1)  # continuation byte of an uncovered character: dropped
+        self._ac = ahocorasick_rs.BytesAhoCorasick(
+            patterns, matchkind=ahocorasick_rs.MatchKind.LeftmostLongest
+        )
+        self._ids = np.array(ids, dtype=np.int64)
+        self._lens = np.array([len(p) for p in patterns], dtype=np.int64)
+        self._drop = not smap.byte_fallback
+        self.lookahead = max(len(p) for p in patterns)
+        self.dtype = "uint16" if smap.vocab_size <= 1 << 16 else "uint32"
+        self._decode_table: Any = None
+
+    # Encoding ---------------------------------------------------------------------------------
+
+    def _match(self, data: bytes) -> np.ndarray:
+        """Pattern indexes of the greedy leftmost-longest tiling of `data`."""
+        import numpy as np
+
+        matches = self._ac.find_matches_as_indexes(data)
+        return np.fromiter((m[0] for m in matches), dtype=np.int64, count=len(matches))
+
+    def _ids_of(self, idx: np.ndarray) -> np.ndarray:
+        ids = self._ids[idx]
+        if self._drop:
+            ids = ids[ids >= 0]
+        return ids
+
+    WINDOW = 1 << 18  # bytes matched per automaton call: keeps the match list in cache
+
+    def encode_normalized_bytes(self, data: bytes) -> np.ndarray:
+        """Token ids of already-normalized UTF-8 text."""
+        import numpy as np
+
+        if len(data) <= self.WINDOW:
+            if not data:
+                return np.zeros(0, dtype=np.int64)
+            return self._ids_of(self._match(data))
+        # Long input: windows with the streaming encoder's look-ahead carry (exact).
+        enc = StreamEncoder(self)
+        view = memoryview(data)
+        parts = [
+            enc._tokenize(bytes(view[i : i + self.WINDOW]), final=False)
+            for i in range(0, len(data), self.WINDOW)
+        ]
+        parts.append(enc._tokenize(b"", final=True))
+        return np.concatenate(parts)
+
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids (int64) of `text`: normalize, then greedy leftmost-longest matching."""
+        return self.encode_normalized_bytes(normalize(text, self.map.normalization).encode("utf-8"))
+
+    def stream(self) -> StreamEncoder:
+        return StreamEncoder(self)
+
+    # Decoding ---------------------------------------------------------------------------------
+
+    def _table(self) -> Any:
+        if self._decode_table is None:
+            smap = self.map
+            table: dict[int, bytes] = {smap.unk_id: REPLACEMENT.encode("utf-8")}
+            table.setdefault(smap.pad_id, b"")
+            if smap.eos_id is not None:
+                table[smap.eos_id] = b""
+            if smap.byte_fallback and smap.byte_base_id is not None:
+                for b in range(256):
+                    table[smap.byte_base_id + b] = bytes([b])
+            for sid, text in smap.symbols:
+                table[sid] = text.encode("utf-8")
+            if smap.vocab_size <= 1 << 22:
+                dense: list[bytes | None] = [None] * smap.vocab_size
+                for k, v in table.items():
+                    dense[k] = v
+                self._decode_table = dense
+            else:
+                self._decode_table = table
+        return self._decode_table
+
+    def decode_bytes(self, ids: Any, *, start: int = 0, errors: str = "strict") -> bytes:
+        """The bytes of token ids (not yet checked as UTF-8). `start` numbers the first token."""
+        table = self._table()
+        values = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        try:
+            if isinstance(table, list):
+                parts = [table[i] for i in values]
+            else:
+                parts = [table.get(i) for i in values]
+        except (IndexError, TypeError):
+            parts = [table[i] if 0 <= i < len(table) else None for i in values]
+        if None in parts:
+            if errors == "strict":
+                n = parts.index(None)
+                raise FormatError(
+                    PI_DECODE_ID,
+                    f"token {start + n} (id {values[n]}) is not a symbol, byte, unk, pad or eos "
+                    "id of this map",
+                    field=f"token[{start + n}]",
+                )
+            rep = REPLACEMENT.encode("utf-8")
+            parts = [rep if p is None else p for p in parts]
+        return b"".join(p for p in parts if p is not None)
+
+    def decode(self, ids: Any, *, errors: str = "strict") -> str:
+        """Text of token ids: the exact inverse of `encode` (up to normalization)."""
+        decoder = StreamDecoder(self, errors=errors)
+        return decoder.feed(ids) + decoder.finish()
+
+
+class StreamEncoder:
+    """Encode text that arrives in pieces, exactly as if it had arrived whole.
+
+    Two carries: decoded text after the last safe normalization cut, and normalized bytes
+    within `lookahead` bytes of the end (a longer symbol could still start there).
+    """
+
+    def __init__(self, tok: Tokenizer) -> None:
+        self.tok = tok
+        self._raw = ""
+        self._carry = b""
+
+    def feed(self, text: str) -> np.ndarray:
+        import numpy as np
+
+        pending = self._raw + text if self._raw else text
+        cut = safe_cut(pending)
+        if cut == 0:
+            self._raw = pending
+            return np.zeros(0, dtype=np.int64)
+        self._raw = pending[cut:]
+        data = normalize(pending[:cut], self.tok.map.normalization).encode("utf-8")
+        return self._tokenize_windows(data, final=False)
+
+    def finish(self) -> np.ndarray:
+        data = normalize(self._raw, self.tok.map.normalization).encode("utf-8")
+        self._raw = ""
+        return self._tokenize_windows(data, final=True)
+
+    def _tokenize_windows(self, data: bytes, *, final: bool) -> np.ndarray:
+        import numpy as np
+
+        window = self.tok.WINDOW
+        if len(data) <= window:
+            return self._tokenize(data, final=final)
+        view = memoryview(data)
+        parts = [
+            self._tokenize(bytes(view[i : i + window]), final=False)
+            for i in range(0, len(data), window)
+        ]
+        if final:
+            parts.append(self._tokenize(b"", final=True))
+        return np.concatenate(parts)
+
+    def _tokenize(self, data: bytes, *, final: bool) -> np.ndarray:
+        import numpy as np
+
+        buf = self._carry + data if self._carry else data
+        if not buf:
+            return np.zeros(0, dtype=np.int64)
+        tok = self.tok
+        if final:
+            self._carry = b""
+            return tok._ids_of(tok._match(buf))
+        limit = len(buf) - tok.lookahead
+        if limit < 0:
+            self._carry = buf
+            return np.zeros(0, dtype=np.int64)
+        idx = tok._match(buf)
+        ends = np.cumsum(tok._lens[idx])
+        starts = ends - tok._lens[idx]
+        # Tokens starting at or before `limit` cannot change with more input.
+        keep = int(np.searchsorted(starts, limit, side="right"))
+        if keep < idx.size:
+            self._carry = buf[int(starts[keep]) :]
+        else:
+            self._carry = b""
+        return tok._ids_of(idx[:keep])
+
+
+class StreamDecoder:
+    """Decode token ids arriving in pieces; UTF-8 sequences may span pieces."""
+
+    def __init__(self, tok: Tokenizer, *, errors: str = "strict") -> None:
+        if errors not in ("strict", "replace"):
+            raise UsageError(f"errors must be strict or replace, got {errors!r}")
+        self.tok = tok
+        self.errors = errors
+        self.tokens = 0
+        self._pending = b""
+        self._pending_tokens: list[int] = []  # token index of each pending byte's token
+
+    def feed(self, ids: Any) -> str:
+        import numpy as np
+
+        ids = np.asarray(ids).reshape(-1)
+        data = self.tok.decode_bytes(ids, start=self.tokens, errors=self.errors)
+        first = self.tokens
+        self.tokens += int(ids.size)
+        buf = self._pending + data
+        # Hold back an incomplete UTF-8 sequence at the end (at most 3 bytes).
+        cut = len(buf)
+        for back in range(1, min(4, len(buf)) + 1):
+            b = buf[-back]
+            if b & 0xC0 == 0x80:
+                continue
+            need = (
+                2 if b & 0xE0 == 0xC0 else 3 if b & 0xF0 == 0xE0 else 4 if b & 0xF8 == 0xF0 else 1
+            )
+            if need > back:
+                cut = len(buf) - back
+            break
+        head, self._pending = buf[:cut], buf[cut:]
+        return self._text(head, ids, first, len(buf) - len(data))
+
+    def finish(self) -> str:
+        head, self._pending = self._pending, b""
+        return self._text(head, None, self.tokens, 0)
+
+    def _text(self, head: bytes, ids: Any, first: int, carried: int) -> str:
+        try:
+            return head.decode("utf-8", self.errors)
+        except UnicodeDecodeError as exc:
+            index = self._token_at(ids, first, exc.start - carried)
+            raise FormatError(
+                PI_DECODE_UTF8,
+                f"byte tokens do not form valid UTF-8 at token {index}: {exc.reason}",
+                field=f"token[{index}]",
+                hint="decode with --errors replace to substitute U+FFFD",
+            ) from None
+
+    def _token_at(self, ids: Any, first: int, byte_pos: int) -> int:
+        """The token whose bytes hold position `byte_pos` of this piece's decoded bytes."""
+        import numpy as np
+
+        if ids is None or byte_pos < 0:
+            return max(0, first - 1)
+        lens = np.array(
+            [len(self.tok.decode_bytes(ids[i : i + 1], errors="replace")) for i in range(ids.size)]
+        )
+        ends = np.cumsum(lens)
+        return first + int(np.searchsorted(ends, byte_pos, side="right"))
+
+
+def iter_text(fp: Any, name: str, chunk: int = 1 << 20) -> Iterator[str]:
+    """Decode a UTF-8 byte stream in pieces; an invalid byte is PI_TEXT_UTF8 with its offset."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    consumed = 0
+    first = True
+    while True:
+        data = fp.read(chunk)
+        final = not data
+        try:
+            buffered = len(decoder.getstate()[0])
+            text = decoder.decode(data, final=final)
+        except UnicodeDecodeError as exc:
+            offset = consumed - buffered + exc.start
+            raise FormatError(
+                PI_TEXT_UTF8,
+                f"not valid UTF-8 ({exc.reason})",
+                path=name,
+                offset=offset,
+            ) from None
+        consumed += len(data)
+        if first and text:
+            first = False
+            if text[0] == "\ufeff":
+                text = text[1:]
+        if text:
+            yield text
+        if final:
+            return

@@ -1,0 +1,561 @@
+"""Load, describe and validate ingest pack folders (`verify PACKDIR`).
+
+Structural rules (inspect and verify): the manifest parses and has its fields; every artifact
+name stays inside the pack (a name that leaves the folder is an error and is never opened);
+every artifact exists with the size the manifest records. Scan rules (verify only): the SHA-256
+of every artifact; each artifact's own checks (MATRIX-ATOM, symbol map, document index,
+SVG-Tensor); and consistency across files: vocabulary size and map hash, atom size and dtype,
+token counts, flags, padding, the projection against the atoms, the document index against the
+payload (every document ends with eos_id) and the manifest's sources.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from matrixctl import codes
+from matrixctl.errors import FormatError
+from matrixctl.formats import doc_index as di
+from matrixctl.formats import ingest_pack as ip
+from matrixctl.formats import matrix_atom as ma
+from matrixctl.formats import svgt
+from matrixctl.validate.engine import rule
+from matrixctl.validate.findings import Finding, finding
+
+FMT = ip.FORMAT
+MAX_MANIFEST = 256 << 20
+G = FMT
+PACK_MANIFEST = codes.define(
+    "PACK_MANIFEST", "ingest_manifest.json is not a JSON object with the v1 fields.", group=G
+)
+PACK_VERSION = codes.define("PACK_VERSION", "Unsupported ingest manifest version.", group=G)
+PACK_PATH_ESCAPE = codes.define(
+    "PACK_PATH_ESCAPE",
+    "An artifact name in the manifest leaves the pack folder (never followed).",
+    group=G,
+)
+PACK_MISSING = codes.define(
+    "PACK_MISSING", "An artifact the manifest lists is missing or not a regular file.", group=G
+)
+PACK_SIZE = codes.define(
+    "PACK_SIZE", "An artifact's size differs from the manifest's record.", group=G
+)
+PACK_HASH = codes.define("PACK_HASH", "An artifact's SHA-256 differs from the manifest.", group=G)
+PACK_ARTIFACT = codes.define(
+    "PACK_ARTIFACT", "An artifact of the pack fails its own format's checks.", group=G
+)
+PACK_MISMATCH = codes.define(
+    "PACK_MISMATCH",
+    "Artifacts disagree with each other or with the manifest (vocab, map, sizes, counts, flags).",
+    group=G,
+)
+PACK_INDEX = codes.define(
+    "PACK_INDEX",
+    "The document index disagrees with the payload or the manifest (a document that does not "
+    "end with eos_id, a source out of range, a wrong count).",
+    group=G,
+)
+PACK_PADDING = codes.define(
+    "PACK_PADDING", "The padding after the last document is not pad_id.", group=G
+)
+
+FIELDS: dict[str, type | tuple[type, ...]] = {
+    "version": int,
+    "tokenizer": str,
+    "atom_file": str,
+    "atom_size": int,
+    "dtype": str,
+    "hash": str,
+    "vocab_size": int,
+    "pad_id": int,
+    "tokens": int,
+    "padding": int,
+    "token_count": int,
+    "atom_count": int,
+    "documents": int,
+    "files": dict,
+    "sources": list,
+}
+
+
+@dataclass
+class PackSubject:
+    path: str
+    manifest: dict[str, Any] | None
+    findings: list[Finding] = field(default_factory=list)
+    safe: dict[str, str] = field(default_factory=dict)  # artifact name -> path inside the pack
+
+    def artifact(self, name: str | None) -> str | None:
+        return None if name is None else self.safe.get(name)
+
+
+def _inside(pack: str, name: str) -> str | None:
+    """The path of `name` if it is a plain file name inside `pack` (no separators, no links)."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        return None
+    full = os.path.join(pack, name)
+    real_pack = os.path.realpath(pack)
+    if os.path.dirname(os.path.realpath(full)) != real_pack:
+        return None
+    return full
+
+
+def load_dir(path: str) -> PackSubject:
+    mpath = os.path.join(path, ip.MANIFEST)
+    try:
+        st = os.stat(mpath)
+        if st.st_size > MAX_MANIFEST:
+            raise FormatError(
+                PACK_MANIFEST, f"manifest is {st.st_size} bytes, limit {MAX_MANIFEST}"
+            )
+        with open(mpath, "rb") as fp:
+            raw = fp.read(MAX_MANIFEST + 1)
+    except OSError as exc:
+        raise FormatError(PACK_MANIFEST, f"cannot read {ip.MANIFEST}: {exc.strerror}") from None
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise FormatError(PACK_MANIFEST, f"{ip.MANIFEST} is not UTF-8 JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise FormatError(PACK_MANIFEST, f"{ip.MANIFEST} is not a JSON object")
+    subject = PackSubject(path, doc)
+    out = subject.findings
+    for key, typ in FIELDS.items():
+        value = doc.get(key)
+        if not isinstance(value, typ) or isinstance(value, bool):
+            out.append(
+                finding(PACK_MANIFEST, f"field {key!r} is missing or not a {typ}", field=key)
+            )
+    if out:
+        subject.manifest = None
+        return subject
+    if doc["version"] != ip.MANIFEST_VERSION:
+        out.append(finding(PACK_VERSION, f"manifest version {doc['version']}", field="version"))
+    names: list[tuple[str, str]] = [
+        ("atom_file", doc["atom_file"]),
+        ("tokenizer", doc["tokenizer"]),
+    ]
+    if isinstance(doc.get("doc_index"), str):
+        names.append(("doc_index", doc["doc_index"]))
+    sv = doc.get("svgt")
+    if isinstance(sv, dict) and isinstance(sv.get("file"), str):
+        names.append(("svgt.file", sv["file"]))
+    names.extend((f"files.{n}", n) for n in doc["files"])
+    for where, name in names:
+        if not isinstance(name, str):
+            continue
+        inside = _inside(path, name)
+        if inside is None:
+            out.append(
+                finding(
+                    PACK_PATH_ESCAPE,
+                    f"{where} names {name!r}, which is not a file inside the pack; not opened",
+                    field=where,
+                )
+            )
+        else:
+            subject.safe[name] = inside
+    return subject
+
+
+def describe(s: PackSubject) -> dict[str, Any]:
+    m = s.manifest or {}
+    out: dict[str, Any] = {
+        "pack": {
+            k: m.get(k)
+            for k in (
+                "source",
+                "atom_size",
+                "dtype",
+                "vocab_size",
+                "documents",
+                "tokens",
+                "padding",
+                "atom_count",
+                "eos_id",
+                "pad_id",
+                "hash",
+            )
+        }
+    }
+    if isinstance(m.get("symbol_map"), dict):
+        out["pack"]["map_hash"] = m["symbol_map"].get("canonical_hash")
+    files = m.get("files")
+    if isinstance(files, dict):
+        out["files"] = [
+            {"file": k, "bytes": v.get("bytes"), "sha256": str(v.get("sha256", ""))[:23] + "..."}
+            for k, v in files.items()
+            if isinstance(v, dict)
+        ]
+    sources = m.get("sources")
+    if isinstance(sources, list):
+        kinds: dict[str, int] = {}
+        for src in sources:
+            if isinstance(src, dict):
+                k = str(src.get("kind"))
+                kinds[k] = kinds.get(k, 0) + 1
+        out["sources"] = {"files": len(sources), **kinds, "skipped": len(m.get("skipped") or [])}
+    return out
+
+
+@rule(FMT, "manifest fields, artifact names")
+def check_manifest(s: PackSubject) -> Iterator[Finding]:
+    yield from s.findings
+
+
+@rule(FMT, "artifacts present with recorded sizes")
+def check_present(s: PackSubject) -> Iterator[Finding]:
+    m = s.manifest
+    if m is None:
+        return
+    for name, rec in m["files"].items():
+        path = s.artifact(name)
+        if path is None:
+            continue
+        try:
+            st = os.lstat(path)
+        except OSError:
+            yield finding(PACK_MISSING, f"{name} is missing", field=f"files.{name}")
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            yield finding(PACK_MISSING, f"{name} is not a regular file", field=f"files.{name}")
+            continue
+        if isinstance(rec, dict) and rec.get("bytes") != st.st_size:
+            yield finding(
+                PACK_SIZE,
+                f"{name} is {st.st_size} bytes, the manifest says {rec.get('bytes')}",
+                field=f"files.{name}.bytes",
+            )
+    for key in ("atom_file", "tokenizer"):
+        if m[key] not in m["files"]:
+            yield finding(PACK_MANIFEST, f"{key} {m[key]!r} has no entry in files", field=key)
+
+
+def _regular(path: str | None) -> bool:
+    try:
+        return path is not None and stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+@rule(FMT, "sha256 of every artifact", scan=True)
+def check_hashes(s: PackSubject) -> Iterator[Finding]:
+    from matrixctl.ingest.pack import sha256_file
+
+    m = s.manifest
+    if m is None:
+        return
+    for name, rec in m["files"].items():
+        path = s.artifact(name)
+        if not _regular(path) or not isinstance(rec, dict):
+            continue
+        assert path is not None
+        got = sha256_file(path)
+        if got != rec.get("sha256"):
+            yield finding(
+                PACK_HASH,
+                f"{name}: SHA-256 is {got}, the manifest says {rec.get('sha256')}",
+                field=f"files.{name}.sha256",
+            )
+    atoms = m["files"].get(m["atom_file"])
+    if isinstance(atoms, dict) and m["hash"] != atoms.get("sha256"):
+        yield finding(
+            PACK_MISMATCH, "manifest hash differs from the atom file's sha256", field="hash"
+        )
+
+
+def _sub_findings(path: str, name: str) -> list[Finding]:
+    from matrixctl.validate.engine import examine
+
+    report, _ = examine(path, scan=True)
+    out = []
+    for f in report.findings:
+        if f.severity is codes.Severity.INFO:
+            continue
+        out.append(
+            finding(
+                PACK_ARTIFACT if f.severity is codes.Severity.ERROR else f.code,
+                f"{name}: [{f.code}] {f.message}",
+                offset=f.offset,
+                field=f"{name}:{f.field}" if f.field else name,
+                severity=f.severity,
+            )
+        )
+    return out
+
+
+@rule(FMT, "each artifact's own checks", scan=True)
+def check_artifacts(s: PackSubject) -> Iterator[Finding]:
+    m = s.manifest
+    if m is None:
+        return
+    for name in m["files"]:
+        path = s.artifact(name)
+        if _regular(path):
+            assert path is not None
+            yield from _sub_findings(path, name)
+
+
+@rule(FMT, "consistency: map, atoms, index, projection, sources", scan=True)
+def check_consistency(s: PackSubject) -> Iterator[Finding]:
+
+    from matrixctl.io import Source
+    from matrixctl.tokenizers import pi
+
+    m = s.manifest
+    if m is None:
+        return
+    apath = s.artifact(m["atom_file"])
+    if not _regular(apath):
+        return
+    assert apath is not None
+    with Source.open(apath) as src:
+        if src.size < ma.HEADER_SIZE:
+            return
+        h = ma.AtomHeader.parse(src.head(ma.HEADER_SIZE))
+        if h.itemsize is None or src.size != ma.HEADER_SIZE + h.token_count * h.itemsize:
+            return
+        for key, want in (
+            ("atom_size", h.atom_size),
+            ("dtype", h.dtype_name),
+            ("vocab_size", h.vocab_size),
+            ("token_count", h.token_count),
+            ("atom_count", h.atom_count),
+        ):
+            if m[key] != want:
+                yield finding(
+                    PACK_MISMATCH,
+                    f"manifest {key} is {m[key]!r}, the atom header says {want!r}",
+                    field=key,
+                )
+        if m["tokens"] + m["padding"] != h.token_count:
+            yield finding(
+                PACK_MISMATCH,
+                f"tokens {m['tokens']} + padding {m['padding']} != token_count {h.token_count}",
+                field="tokens",
+            )
+        if not 0 <= m["padding"] < max(1, h.atom_size):
+            yield finding(
+                PACK_MISMATCH, f"padding {m['padding']} is not below atom_size", field="padding"
+            )
+        tokens = ma.token_view(src.buf, h)
+        pad = tokens[max(0, m["tokens"]) :]
+        if pad.size and int((pad != m["pad_id"]).sum()):
+            yield finding(
+                PACK_PADDING,
+                f"the {pad.size} padding tokens are not all pad_id {m['pad_id']}",
+                field="padding",
+            )
+        # Symbol map.
+        mpath = s.artifact(m["tokenizer"])
+        if _regular(mpath):
+            assert mpath is not None
+            with open(mpath, "rb") as fp:
+                smap, _ = pi.check_map(fp.read(pi.MAX_MAP_BYTES + 1))
+            if smap is not None:
+                if smap.vocab_size != h.vocab_size:
+                    yield finding(
+                        PACK_MISMATCH,
+                        f"the map's vocab_size {smap.vocab_size} differs "
+                        f"from the atoms' {h.vocab_size}",
+                        field="vocab_size",
+                    )
+                want = (m.get("symbol_map") or {}).get("canonical_hash")
+                if smap.canonical_hash() != want:
+                    yield finding(
+                        PACK_MISMATCH,
+                        f"the map's canonical hash is "
+                        f"{smap.canonical_hash()}, the manifest says {want}",
+                        field="symbol_map.canonical_hash",
+                    )
+                if smap.pad_id != m["pad_id"]:
+                    yield finding(
+                        PACK_MISMATCH,
+                        f"pad_id {m['pad_id']} is not the map's {smap.pad_id}",
+                        field="pad_id",
+                    )
+        # Flags and companions.
+        sv = m.get("svgt")
+        has_svgt = isinstance(sv, dict)
+        has_index = isinstance(m.get("doc_index"), str)
+        if bool(h.flags & ma.FLAG_SVG_TENSOR) != has_svgt:
+            yield finding(
+                PACK_MISMATCH,
+                f"atom flags bit0 (svg_tensor) is "
+                f"{int(bool(h.flags & ma.FLAG_SVG_TENSOR))} but the pack "
+                f"{'has' if has_svgt else 'has no'} projection",
+                field="flags",
+            )
+        if bool(h.flags & ma.FLAG_INDEX) != has_index:
+            yield finding(
+                PACK_MISMATCH,
+                f"atom flags bit1 (index) is "
+                f"{int(bool(h.flags & ma.FLAG_INDEX))} but the pack "
+                f"{'has' if has_index else 'has no'} document index",
+                field="flags",
+            )
+        if has_svgt:
+            yield from _check_projection(s.artifact(sv.get("file")), h, tokens)  # type: ignore[union-attr]
+        if has_index:
+            yield from _check_index(s.artifact(m["doc_index"]), m, tokens)
+        del tokens, pad
+    yield from _check_sources(m)
+
+
+def _check_projection(path: str | None, h: ma.AtomHeader, tokens: Any) -> Iterator[Finding]:
+    import numpy as np
+
+    from matrixctl.io import Source
+
+    if not _regular(path):
+        return
+    assert path is not None
+    with Source.open(path) as src:
+        if src.size < svgt.HEADER_SIZE:
+            return
+        g = svgt.SvgtHeader.parse(src.head(svgt.HEADER_SIZE))
+        if g.atom_size != h.atom_size or g.atom_count != h.atom_count:
+            yield finding(
+                svgt.SVGT_MISMATCH,
+                f"atoms.svgt holds {g.atom_count} atoms of "
+                f"{g.rows}x{g.cols}; the atoms are {h.atom_count} of {h.atom_size}",
+                field="svgt",
+            )
+            return
+        if src.size != svgt.HEADER_SIZE + g.payload_bytes:
+            return
+        proj = np.frombuffer(
+            src.buf, dtype="<u2", count=g.atom_count * g.atom_size, offset=svgt.HEADER_SIZE
+        )
+        step = 1 << 22
+        for i in range(0, proj.size, step):
+            a, b = tokens[i : i + step], proj[i : i + step]
+            diff = np.flatnonzero(a.astype(np.int64) != b.astype(np.int64))
+            if diff.size:
+                n = i + int(diff[0])
+                yield finding(
+                    svgt.SVGT_MISMATCH,
+                    f"projection token {n} is {int(proj[n])}, the atoms hold {int(tokens[n])}",
+                    offset=svgt.HEADER_SIZE + 2 * n,
+                    field=f"atoms.svgt:token[{n}]",
+                )
+                return
+        del proj
+
+
+def _check_index(path: str | None, m: dict[str, Any], tokens: Any) -> Iterator[Finding]:
+    import numpy as np
+
+    from matrixctl.io import Source
+
+    if not _regular(path):
+        return
+    assert path is not None
+    with Source.open(path) as src:
+        if src.size < di.HEADER_SIZE:
+            return
+        h = di.IndexHeader.parse(src.head(di.HEADER_SIZE))
+        if src.size != di.HEADER_SIZE + h.doc_count * di.RECORD_SIZE:
+            return
+        if h.doc_count != m["documents"]:
+            yield finding(
+                PACK_INDEX,
+                f"the index has {h.doc_count} documents, the manifest {m['documents']}",
+                field="documents",
+            )
+        if h.token_count != m["tokens"]:
+            yield finding(
+                PACK_INDEX,
+                f"the index covers {h.token_count} tokens, the manifest says {m['tokens']}",
+                field="tokens",
+            )
+            return
+        eos = m.get("eos_id")
+        want_eos = di.NO_EOS if eos is None else eos
+        if h.eos_id != want_eos:
+            yield finding(
+                PACK_INDEX,
+                f"index eos_id {h.eos_id} differs from the manifest's {eos}",
+                field="eos_id",
+            )
+        recs = di.records_view(src.buf, h)
+        nsources = len(m["sources"])
+        step = 1 << 20
+        for i in range(0, h.doc_count, step):
+            part = recs[i : i + step]
+            bad = np.flatnonzero(part["source"] >= nsources)
+            if bad.size:
+                n = i + int(bad[0])
+                yield finding(
+                    PACK_INDEX,
+                    f"record {n} names source {int(part['source'][bad[0]])}"
+                    f"; the manifest lists {nsources}",
+                    field=f"record[{n}].source",
+                )
+                return
+            ends = part["token_offset"].astype(np.int64) + part["token_length"].astype(np.int64)
+            if ends.size and (int(ends.max()) > tokens.size or int(part["token_length"].min()) < 1):
+                yield finding(PACK_INDEX, "a record lies outside the payload", field="records")
+                return
+            if eos is not None:
+                last = tokens[ends - 1]
+                wrong = np.flatnonzero(last != eos)
+                if wrong.size:
+                    n = i + int(wrong[0])
+                    yield finding(
+                        PACK_INDEX,
+                        f"document {n} does not end with eos_id {eos} "
+                        f"(its last token is {int(last[wrong[0]])})",
+                        field=f"record[{n}]",
+                    )
+                    return
+        # Per-source counts from the index against the manifest.
+        counts = np.zeros(nsources, dtype=np.int64)
+        toks = np.zeros(nsources, dtype=np.int64)
+        for i in range(0, h.doc_count, step):
+            part = recs[i : i + step]
+            np.add.at(counts, part["source"].astype(np.int64), 1)
+            np.add.at(toks, part["source"].astype(np.int64), part["token_length"].astype(np.int64))
+        for n, srcrec in enumerate(m["sources"]):
+            if not isinstance(srcrec, dict):
+                continue
+            if srcrec.get("documents") != int(counts[n]) or srcrec.get("tokens") != int(toks[n]):
+                yield finding(
+                    PACK_INDEX,
+                    f"source {n} ({srcrec.get('path')}) lists "
+                    f"{srcrec.get('documents')} documents / {srcrec.get('tokens')} "
+                    f"tokens; the index holds {int(counts[n])} / {int(toks[n])}",
+                    field=f"sources[{n}]",
+                )
+                return
+        del recs
+
+
+def _check_sources(m: dict[str, Any]) -> Iterator[Finding]:
+    docs = tokens = 0
+    for n, srcrec in enumerate(m["sources"]):
+        if not isinstance(srcrec, dict) or not isinstance(srcrec.get("path"), str):
+            yield finding(
+                PACK_MANIFEST, f"sources[{n}] is not an object with a path", field=f"sources[{n}]"
+            )
+            return
+        d, t = srcrec.get("documents"), srcrec.get("tokens")
+        if not isinstance(d, int) or not isinstance(t, int):
+            yield finding(
+                PACK_MANIFEST, f"sources[{n}] lacks documents/tokens counts", field=f"sources[{n}]"
+            )
+            return
+        docs += d
+        tokens += t
+    if docs != m["documents"] or tokens != m["tokens"]:
+        yield finding(
+            PACK_MISMATCH,
+            f"the sources add up to {docs} documents and {tokens} "
+            f"tokens; the manifest says {m['documents']} and {m['tokens']}",
+            field="sources",
+        )

@@ -1,0 +1,72 @@
+"""Load, describe and validate π symbol maps (`pi_symbol_map.json`).
+
+Every check is done once by `matrixctl.tokenizers.pi.check_map` (the tokenizer uses the same
+function, so what `verify` accepts is exactly what `tokenize pi` and `ingest docs` accept); the
+rule below reports its findings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from matrixctl.io import Source
+from matrixctl.tokenizers import pi
+from matrixctl.validate.engine import rule
+from matrixctl.validate.findings import Finding, finding
+
+FMT = pi.FORMAT
+PREVIEW = 12
+
+
+@dataclass
+class MapSubject:
+    src: Source
+    map: pi.SymbolMap | None
+    findings: list[Finding]
+
+
+def load(src: Source) -> MapSubject:
+    if src.size > pi.MAX_MAP_BYTES:
+        return MapSubject(
+            src,
+            None,
+            [finding(pi.PI_JSON, f"symbol map is {src.size} bytes, limit {pi.MAX_MAP_BYTES}")],
+        )
+    smap, findings = pi.check_map(bytes(src.buf[: src.size]))
+    return MapSubject(src, smap, findings)
+
+
+def describe(s: MapSubject) -> dict[str, Any]:
+    out: dict[str, Any] = {"size": s.src.size}
+    m = s.map
+    if m is None:
+        return out
+    lengths = [len(t) for _, t in m.symbols]
+    out["map"] = {
+        "version": m.version,
+        "vocab_size": m.vocab_size,
+        "symbols": len(m.symbols),
+        "normalization": m.normalization,
+        "byte_fallback": m.byte_fallback,
+        "byte_base_id": m.byte_base_id,
+        "unk_id": m.unk_id,
+        "pad_id": m.pad_id,
+        "eos_id": m.eos_id,
+        "unused_ids": m.vocab_size
+        - len(m.symbols)
+        - (256 if m.byte_fallback else 0)
+        - len(set(m.special_ids().values())),
+        "longest_symbol_chars": max(lengths, default=0),
+        "multi_char_symbols": sum(1 for n in lengths if n > 1),
+        "canonical_hash": m.canonical_hash(),
+        "dtype": "uint16" if m.vocab_size <= 1 << 16 else "uint32",
+    }
+    out["preview"] = [{"id": i, "text": t} for i, t in m.symbols[:PREVIEW]]
+    return out
+
+
+@rule(FMT, "fields, ids, texts, specials, byte ids, normalization")
+def check(s: MapSubject) -> Iterator[Finding]:
+    yield from s.findings
