@@ -5,6 +5,10 @@ the file's bytes; the destination format comes from `--to` or, failing that, fro
 file's extension (an output has no bytes to sniff yet). Each converter is a function
 `convert(source, dst_path, options) -> Result` in a module imported only when used; `source` is
 the opened input (`matrixctl.io.Source`), so stdin works too.
+
+Tensor containers need no converter per pair: each container is one line of
+`TENSOR_CONTAINERS` naming its `TensorSource` and/or `TensorSink` class (see
+`matrixctl.tensors`), and `matrixctl.convert.tensors` converts any source into any sink.
 """
 
 from __future__ import annotations
@@ -50,17 +54,69 @@ class Converter:
         return fn
 
 
+@dataclass(frozen=True)
+class Container:
+    """A tensor container: `source`/`sink` are "module:Class" (None when not readable/writable)."""
+
+    format: str
+    source: str | None
+    sink: str | None
+    extensions: tuple[str, ...] = ()
+
+
+def _load(target: str) -> Any:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class TensorConverter(Converter):
+    """Any tensor container to any other, through `matrixctl.convert.tensors`."""
+
+    source_cls: str = ""
+    sink_cls: str = ""
+
+    def load(self) -> ConvertFn:
+        import functools
+
+        from matrixctl.convert import tensors
+
+        fn: ConvertFn = functools.partial(
+            tensors.convert,
+            src_fmt=self.src,
+            dst_fmt=self.dst,
+            source_cls=_load(self.source_cls),
+            sink_cls=_load(self.sink_cls),
+        )
+        return fn
+
+
+TENSOR_OPTIONS = ("select", "dtype", "compress", "digest", "densify", "progress")
+
 CONVERTERS: list[Converter] = [
     Converter("svgt", "svg", "matrixctl.convert.svg:svgt_to_svg", options=("atoms",)),
+]
+
+TENSOR_CONTAINERS: list[Container] = [
+    Container(
+        "ztensor",
+        "matrixctl.formats.ztensor:ZtSource",
+        "matrixctl.formats.ztensor:ZtSink",
+        (".zt",),
+    ),
 ]
 
 # Destination format by output extension (outputs only: inputs are always sniffed).
 OUTPUT_EXTENSIONS: dict[str, str] = {".svg": "svg"}
 
 
+def _writable() -> dict[str, Container]:
+    return {c.format: c for c in TENSOR_CONTAINERS if c.sink}
+
+
 def destination_format(dst: str, to: str | None) -> str:
     if to:
-        known = {c.dst for c in CONVERTERS}
+        known = {c.dst for c in CONVERTERS} | set(_writable())
         if to not in known:
             raise UsageError(
                 f"--to {to!r} is not a format convert can write ({', '.join(sorted(known))})"
@@ -68,19 +124,39 @@ def destination_format(dst: str, to: str | None) -> str:
         return to
     ext = os.path.splitext(dst)[1].lower()
     fmt = OUTPUT_EXTENSIONS.get(ext)
+    for c in _writable().values():
+        if fmt is None and ext in c.extensions:
+            fmt = c.format
     if fmt is None:
         raise UsageError(
             f"cannot tell the output format from {dst!r}",
-            hint=f"name it with one of {', '.join(sorted(OUTPUT_EXTENSIONS))} or pass --to FORMAT",
+            hint=f"name it with one of {', '.join(sorted(_extensions()))} or pass --to FORMAT",
         )
     return fmt
+
+
+def _extensions() -> list[str]:
+    return [*OUTPUT_EXTENSIONS, *(e for c in _writable().values() for e in c.extensions)]
 
 
 def find(src_fmt: str, dst_fmt: str) -> Converter:
     for conv in CONVERTERS:
         if conv.src == src_fmt and conv.dst == dst_fmt:
             return conv
+    readers = {c.format: c for c in TENSOR_CONTAINERS if c.source}
+    writers = _writable()
+    if src_fmt in readers and dst_fmt in writers:
+        return TensorConverter(
+            src_fmt,
+            dst_fmt,
+            "matrixctl.convert.tensors:convert",
+            TENSOR_OPTIONS,
+            source_cls=readers[src_fmt].source or "",
+            sink_cls=writers[dst_fmt].sink or "",
+        )
     sources = sorted({c.src for c in CONVERTERS if c.dst == dst_fmt})
+    if dst_fmt in writers:
+        sources = sorted(readers)
     raise UsageError(
         f"cannot convert {src_fmt} to {dst_fmt}",
         code=CONVERT_UNSUPPORTED,

@@ -60,6 +60,13 @@ FORMATS: list[Format] = [
         magic=b"MXTOKENS",
         extensions=(".mxt", ".tokens"),
     ),
+    Format(
+        "ztensor",
+        "zTensor v1.1",
+        "matrixctl.validate.ztensor",
+        magic=b"ZTEN1000",
+        extensions=(".zt",),
+    ),
 ]
 
 _BY_NAME = {f.name: f for f in FORMATS}
