@@ -56,25 +56,24 @@ class Converter:
 
 @dataclass(frozen=True)
 class Container:
-    """A tensor container: `source`/`sink` are "module:Class" (None when not readable/writable)."""
+    """A tensor container. Its codec `module` defines `TENSOR_IO = {format: (SourceClass or
+    None, SinkClass or None)}` (see `matrixctl.tensors`); `extensions` name output files."""
 
     format: str
-    source: str | None
-    sink: str | None
+    module: str
     extensions: tuple[str, ...] = ()
 
-
-def _load(target: str) -> Any:
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
+    def io(self) -> tuple[Any, Any]:
+        classes: tuple[Any, Any] = importlib.import_module(self.module).TENSOR_IO[self.format]
+        return classes
 
 
 @dataclass(frozen=True)
 class TensorConverter(Converter):
     """Any tensor container to any other, through `matrixctl.convert.tensors`."""
 
-    source_cls: str = ""
-    sink_cls: str = ""
+    source_cls: Any = None
+    sink_cls: Any = None
 
     def load(self) -> ConvertFn:
         import functools
@@ -85,8 +84,8 @@ class TensorConverter(Converter):
             tensors.convert,
             src_fmt=self.src,
             dst_fmt=self.dst,
-            source_cls=_load(self.source_cls),
-            sink_cls=_load(self.sink_cls),
+            source_cls=self.source_cls,
+            sink_cls=self.sink_cls,
         )
         return fn
 
@@ -97,13 +96,10 @@ CONVERTERS: list[Converter] = [
     Converter("svgt", "svg", "matrixctl.convert.svg:svgt_to_svg", options=("atoms",)),
 ]
 
+# One line per tensor container; `convert` goes from any of them to any other.
 TENSOR_CONTAINERS: list[Container] = [
-    Container(
-        "ztensor",
-        "matrixctl.formats.ztensor:ZtSource",
-        "matrixctl.formats.ztensor:ZtSink",
-        (".zt",),
-    ),
+    Container("ztensor", "matrixctl.formats.ztensor", (".zt",)),
+    Container("safetensors", "matrixctl.formats.st_container", (".safetensors",)),
 ]
 
 # Destination format by output extension (outputs only: inputs are always sniffed).
@@ -111,7 +107,7 @@ OUTPUT_EXTENSIONS: dict[str, str] = {".svg": "svg"}
 
 
 def _writable() -> dict[str, Container]:
-    return {c.format: c for c in TENSOR_CONTAINERS if c.sink}
+    return {c.format: c for c in TENSOR_CONTAINERS}
 
 
 def destination_format(dst: str, to: str | None) -> str:
@@ -143,20 +139,22 @@ def find(src_fmt: str, dst_fmt: str) -> Converter:
     for conv in CONVERTERS:
         if conv.src == src_fmt and conv.dst == dst_fmt:
             return conv
-    readers = {c.format: c for c in TENSOR_CONTAINERS if c.source}
-    writers = _writable()
-    if src_fmt in readers and dst_fmt in writers:
-        return TensorConverter(
-            src_fmt,
-            dst_fmt,
-            "matrixctl.convert.tensors:convert",
-            TENSOR_OPTIONS,
-            source_cls=readers[src_fmt].source or "",
-            sink_cls=writers[dst_fmt].sink or "",
-        )
+    containers = {c.format: c for c in TENSOR_CONTAINERS}
+    if src_fmt in containers and dst_fmt in containers:
+        source_cls = containers[src_fmt].io()[0]
+        sink_cls = containers[dst_fmt].io()[1]
+        if source_cls is not None and sink_cls is not None:
+            return TensorConverter(
+                src_fmt,
+                dst_fmt,
+                "matrixctl.convert.tensors:convert",
+                TENSOR_OPTIONS,
+                source_cls=source_cls,
+                sink_cls=sink_cls,
+            )
     sources = sorted({c.src for c in CONVERTERS if c.dst == dst_fmt})
-    if dst_fmt in writers:
-        sources = sorted(readers)
+    if dst_fmt in containers:
+        sources = sorted(c.format for c in TENSOR_CONTAINERS if c.io()[0] is not None)
     raise UsageError(
         f"cannot convert {src_fmt} to {dst_fmt}",
         code=CONVERT_UNSUPPORTED,

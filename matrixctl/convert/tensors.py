@@ -254,6 +254,7 @@ def densify(source: TensorSource, info: TensorInfo) -> np.ndarray:
 
     values = part("values")
     dense = np.zeros(info.count, dtype=values.dtype)
+    flat: Any
     if info.layout == "sparse_csr":
         rows, cols = info.shape
         indptr = part("indptr").astype(np.int64)
@@ -262,7 +263,7 @@ def densify(source: TensorSource, info: TensorInfo) -> np.ndarray:
         flat = row_of * cols + indices
     else:
         coords = part("coords").astype(np.int64).reshape(len(info.shape), values.size)
-        flat: Any = np.zeros(values.size, dtype=np.int64)
+        flat = np.zeros(values.size, dtype=np.int64)
         if info.shape:
             flat = np.ravel_multi_index(tuple(coords), info.shape)
         if np.unique(flat).size != flat.size:

@@ -22,6 +22,12 @@ if TYPE_CHECKING:
 SNIFF_BYTES = 64
 
 
+def _sniff_safetensors(head: bytes, size: int) -> bool:
+    from matrixctl.formats.st_container import sniff
+
+    return sniff(head, size)
+
+
 @dataclass(frozen=True)
 class Format:
     name: str
@@ -66,6 +72,13 @@ FORMATS: list[Format] = [
         "matrixctl.validate.ztensor",
         magic=b"ZTEN1000",
         extensions=(".zt",),
+    ),
+    Format(
+        "safetensors",
+        "safetensors",
+        "matrixctl.validate.st_container",
+        sniff=_sniff_safetensors,
+        extensions=(".safetensors",),
     ),
 ]
 

@@ -940,7 +940,6 @@ class ZtSink(TensorSink):
     def finish(self) -> dict[str, Any]:
         size = self.writer.finish()
         return {
-            "tensors": self.count,
             "bytes": size,
             "encoding": "raw" if self.writer.level is None else f"zstd:{self.writer.level}",
             "digest": self.writer.digest or "none",
@@ -948,3 +947,6 @@ class ZtSink(TensorSink):
 
     def notes(self) -> list[str]:
         return list(self._notes)
+
+
+TENSOR_IO = {FORMAT: (ZtSource, ZtSink)}
