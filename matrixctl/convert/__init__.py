@@ -100,6 +100,9 @@ CONVERTERS: list[Converter] = [
 TENSOR_CONTAINERS: list[Container] = [
     Container("ztensor", "matrixctl.formats.ztensor", (".zt",)),
     Container("safetensors", "matrixctl.formats.st_container", (".safetensors",)),
+    Container("npy", "matrixctl.formats.npy", (".npy",)),
+    Container("npz", "matrixctl.formats.npy", (".npz",)),
+    Container("ztensor-v2", "matrixctl.formats.ztensor2"),
 ]
 
 # Destination format by output extension (outputs only: inputs are always sniffed).
@@ -155,6 +158,8 @@ def find(src_fmt: str, dst_fmt: str) -> Converter:
     sources = sorted({c.src for c in CONVERTERS if c.dst == dst_fmt})
     if dst_fmt in containers:
         sources = sorted(c.format for c in TENSOR_CONTAINERS if c.io()[0] is not None)
+        if containers[dst_fmt].io()[1] is None:
+            sources = []
     raise UsageError(
         f"cannot convert {src_fmt} to {dst_fmt}",
         code=CONVERT_UNSUPPORTED,
