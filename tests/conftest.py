@@ -46,8 +46,9 @@ def run_cli(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -
     old = sys.stdin, sys.stdout, sys.stderr
     out_buf, err_buf = io.BytesIO(), io.BytesIO()
     sys.stdin = _Stream(io.BytesIO(stdin), encoding="utf-8")
-    sys.stdout = _Stream(out_buf, encoding="utf-8", write_through=True)
-    sys.stderr = _Stream(err_buf, encoding="utf-8", write_through=True)
+    # Keep the wrappers referenced: a TextIOWrapper closes its buffer when it is collected.
+    out_stream = sys.stdout = _Stream(out_buf, encoding="utf-8", write_through=True)
+    err_stream = sys.stderr = _Stream(err_buf, encoding="utf-8", write_through=True)
     saved_env = {}
     for k, v in (env or {}).items():
         saved_env[k] = os.environ.get(k)
@@ -65,7 +66,9 @@ def run_cli(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    return Run(code, out_buf.getvalue(), err_buf.getvalue().decode("utf-8"))
+    result = Run(code, out_buf.getvalue(), err_buf.getvalue().decode("utf-8"))
+    del out_stream, err_stream
+    return result
 
 
 def run_sub(

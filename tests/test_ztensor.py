@@ -477,3 +477,25 @@ def test_cbor_encoder_matches_cbor2_canonical() -> None:
     }
     assert cbor.dumps(value) == cbor2.dumps(value, canonical=True)
     assert cbor.loads(cbor.dumps(value)) == value
+
+
+def test_truncated_zstd_is_caught_even_where_the_size_is_not_exact(tmp_path: Path) -> None:
+    """zstd's streaming decoder returns short output without an error for a cut frame; the
+    frame walk catches it (here in sparse values, whose decoded size the shape only bounds)."""
+    values = zstandard.ZstdCompressor(write_content_size=False).compress(
+        np.arange(300, dtype="<f4").tobytes()
+    )[:-4]
+    idx = np.arange(300, dtype="<u8")
+    sparse = {
+        "o": (
+            {"shape": [300], "format": "sparse_coo"},
+            {
+                "values": ({"dtype": "f32", "encoding": "zstd"}, values),
+                "coords": ({"dtype": "u64"}, idx.tobytes()),
+            },
+        )
+    }
+    report = report_of(tmp_path, blob_file(sparse))
+    assert zt.ZT_ZSTD in codes_of(report) and not report.ok()
+    with pytest.raises(ValueError, match="truncated"):
+        zt.zstd_frames(values)

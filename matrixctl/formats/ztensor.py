@@ -572,15 +572,83 @@ def decoded_cap(obj: ZtObject, comp: ZtComponent) -> tuple[int, bool]:
     return max(obj.count, 1) * size, False
 
 
-def zstd_frame_size(data: Any) -> int | None:
-    """The decoded size the first zstd frame header declares, or None if it does not say."""
-    import zstandard
+ZSTD_MAGIC = 0xFD2FB528
+ZSTD_BLOCK_MAX = 128 * 1024
 
+
+def zstd_frames(data: Any) -> int | None:
+    """Walk the zstd frames of `data` by their headers, without decoding: raise ValueError if
+    a frame is truncated or malformed or garbage follows; return the decoded size the frames
+    declare (None when one of them does not say). zstd's streaming decoder returns short
+    output without an error for a truncated frame, so this walk is what catches it."""
+    view = memoryview(data).cast("B")
+    n = len(view)
+    pos = 0
+    total: int | None = 0
+    if n == 0:
+        raise ValueError("no zstd frame")
+    while pos < n:
+        if n - pos < 4:
+            raise ValueError(f"{n - pos} stray bytes after the last frame")
+        magic = int.from_bytes(view[pos : pos + 4], "little")
+        if magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame
+            if n - pos < 8:
+                raise ValueError("truncated skippable frame header")
+            size = int.from_bytes(view[pos + 4 : pos + 8], "little")
+            if size > n - pos - 8:
+                raise ValueError("truncated skippable frame")
+            pos += 8 + size
+            continue
+        if magic != ZSTD_MAGIC:
+            raise ValueError(f"bytes at {pos} are not a zstd frame (magic 0x{magic:08x})")
+        pos += 4
+        if pos >= n:
+            raise ValueError("truncated frame header")
+        fhd = view[pos]
+        pos += 1
+        fcs_flag, single, checksum, dict_flag = fhd >> 6, (fhd >> 5) & 1, (fhd >> 2) & 1, fhd & 3
+        if fhd & 0x08:
+            raise ValueError("reserved bit set in the frame header")
+        header = (0 if single else 1) + (0, 1, 2, 4)[dict_flag]
+        fcs_size = (1 if single else 0, 2, 4, 8)[fcs_flag]
+        if n - pos < header + fcs_size:
+            raise ValueError("truncated frame header")
+        fcs_at = pos + header
+        pos = fcs_at + fcs_size
+        if fcs_size:
+            fcs = int.from_bytes(view[fcs_at:pos], "little") + (256 if fcs_size == 2 else 0)
+            total = None if total is None else total + fcs
+        else:
+            total = None
+        while True:
+            if n - pos < 3:
+                raise ValueError("truncated block header")
+            bh = int.from_bytes(view[pos : pos + 3], "little")
+            pos += 3
+            last, btype, bsize = bh & 1, (bh >> 1) & 3, bh >> 3
+            if btype == 3:
+                raise ValueError("reserved block type")
+            if btype != 1 and bsize > ZSTD_BLOCK_MAX:
+                raise ValueError(f"block of {bsize} bytes exceeds 128 KiB")
+            content = 1 if btype == 1 else bsize
+            if n - pos < content:
+                raise ValueError("truncated block")
+            pos += content
+            if last:
+                break
+        if checksum:
+            if n - pos < 4:
+                raise ValueError("truncated frame checksum")
+            pos += 4
+    return total
+
+
+def zstd_frame_size(data: Any) -> int | None:
+    """The decoded size the zstd frames declare, or None if they do not (or are malformed)."""
     try:
-        size = zstandard.frame_content_size(bytes(data[:18]))
-    except zstandard.ZstdError:
+        return zstd_frames(data)
+    except ValueError:
         return None
-    return None if size < 0 else int(size)
 
 
 def iter_zstd(
@@ -589,6 +657,12 @@ def iter_zstd(
     """Decode zstd `data` (one or more frames) in chunks, refusing to go past `cap` bytes."""
     import zstandard
 
+    try:
+        zstd_frames(data)
+    except ValueError as exc:
+        raise FormatError(
+            ZT_ZSTD, f"{where}: invalid zstd data ({exc})", offset=offset, field=where
+        ) from None
     dctx = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
     total = 0
     try:
