@@ -168,10 +168,13 @@ def test_sparse_written_by_matrixctl_reads_in_ztensor(tmp_path: Path) -> None:
     out = tmp_path / "copy.zt"
     assert run_cli("convert", str(ref), str(out), "--compress", "zstd").code == 0
     with ztensor.Reader(str(out)) as r:
-        # Copy at once: the reference frees a component's buffer with its view handle.
-        values = r._read_component("csr", "values", lambda: np.float32)[0].copy()
-        indices = r._read_component("csr", "indices", lambda: np.uint64)[0].copy()
-        indptr = r._read_component("csr", "indptr", lambda: np.uint64)[0].copy()
+        # Keep each view handle while copying: the reference frees the buffer with it.
+        got = {}
+        for role, dtype in (("values", np.float32), ("indices", np.uint64), ("indptr", np.uint64)):
+            arr, handle = r._read_component("csr", role, lambda d=dtype: d)
+            got[role] = arr.copy()
+            del arr, handle
+        values, indices, indptr = got["values"], got["indices"], got["indptr"]
     assert values.tolist() == [1.0, 2.0]
     assert indices.tolist() == [1, 0] and indptr.tolist() == [0, 1, 2]
 
