@@ -35,7 +35,7 @@ def text(s: str) -> bytes:
 
 
 # Golden 1: one dense f32 tensor "w" = [1.0, 2.0], raw, with a crc32c digest. ----------------
-DENSE_DATA = bytes.fromhex("0000803f" "00000040")  # 1.0f, 2.0f little-endian
+DENSE_DATA = bytes.fromhex("0000803f00000040")  # 1.0f, 2.0f little-endian
 DENSE_DIGEST = f"crc32c:0x{crc32c_reference(DENSE_DATA):08X}"
 assert len(DENSE_DIGEST) == 17
 
@@ -49,14 +49,16 @@ DENSE_MANIFEST = (
     + bytes.fromhex("8102")  # [2]
     + text("format")
     + text("dense")
-    + bytes.fromhex("6a") + b"components"  # 10-byte text
+    + bytes.fromhex("6a")
+    + b"components"  # 10-byte text
     + bytes.fromhex("a1")  # components: 1 entry
     + text("data")
     + bytes.fromhex("a4")  # component: 4 entries, keys in deterministic order
     + text("dtype")
     + text("f32")
     + text("digest")
-    + bytes.fromhex("71") + DENSE_DIGEST.encode()  # 17-byte text
+    + bytes.fromhex("71")
+    + DENSE_DIGEST.encode()  # 17-byte text
     + text("length")
     + bytes.fromhex("08")  # 8
     + text("offset")
@@ -88,7 +90,8 @@ MULTI_MANIFEST = (
     + bytes.fromhex("8103")  # [3]
     + text("format")
     + text("dense")
-    + bytes.fromhex("6a") + b"components"
+    + bytes.fromhex("6a")
+    + b"components"
     + bytes.fromhex("a1")
     + text("data")
     + bytes.fromhex("a3")
@@ -104,7 +107,8 @@ MULTI_MANIFEST = (
     + bytes.fromhex("8102")  # [2]
     + text("format")
     + text("dense")
-    + bytes.fromhex("6a") + b"components"
+    + bytes.fromhex("6a")
+    + b"components"
     + bytes.fromhex("a1")
     + text("data")
     + bytes.fromhex("a3")
@@ -120,7 +124,8 @@ MULTI_MANIFEST = (
     + bytes.fromhex("80")  # []: a scalar
     + text("format")
     + text("dense")
-    + bytes.fromhex("6a") + b"components"
+    + bytes.fromhex("6a")
+    + b"components"
     + bytes.fromhex("a1")
     + text("data")
     + bytes.fromhex("a3")
@@ -132,7 +137,8 @@ MULTI_MANIFEST = (
     + bytes.fromhex("1880")  # 128
     + text("version")
     + text("1.1.0")
-    + bytes.fromhex("6a") + b"attributes"
+    + bytes.fromhex("6a")
+    + b"attributes"
     + bytes.fromhex("a1")
     + text("framework")
     + text("numpy")
@@ -145,7 +151,7 @@ MULTI = (
     + bytes(61)  # 67: padding
     + bytes.fromhex("fe")  # 128: i = -2
     + bytes(63)  # 129: padding
-    + bytes.fromhex("0100" "0102")  # 192: h = [1, 513]
+    + bytes.fromhex("01000102")  # 192: h = [1, 513]
     + MULTI_MANIFEST  # 196
     + struct.pack("<Q", len(MULTI_MANIFEST))
     + b"ZTEN1000"

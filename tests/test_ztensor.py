@@ -51,9 +51,7 @@ def read_all(tmp_path: Path, data: bytes) -> dict[str, bytes]:
     path.write_bytes(data)
     with Source.open(str(path)) as src:
         source = zt.ZtSource(src)
-        return {
-            i.name: b"".join(bytes(p) for p in source.stream(i)) for i in source.tensors()
-        }
+        return {i.name: b"".join(bytes(p) for p in source.stream(i)) for i in source.tensors()}
 
 
 # Golden files -------------------------------------------------------------------------------
@@ -173,9 +171,7 @@ def test_dtypes_unknown_to_the_reference_are_noted(tmp_path: Path) -> None:
     with an info finding: ztensor 1.1.1 knows only 13 dtypes and cannot open such files."""
     data = blob_file({"x": dense([4], "f8_e4m3", bytes(4))})
     report = report_of(tmp_path, data)
-    assert [f.code for f in report.findings if f.code != zt.ZT_NO_DIGEST] == [
-        zt.ZT_REFERENCE_DTYPE
-    ]
+    assert [f.code for f in report.findings if f.code != zt.ZT_NO_DIGEST] == [zt.ZT_REFERENCE_DTYPE]
     assert report.ok(strict=True)
 
 
@@ -249,7 +245,12 @@ def test_unknown_digest_algorithm_is_a_warning(tmp_path: Path) -> None:
         ({"x": ({"shape": [4], "format": "dense"}, {})}, zt.ZT_COMPONENTS),
         ({"x": ({"shape": [4], "format": "mystery"}, {})}, zt.ZT_LAYOUT),
         (
-            {"x": ({"shape": [4], "format": "dense"}, {"data": ({"dtype": "f32"}, F32), "e": ({"dtype": "u8"}, b"")})},
+            {
+                "x": (
+                    {"shape": [4], "format": "dense"},
+                    {"data": ({"dtype": "f32"}, F32), "e": ({"dtype": "u8"}, b"")},
+                )
+            },
             zt.ZT_EXTRA_COMPONENT,
         ),
     ],
@@ -292,7 +293,11 @@ def test_sparse_rules(tmp_path: Path) -> None:
 def test_quantized_group_sizes(tmp_path: Path) -> None:
     q = {
         "q": (
-            {"shape": [4, 8], "format": "quantized_group", "attributes": {"bits": 4, "group_size": 8}},
+            {
+                "shape": [4, 8],
+                "format": "quantized_group",
+                "attributes": {"bits": 4, "group_size": 8},
+            },
             {
                 "packed_weight": ({"dtype": "i32"}, bytes(16)),  # 32 x 4 bits = 16 bytes
                 "scales": ({"dtype": "f16"}, bytes(8)),  # 4 groups

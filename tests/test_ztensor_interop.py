@@ -87,6 +87,7 @@ def test_files_written_by_ztensor_are_read_and_verified(tmp_path: Path, compress
     assert set(got) == set(arrays)
     for name, arr in arrays.items():
         dtype, shape, data = got[name]
+        assert dtype == name.removeprefix("t.") or name == "empty"
         assert shape == arr.shape and data == arr.tobytes(), name
 
 
@@ -94,9 +95,15 @@ def test_sparse_files_written_by_ztensor_verify_and_densify(tmp_path: Path) -> N
     path = tmp_path / "sparse.zt"
     with ztensor.Writer(str(path)) as w:
         w.add_sparse_csr(
-            "csr", np.array([1.0, 2.0, 3.0], np.float32), np.array([0, 2, 1]), np.array([0, 2, 3]), (2, 3)
+            "csr",
+            np.array([1.0, 2.0, 3.0], np.float32),
+            np.array([0, 2, 1]),
+            np.array([0, 2, 3]),
+            (2, 3),
         )
-        w.add_sparse_coo("coo", np.array([4.0, 5.0], np.float32), np.array([[0, 1], [2, 0]]), (2, 3))
+        w.add_sparse_coo(
+            "coo", np.array([4.0, 5.0], np.float32), np.array([[0, 1], [2, 0]]), (2, 3)
+        )
     report = examine(str(path), scan=True)[0]
     assert report.ok(), report.findings
     out = tmp_path / "dense.npz"
@@ -141,7 +148,9 @@ def test_bf16_written_by_matrixctl_reads_in_ztensor(tmp_path: Path) -> None:
     out = tmp_path / "b.zt"
     assert run_cli("convert", str(src), str(out)).code == 0
     with ztensor.Reader(str(out)) as r:
-        assert np.asarray(r.read_tensor("w")).view(np.uint16).tolist() == arr.view(np.uint16).tolist()
+        assert (
+            np.asarray(r.read_tensor("w")).view(np.uint16).tolist() == arr.view(np.uint16).tolist()
+        )
 
 
 def test_ztensor_refuses_what_matrixctl_refuses(tmp_path: Path) -> None:

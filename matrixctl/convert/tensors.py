@@ -156,6 +156,13 @@ def cast_chunk(raw: np.ndarray, src: str, dst: str, name: str, base: int) -> np.
     beyond rounding. `base` is the index of the chunk's first element (for messages)."""
     import numpy as np
 
+    with np.errstate(all="ignore"):  # overflow is detected below and refused by name
+        return _cast_chunk(raw, src, dst, name, base)
+
+
+def _cast_chunk(raw: np.ndarray, src: str, dst: str, name: str, base: int) -> np.ndarray:
+    import numpy as np
+
     s, d = DTYPES[src], DTYPES[dst]
     x = _numeric(raw, src)
     if s.kind == "bool":

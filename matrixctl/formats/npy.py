@@ -24,6 +24,7 @@ import ast
 import os
 import struct
 import zipfile
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -393,7 +394,14 @@ def _deflated_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> NpyHeader:
     try:
         with zf.open(info) as fp:
             head = fp.read(12 + MAX_HEADER)
-    except (zipfile.BadZipFile, OSError, NotImplementedError, RuntimeError, EOFError) as exc:
+    except (
+        zipfile.BadZipFile,
+        OSError,
+        NotImplementedError,
+        RuntimeError,
+        EOFError,
+        zlib.error,
+    ) as exc:
         raise FormatError(
             NPZ_ZIP, f"{info.filename}: cannot be read ({exc})", offset=info.header_offset
         ) from None
@@ -435,7 +443,7 @@ def member_stream(
                 left -= len(piece)
                 yield piece
             fp.read()
-    except (zipfile.BadZipFile, OSError, EOFError, RuntimeError) as exc:
+    except (zipfile.BadZipFile, OSError, EOFError, RuntimeError, zlib.error) as exc:
         raise FormatError(
             NPZ_ZIP,
             f"{m.info.filename}: {exc}",

@@ -104,11 +104,25 @@ ST_BOOL = codes.define("ST_BOOL", "A BOOL element is a byte other than 0x00 or 0
 
 
 def sniff(head: bytes, size: int) -> bool:
-    """u64 header size that fits the file, then `{`: cheap and specific enough."""
-    if len(head) < PREFIX + 1 or size < PREFIX + 2:
+    """A u64 header size, then `{` and a key or `}`: cheap and specific enough. The size is
+    not compared with the file here, so a truncated file is still named safetensors (and
+    reported ST_HEADER_SIZE) rather than unknown."""
+    if len(head) < PREFIX + 2:
         return False
     n = struct.unpack_from("<Q", head)[0]
-    return 2 <= n <= size - PREFIX and head[PREFIX : PREFIX + 1] == b"{"
+    return (
+        n >= 2
+        and head[PREFIX : PREFIX + 1] == b"{"
+        and head[PREFIX + 1 : PREFIX + 2]
+        in (
+            b'"',
+            b"}",
+            b" ",
+            b"\n",
+            b"\r",
+            b"\t",
+        )
+    )
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zipfile
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -96,7 +97,7 @@ def check_data(s: NpzSubject) -> Iterator[Finding]:
                                 field=f"{m.name}[{pos + int(bad[0])}]",
                             )
                     pos += len(piece)
-        except (zipfile.BadZipFile, OSError, EOFError, RuntimeError) as exc:
+        except (zipfile.BadZipFile, OSError, EOFError, RuntimeError, zlib.error) as exc:
             yield from_error(
                 FormatError(
                     npy.NPZ_ZIP,
