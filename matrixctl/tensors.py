@@ -19,6 +19,8 @@ numpy is imported inside functions only.
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -312,6 +314,29 @@ def chunked(view: Any, chunk_bytes: int = CHUNK_BYTES) -> Iterator[memoryview]:
     mv = memoryview(view).cast("B")
     for start in range(0, len(mv), chunk_bytes):
         yield mv[start : start + chunk_bytes]
+
+
+def drop_pages(buf: Any, offset: int, length: int) -> None:
+    """Tell the kernel a mapped range is no longer needed: it stays in the page cache but no
+    longer counts in this process's memory, so streaming a model through a mapping keeps the
+    resident size flat. Safe at any time for a read-only file mapping (pages fault back in)."""
+    if not isinstance(buf, mmap.mmap) or length <= 0 or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    start = offset - offset % mmap.PAGESIZE
+    end = min(len(buf), offset + length)
+    if end > start:
+        with contextlib.suppress(OSError, ValueError):
+            buf.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+
+def mapped_chunks(buf: Any, offset: int, length: int, chunk: int = CHUNK_BYTES) -> Iterator[Any]:
+    """Zero-copy slices of `buf[offset:offset+length]`; each slice's pages are dropped from the
+    process once the consumer asks for the next one."""
+    view = memoryview(buf)
+    for start in range(offset, offset + length, chunk):
+        stop = min(offset + length, start + chunk)
+        yield view[start:stop]
+        drop_pages(buf, start, stop - start)
 
 
 def storage_array(buf: Any, dtype: str) -> np.ndarray:

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import mmap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from matrixctl import codes
+from matrixctl import codes, tensors
 from matrixctl.convert import Result
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.io import STDIO, atomic_output
@@ -73,18 +72,7 @@ def open_checked(src: Source, fmt: str) -> Any:
     return subject
 
 
-PAGE = mmap.PAGESIZE
-
-
-def drop_pages(buf: Any, offset: int, length: int) -> None:
-    """Tell the kernel a mapped range is no longer needed (it stays in the page cache, but no
-    longer counts in this process's memory), so reading a model tensor by tensor stays flat."""
-    if not isinstance(buf, mmap.mmap) or length <= 0 or not hasattr(mmap, "MADV_DONTNEED"):
-        return
-    start = offset - offset % PAGE
-    end = min(len(buf), offset + length)
-    with contextlib.suppress(OSError, ValueError):
-        buf.madvise(mmap.MADV_DONTNEED, start, end - start)
+drop_pages = tensors.drop_pages  # re-exported for codecs written against this module
 
 
 # Options ------------------------------------------------------------------------------------

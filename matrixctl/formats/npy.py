@@ -40,7 +40,9 @@ from matrixctl.tensors import (
     TensorSink,
     TensorSource,
     chunked,
+    drop_pages,
     element_count,
+    mapped_chunks,
 )
 
 if TYPE_CHECKING:
@@ -234,12 +236,12 @@ class NpySource(TensorSource):
         return [TensorInfo(self.name, self.h.dtype, self.h.shape)]
 
     def stream(self, info: TensorInfo, role: str = "data") -> Iterator[Any]:
-        start = self.h.data_offset
-        return _ordered(memoryview(self.src.buf)[start : start + self.h.nbytes], self.h)
+        h = self.h
+        if not h.big_endian and (not h.fortran or len(h.shape) < 2):
+            return mapped_chunks(self.src.buf, h.data_offset, h.nbytes)
+        return _ordered(memoryview(self.src.buf)[h.data_offset : h.data_offset + h.nbytes], h)
 
     def release(self, info: TensorInfo) -> None:
-        from matrixctl.convert.tensors import drop_pages
-
         drop_pages(self.src.buf, self.h.data_offset, self.h.nbytes)
 
 
@@ -425,7 +427,10 @@ def member_stream(
     h = m.header
     assert h is not None
     if m.stored and m.data_offset is not None:
-        yield from _ordered(memoryview(src.buf)[m.data_offset : m.data_offset + h.nbytes], h)
+        if not h.big_endian and (not h.fortran or len(h.shape) < 2):
+            yield from mapped_chunks(src.buf, m.data_offset, h.nbytes, chunk)
+        else:
+            yield from _ordered(memoryview(src.buf)[m.data_offset : m.data_offset + h.nbytes], h)
         return
     try:
         with zf.open(m.info) as fp:
@@ -474,8 +479,6 @@ class NpzSource(TensorSource):
         return member_stream(self.src, self.zf, self.members[info.name])
 
     def release(self, info: TensorInfo) -> None:
-        from matrixctl.convert.tensors import drop_pages
-
         m = self.members[info.name]
         if m.data_offset is not None and m.header is not None:
             drop_pages(self.src.buf, m.data_offset, m.header.nbytes)

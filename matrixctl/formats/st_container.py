@@ -33,8 +33,9 @@ from matrixctl.tensors import (
     TensorInfo,
     TensorSink,
     TensorSource,
-    chunked,
+    drop_pages,
     element_count,
+    mapped_chunks,
 )
 
 if TYPE_CHECKING:
@@ -304,11 +305,9 @@ class StSource(TensorSource):
 
     def stream(self, info: TensorInfo, role: str = "data") -> Iterator[Any]:
         t = self._by_name[info.name]
-        return chunked(memoryview(self.src.buf)[t.offset : t.offset + t.nbytes])
+        return mapped_chunks(self.src.buf, t.offset, t.nbytes)
 
     def release(self, info: TensorInfo) -> None:
-        from matrixctl.convert.tensors import drop_pages
-
         t = self._by_name[info.name]
         drop_pages(self.src.buf, t.offset, t.nbytes)
 

@@ -42,8 +42,9 @@ from matrixctl.tensors import (
     TensorInfo,
     TensorSink,
     TensorSource,
-    chunked,
+    drop_pages,
     element_count,
+    mapped_chunks,
 )
 
 if TYPE_CHECKING:
@@ -700,30 +701,25 @@ def stream_component(
     slices of `buf`; the digest (over the stored bytes) is checked before the last chunk is
     handed out, so a consumer never finishes with damaged data."""
     where = f"{obj.name}/{comp.role}"
-    stored = memoryview(buf)[comp.offset : comp.end]
     digester: Digester | None = None
     if verify_digest and comp.digest:
         known = parse_digest(comp.digest)
         if known is not None:
             digester = Digester(known[0])
-    cap, is_exact = decoded_cap(obj, comp)
-    if comp.encoding == "raw":
-        pieces: Iterator[Any] = chunked(stored, chunk)
-        if digester is not None:
-            for piece in pieces:
-                digester.update(piece)
-            _check_digest(comp, digester)
-            pieces = chunked(stored, chunk)
-        yield from pieces
-        return
     if digester is not None:
-        for piece in chunked(stored, chunk):
+        for piece in mapped_chunks(buf, comp.offset, comp.length, chunk):
             digester.update(piece)
         _check_digest(comp, digester)
+    if comp.encoding == "raw":
+        yield from mapped_chunks(buf, comp.offset, comp.length, chunk)
+        return
+    cap, is_exact = decoded_cap(obj, comp)
     total = 0
+    stored = memoryview(buf)[comp.offset : comp.end]
     for piece in iter_zstd(stored, cap, where, comp.offset, chunk):
         total += len(piece)
         yield piece
+    drop_pages(buf, comp.offset, comp.length)
     if exact and is_exact and total != cap:
         raise FormatError(
             ZT_ZSTD_SIZE,
@@ -805,8 +801,6 @@ class ZtSource(TensorSource):
         return stream_component(self.src.buf, obj, obj.components[role])
 
     def release(self, info: TensorInfo) -> None:
-        from matrixctl.convert.tensors import drop_pages
-
         obj = self.zt.objects[info.name]
         for comp in obj.components.values():
             drop_pages(self.src.buf, comp.offset, comp.length)
@@ -898,7 +892,10 @@ class ZtWriter:
         digester = Digester(self.digest) if self.digest else None
         got = 0
         if self.level is None:
-            for piece in stream:
+            copy = digester is not None and digester.algorithm == "crc32c"
+            for item in stream:
+                # One copy serves both the CRC (its C code takes bytes only) and the write.
+                piece = bytes(item) if copy and not isinstance(item, bytes) else item
                 if digester is not None:
                     digester.update(piece)
                 got += memoryview(piece).nbytes
