@@ -50,7 +50,10 @@ def _half_to_float(bits: int) -> float:
 
 
 class _Decoder:
-    def __init__(self, data: bytes | memoryview, max_items: int) -> None:
+    """Recursive descent over one bytes object; hot paths (short text, small ints, maps of
+    text keys) are inlined, since a manifest is mostly those."""
+
+    def __init__(self, data: bytes, max_items: int) -> None:
         self.data = data
         self.end = len(data)
         self.items = 0
@@ -59,30 +62,15 @@ class _Decoder:
     def fail(self, message: str, offset: int, kind: str = "malformed") -> CborError:
         return CborError(kind, message, offset)
 
-    def need(self, pos: int, n: int, what: str) -> None:
-        if n > self.end - pos:
-            raise self.fail(
-                f"CBOR {what} needs {n} bytes at offset {pos}, only {self.end - pos} left", pos
-            )
+    def short(self, pos: int, n: int, what: str) -> CborError:
+        return self.fail(
+            f"CBOR {what} needs {n} bytes at offset {pos}, only {self.end - pos} left", pos
+        )
 
-    def head(self, pos: int) -> tuple[int, int, int | None, int]:
-        """Major type, additional info, argument (None for indefinite), position after."""
-        self.need(pos, 1, "item head")
-        initial = self.data[pos]
-        major, info = initial >> 5, initial & 0x1F
-        pos += 1
-        if info < 24:
-            return major, info, info, pos
-        if info in (24, 25, 26, 27):
-            size = 1 << (info - 24)
-            self.need(pos, size, "argument")
-            arg = int.from_bytes(self.data[pos : pos + size], "big")
-            return major, info, arg, pos + size
-        if info == 31 and major in (2, 3, 4, 5, 7):
-            return major, info, None, pos
-        raise self.fail(f"reserved additional information {info} in major type {major}", pos - 1)
-
-    def count_item(self, pos: int) -> None:
+    def value(self, pos: int, depth: int) -> tuple[Any, int]:
+        data = self.data
+        if pos >= self.end:
+            raise self.short(pos, 1, "item head")
         self.items += 1
         if self.items > self.max_items:
             raise self.fail(
@@ -90,60 +78,77 @@ class _Decoder:
                 pos,
                 "limit",
             )
-
-    def value(self, pos: int, depth: int) -> tuple[Any, int]:
-        if depth > MAX_DEPTH:
-            raise self.fail(f"CBOR nesting deeper than {MAX_DEPTH} levels", pos, "depth")
-        self.count_item(pos)
         start = pos
-        major, info, arg, pos = self.head(pos)
-        if major == 0:
-            return arg, pos
-        if major == 1:
-            assert arg is not None
-            return -1 - arg, pos
+        initial = data[pos]
+        major, info = initial >> 5, initial & 0x1F
+        pos += 1
+        arg: int | None
+        if info < 24:
+            arg = info
+        elif info < 28:
+            size = 1 << (info - 24)
+            if pos + size > self.end:
+                raise self.short(pos, size, "argument")
+            arg = int.from_bytes(data[pos : pos + size], "big")
+            pos += size
+        elif info == 31 and major in (2, 3, 4, 5, 7):
+            arg = None
+        else:
+            raise self.fail(f"reserved additional information {info} in major type {major}", start)
         if major in (2, 3):
             if arg is None:
-                return self.indefinite_string(major, pos, depth)
-            self.need(pos, arg, "string")
-            raw = bytes(self.data[pos : pos + arg])
+                return self.indefinite_string(major, pos)
+            end = pos + arg
+            if end > self.end:
+                raise self.short(pos, arg, "string")
             if major == 2:
-                return raw, pos + arg
+                return data[pos:end], end
             try:
-                return raw.decode("utf-8"), pos + arg
+                return data[pos:end].decode("utf-8"), end
             except UnicodeDecodeError as exc:
                 raise self.fail(
                     f"text string is not valid UTF-8 ({exc.reason})", pos + exc.start
                 ) from None
+        if major == 0:
+            return arg, pos
+        if major == 5:
+            if depth >= MAX_DEPTH:
+                raise self.fail(f"CBOR nesting deeper than {MAX_DEPTH} levels", start, "depth")
+            result: dict[str, Any] = {}
+            if arg is None:
+                while True:
+                    if pos >= self.end:
+                        raise self.short(pos, 1, "map key or break")
+                    if data[pos] == 0xFF:
+                        return result, pos + 1
+                    pos = self.entry(result, pos, depth)
+            # Every entry takes at least two bytes: a count beyond the bytes left is a lie.
+            if 2 * arg > self.end - pos:
+                raise self.short(pos, 2 * arg, f"map of {arg} entries")
+            for _ in range(arg):
+                pos = self.entry(result, pos, depth)
+            return result, pos
         if major == 4:
+            if depth >= MAX_DEPTH:
+                raise self.fail(f"CBOR nesting deeper than {MAX_DEPTH} levels", start, "depth")
             out: list[Any] = []
             if arg is None:
                 while True:
-                    item, pos = self.value_or_break(pos, depth + 1)
-                    if item is _BREAK:
-                        return out, pos
+                    if pos >= self.end:
+                        raise self.short(pos, 1, "array item or break")
+                    if data[pos] == 0xFF:
+                        return out, pos + 1
+                    item, pos = self.value(pos, depth + 1)
                     out.append(item)
-            # Every item takes at least one byte: a count beyond the bytes left is a lie.
-            self.need(pos, arg, f"array of {arg} items")
+            if arg > self.end - pos:
+                raise self.short(pos, arg, f"array of {arg} items")
             for _ in range(arg):
                 item, pos = self.value(pos, depth + 1)
                 out.append(item)
             return out, pos
-        if major == 5:
-            result: dict[str, Any] = {}
-            if arg is None:
-                while True:
-                    key_at = pos
-                    key, pos = self.value_or_break(pos, depth + 1)
-                    if key is _BREAK:
-                        return result, pos
-                    pos = self.map_value(result, key, key_at, pos, depth)
-            self.need(pos, 2 * arg, f"map of {arg} entries")
-            for _ in range(arg):
-                key_at = pos
-                key, pos = self.value(pos, depth + 1)
-                pos = self.map_value(result, key, key_at, pos, depth)
-            return result, pos
+        if major == 1:
+            assert arg is not None
+            return -1 - arg, pos
         if major == 6:
             raise self.fail(f"CBOR tag {arg} is not allowed in a manifest", start, "tag")
         # major 7: simple values and floats
@@ -157,45 +162,39 @@ class _Decoder:
             assert arg is not None
             return _half_to_float(arg), pos
         if info == 26:
-            return struct.unpack(">f", self.data[pos - 4 : pos])[0], pos
+            return struct.unpack(">f", data[pos - 4 : pos])[0], pos
         if info == 27:
-            return struct.unpack(">d", self.data[pos - 8 : pos])[0], pos
+            return struct.unpack(">d", data[pos - 8 : pos])[0], pos
         if info == 31:
             raise self.fail("unexpected CBOR break code", start)
         raise self.fail(f"CBOR simple value {arg} is not allowed in a manifest", start)
 
-    def map_value(self, result: dict[str, Any], key: Any, key_at: int, pos: int, depth: int) -> int:
-        if not isinstance(key, str):
+    def entry(self, result: dict[str, Any], pos: int, depth: int) -> int:
+        key_at = pos
+        key, pos = self.value(pos, depth + 1)
+        if type(key) is not str:
             raise self.fail(
                 f"map key is a {type(key).__name__}, manifests use text keys only", key_at
             )
         if key in result:
             raise self.fail(f"duplicate map key {key!r}", key_at, "duplicate")
-        value, pos = self.value(pos, depth + 1)
-        result[key] = value
+        result[key], pos = self.value(pos, depth + 1)
         return pos
 
-    def value_or_break(self, pos: int, depth: int) -> tuple[Any, int]:
-        self.need(pos, 1, "item or break")
-        if self.data[pos] == 0xFF:
-            return _BREAK, pos + 1
-        return self.value(pos, depth)
-
-    def indefinite_string(self, major: int, pos: int, depth: int) -> tuple[Any, int]:
+    def indefinite_string(self, major: int, pos: int) -> tuple[Any, int]:
         parts: list[bytes] = []
+        data = self.data
         while True:
-            self.need(pos, 1, "string chunk")
-            if self.data[pos] == 0xFF:
+            if pos >= self.end:
+                raise self.short(pos, 1, "string chunk")
+            if data[pos] == 0xFF:
                 pos += 1
                 break
             chunk_at = pos
-            self.count_item(pos)
-            cmajor, _, carg, pos = self.head(pos)
-            if cmajor != major or carg is None:
+            chunk, pos = self.value(pos, MAX_DEPTH)
+            if data[chunk_at] >> 5 != major or data[chunk_at] & 0x1F == 31:
                 raise self.fail("bad chunk inside an indefinite-length string", chunk_at)
-            self.need(pos, carg, "string chunk")
-            parts.append(bytes(self.data[pos : pos + carg]))
-            pos += carg
+            parts.append(chunk.encode("utf-8") if major == 3 else chunk)
         raw = b"".join(parts)
         if major == 2:
             return raw, pos
@@ -207,7 +206,7 @@ class _Decoder:
 
 def loads(data: bytes | memoryview, *, max_items: int = MAX_ITEMS) -> Any:
     """Decode exactly one CBOR data item that fills `data`; raise CborError otherwise."""
-    decoder = _Decoder(data, max_items)
+    decoder = _Decoder(bytes(data), max_items)
     value, pos = decoder.value(0, 0)
     if pos != len(data):
         raise CborError(

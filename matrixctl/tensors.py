@@ -214,6 +214,16 @@ class TensorSource(ABC):
         container has them, are checked by the time the stream ends (FormatError otherwise).
         """
 
+    def array(self, info: TensorInfo, role: str = "data") -> np.ndarray:
+        """One component as a 1-D numpy array of its storage dtype (bf16 and float8 as
+        unsigned integers of their width). Sources override this with a zero-copy view of the
+        mapped file for raw data; this default joins the stream (one copy)."""
+        import numpy as np
+
+        part = next(p for p in info.parts() if p.role == role)
+        data = b"".join(bytes(memoryview(p).cast("B")) for p in self.stream(info, role))
+        return np.frombuffer(data, dtype=np.dtype(DTYPES[part.dtype].storage))
+
     def release(self, info: TensorInfo) -> None:  # noqa: B027 - optional hook
         """Done with `info`: a mapped source drops its pages from memory here."""
 

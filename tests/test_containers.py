@@ -115,6 +115,8 @@ def test_safetensors_rules(tmp_path: Path, header: dict, data: bytes, code: str)
 
 
 def test_safetensors_hostile_headers(tmp_path: Path) -> None:
+    """Decision: sniffing does not compare the header size with the file, so a truncated or
+    hostile file is named safetensors and reported (ST_HEADER_SIZE), not "unknown"."""
     huge = struct.pack("<Q", 200_000_000) + b'{"a":' + bytes(100)
     assert codes_of(report_of(tmp_path, huge, "a.safetensors")) == {stc.ST_HEADER_SIZE}
     entry = b'{"dtype":"U8","shape":[1],"data_offsets":[0,1]}'
@@ -304,6 +306,8 @@ def test_round_trip_through_every_pair_of_formats(tensors, route, compress) -> N
 
 
 def test_same_input_same_bytes(tmp_path: Path) -> None:
+    """Decision: zstd output is single-threaded with the frame content size and checksum, so
+    the same tensors and level give the same bytes on any machine."""
     src = tmp_path / "in.npz"
     np.savez(src, w=np.arange(100, dtype=np.float32), b=np.ones(3, bool))
     outs = []

@@ -474,3 +474,32 @@ def _run(
         **summary,
     }
     return result
+
+
+@contextlib.contextmanager
+def open_source(path: str) -> Iterator[TensorSource]:
+    """Any tensor container, sniffed from its bytes, opened for reading (library use):
+
+        with open_source("model.zt") as src:
+            for info in src.tensors():
+                arr = src.array(info)  # zero-copy for raw data
+    """
+    from matrixctl.convert import TENSOR_CONTAINERS
+    from matrixctl.formats import registry
+    from matrixctl.io import Source
+
+    with Source.open(path) as src:
+        fmt = registry.sniff(src)
+        container = next((c for c in TENSOR_CONTAINERS if c.format == fmt), None)
+        if container is None or container.io()[0] is None:
+            raise FormatError(
+                codes.UNKNOWN_FORMAT,
+                f"not a tensor container matrixctl reads (format: {fmt or 'unknown'})",
+                path=src.name,
+                offset=0,
+            )
+        source: TensorSource = container.io()[0](src)
+        try:
+            yield source
+        finally:
+            source.close()

@@ -36,6 +36,7 @@ from matrixctl.tensors import (
     drop_pages,
     element_count,
     mapped_chunks,
+    storage_array,
 )
 
 if TYPE_CHECKING:
@@ -306,6 +307,11 @@ class StSource(TensorSource):
     def stream(self, info: TensorInfo, role: str = "data") -> Iterator[Any]:
         t = self._by_name[info.name]
         return mapped_chunks(self.src.buf, t.offset, t.nbytes)
+
+    def array(self, info: TensorInfo, role: str = "data") -> Any:
+        """Zero-copy view of the tensor's bytes in the mapped file."""
+        t = self._by_name[info.name]
+        return storage_array(memoryview(self.src.buf)[t.offset : t.offset + t.nbytes], t.dtype)
 
     def release(self, info: TensorInfo) -> None:
         t = self._by_name[info.name]
