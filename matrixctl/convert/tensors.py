@@ -480,9 +480,9 @@ def _run(
 def open_source(path: str) -> Iterator[TensorSource]:
     """Any tensor container, sniffed from its bytes, opened for reading (library use):
 
-        with open_source("model.zt") as src:
-            for info in src.tensors():
-                arr = src.array(info)  # zero-copy for raw data
+    with open_source("model.zt") as src:
+        for info in src.tensors():
+            arr = src.array(info)  # zero-copy for raw data
     """
     from matrixctl.convert import TENSOR_CONTAINERS
     from matrixctl.formats import registry
