@@ -308,7 +308,7 @@ class StSource(TensorSource):
         t = self._by_name[info.name]
         return mapped_chunks(self.src.buf, t.offset, t.nbytes)
 
-    def array(self, info: TensorInfo, role: str = "data") -> Any:
+    def array(self, info: TensorInfo, role: str = "data", *, verify: bool = True) -> Any:
         """Zero-copy view of the tensor's bytes in the mapped file."""
         t = self._by_name[info.name]
         return storage_array(memoryview(self.src.buf)[t.offset : t.offset + t.nbytes], t.dtype)

@@ -803,13 +803,13 @@ class ZtSource(TensorSource):
         obj = self.zt.objects[info.name]
         return stream_component(self.src.buf, obj, obj.components[role])
 
-    def array(self, info: TensorInfo, role: str = "data") -> Any:
-        """Zero-copy view of raw data (after the digest check, when there is one)."""
+    def array(self, info: TensorInfo, role: str = "data", *, verify: bool = True) -> Any:
+        """Zero-copy view of raw data (after the digest check, unless `verify=False`)."""
         obj = self.zt.objects[info.name]
         comp = obj.components[role]
         if comp.encoding != "raw":
-            return super().array(info, role)
-        if comp.digest:
+            return super().array(info, role, verify=verify)
+        if comp.digest and verify:
             for _ in stream_component(self.src.buf, obj, comp):
                 pass
         return storage_array(memoryview(self.src.buf)[comp.offset : comp.end], comp.dtype)
