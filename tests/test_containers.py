@@ -462,3 +462,31 @@ def test_svgt_to_svg_still_converts(tmp_path: Path) -> None:
     out = tmp_path / "a.svg"
     assert run_cli("convert", str(src), str(out)).code == 0
     assert out.read_text().startswith("<svg")
+
+
+def test_quantized_group_passes_through_ztensor_and_is_refused_elsewhere(tmp_path: Path) -> None:
+    """quantized_group components are carried as they are (never cast or dequantized)."""
+    from tests.ztcraft import blob_file
+
+    q = {
+        "q": (
+            {"shape": [4, 8], "format": "quantized_group", "attributes": {"bits": 4, "group_size": 8}},
+            {
+                "packed_weight": ({"dtype": "i32"}, bytes(range(16))),
+                "scales": ({"dtype": "f16"}, np.ones(4, "<f2").tobytes()),
+                "zeros": ({"dtype": "f16"}, np.zeros(4, "<f2").tobytes()),
+            },
+        )
+    }
+    src = tmp_path / "q.zt"
+    src.write_bytes(blob_file(q))
+    out = tmp_path / "q2.zt"
+    assert run_cli("convert", str(src), str(out), "--compress", "zstd").code == 0
+    f = zt.parse(out.read_bytes(), out.stat().st_size)
+    assert f.objects["q"].layout == "quantized_group"
+    assert f.objects["q"].attributes == {"bits": 4, "group_size": 8}
+    assert examine(str(out), scan=True)[0].ok()
+    refused = run_cli("convert", str(src), str(tmp_path / "q.safetensors"))
+    assert refused.code == 1 and "quantized_group" in refused.stderr
+    cast = run_cli("convert", str(src), str(tmp_path / "q3.zt"), "--dtype", "q=f32")
+    assert cast.code == 1 and "not cast" in cast.stderr
