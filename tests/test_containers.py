@@ -470,7 +470,11 @@ def test_quantized_group_passes_through_ztensor_and_is_refused_elsewhere(tmp_pat
 
     q = {
         "q": (
-            {"shape": [4, 8], "format": "quantized_group", "attributes": {"bits": 4, "group_size": 8}},
+            {
+                "shape": [4, 8],
+                "format": "quantized_group",
+                "attributes": {"bits": 4, "group_size": 8},
+            },
             {
                 "packed_weight": ({"dtype": "i32"}, bytes(range(16))),
                 "scales": ({"dtype": "f16"}, np.ones(4, "<f2").tobytes()),
