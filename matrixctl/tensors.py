@@ -253,6 +253,7 @@ class TensorSink(ABC):
     dtypes: frozenset[str] = frozenset(DTYPES)
     layouts: frozenset[str] = frozenset({"dense"})
     max_tensors: int | None = None  # e.g. 1 for .npy
+    min_tensors: int = 0  # e.g. 1 for .npy: an empty .npy cannot exist
     keeps_names: bool = True
     keeps_metadata: bool = False
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 import tempfile
 import zipfile
@@ -289,8 +290,12 @@ def test_round_trip_through_every_pair_of_formats(tensors, route, compress) -> N
         first = Path(tmp) / "start.npz"
         np.savez(first, **arrays)
         current = first
+        only = next(iter(arrays))
+        if len(arrays) == 1 and re.fullmatch(r"[a-z0-9_][a-z0-9_.]*", only):
+            route = [*route, "npy"]  # a .npy holds one tensor, named after the file
         for i, fmt in enumerate([*route, "npz"]):
-            nxt = Path(tmp) / f"step{i}{FORMATS[fmt]}"
+            ext = ".npy" if fmt == "npy" else FORMATS[fmt]
+            nxt = Path(tmp) / (f"{only}{ext}" if fmt == "npy" else f"step{i}{ext}")
             args = ["convert", str(current), str(nxt)]
             if compress and fmt == "ztensor":
                 args += ["--compress", compress]
@@ -494,3 +499,17 @@ def test_quantized_group_passes_through_ztensor_and_is_refused_elsewhere(tmp_pat
     assert refused.code == 1 and "quantized_group" in refused.stderr
     cast = run_cli("convert", str(src), str(tmp_path / "q3.zt"), "--dtype", "q=f32")
     assert cast.code == 1 and "not cast" in cast.stderr
+
+
+def test_names_a_destination_cannot_hold(tmp_path: Path) -> None:
+    src = tmp_path / "m.zt"
+    from tests.ztcraft import blob_file, dense
+
+    src.write_bytes(blob_file({"__metadata__": dense([1], "u8", b"\x01")}))
+    result = run_cli("convert", str(src), str(tmp_path / "m.safetensors"))
+    assert result.code == 1 and "reserves the name" in result.stderr
+    empty = tmp_path / "e.safetensors"
+    empty.write_bytes(st_file({}, b""))
+    result = run_cli("convert", str(empty), str(tmp_path / "e.npy"))
+    assert result.code == 1 and "at least 1" in result.stderr
+    assert run_cli("convert", str(empty), str(tmp_path / "e.zt")).code == 0

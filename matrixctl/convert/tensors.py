@@ -351,6 +351,11 @@ def plan_tensors(
             f"{', ...' if len(plan) > 4 else ''})",
             hint="choose one with --select NAME, or write .npz, .safetensors or .zt",
         )
+    if len(plan) < sink.min_tensors:
+        raise FormatError(
+            CONVERT_REFUSED,
+            f"{sink.format} needs at least {sink.min_tensors} tensor, the input has none",
+        )
     return plan, len(infos)
 
 

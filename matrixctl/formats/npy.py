@@ -249,6 +249,7 @@ class NpySink(TensorSink):
     format = NPY
     dtypes = frozenset(d.name for d in DTYPES.values() if d.numeric)
     max_tensors = 1
+    min_tensors = 1
 
     def begin(self, out: Outputs, plan: list[TensorInfo], metadata: Mapping[str, Any]) -> None:
         self.fp = out.main

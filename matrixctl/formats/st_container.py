@@ -342,6 +342,11 @@ class StSink(TensorSink):
     dtypes = frozenset(d.name for d in DTYPES.values() if d.safetensors)
     keeps_metadata = True
 
+    def refuse(self, info: TensorInfo) -> str | None:
+        if info.name == METADATA_KEY:
+            return f"safetensors reserves the name {METADATA_KEY} for file metadata"
+        return super().refuse(info)
+
     def order(self, plan: list[TensorInfo]) -> list[TensorInfo]:
         rank = {name: i for i, name in enumerate(WRITE_ORDER)}
         return sorted(plan, key=lambda i: (rank[DTYPES[i.dtype].safetensors or ""], i.name))
