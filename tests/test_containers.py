@@ -513,3 +513,53 @@ def test_names_a_destination_cannot_hold(tmp_path: Path) -> None:
     result = run_cli("convert", str(empty), str(tmp_path / "e.npy"))
     assert result.code == 1 and "at least 1" in result.stderr
     assert run_cli("convert", str(empty), str(tmp_path / "e.zt")).code == 0
+
+
+class _NamesSidecarSink(ct.TensorSink):
+    """A sink like STB: data in the main file, names in a sidecar; fails on a tensor named
+    'boom' after writing part of both."""
+
+    format = "test-sidecar"
+    keeps_names = False
+
+    def begin(self, out, plan, metadata) -> None:
+        self.main = out.main
+        self.names = out.sidecar(out.path + ".names")
+
+    def add(self, info, parts) -> None:
+        self.names.write(info.name.encode() + b"\n")
+        for piece in parts("data"):
+            self.main.write(piece)
+        if info.name == "boom":
+            raise ct.FormatError(ct.CONVERT_REFUSED, "boom")
+
+    def finish(self) -> dict:
+        return {}
+
+
+@pytest.mark.parametrize("names", [["a", "b"], ["a", "boom"]])
+def test_sidecars_appear_only_with_the_main_output(tmp_path: Path, names: list[str]) -> None:
+    from matrixctl.formats.npy import NpzSource
+    from matrixctl.io import Source
+
+    src = tmp_path / "in.npz"
+    np.savez(src, **{n: np.ones(2, np.float32) for n in names})
+    out = tmp_path / "out.bin"
+    with Source.open(str(src)) as source:
+        call = lambda: ct.convert(  # noqa: E731
+            source,
+            str(out),
+            {},
+            src_fmt="npz",
+            dst_fmt="test-sidecar",
+            source_cls=NpzSource,
+            sink_cls=_NamesSidecarSink,
+        )
+        if "boom" in names:
+            with pytest.raises(ct.FormatError):
+                call()
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npz"]
+        else:
+            call()
+            assert (tmp_path / "out.bin.names").read_bytes() == b"a\nb\n"
+            assert out.stat().st_size == 16
