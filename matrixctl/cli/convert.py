@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from matrixctl.cli.common import JsonOption, QuietOption, emit_json, note, warn
+from matrixctl.cli.common import JsonOption, QuietOption, emit_json, note, progress, warn
 
 
 def convert(
@@ -29,10 +29,57 @@ def convert(
             help="svgt -> svg: the atoms to draw (default: the first 256).",
         ),
     ] = None,
+    select: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--select",
+            metavar="GLOB",
+            help="Tensor containers: convert only tensors whose name matches GLOB (repeatable).",
+        ),
+    ] = None,
+    dtype: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dtype",
+            metavar="D|GLOB=D",
+            help="Tensor containers: cast every floating-point tensor to D, or the tensors "
+            "matching GLOB to D (repeatable; later ones win). Without it nothing is cast and "
+            "a tensor the output cannot hold is refused.",
+        ),
+    ] = None,
+    compress: Annotated[
+        str | None,
+        typer.Option(
+            "--compress",
+            metavar="zstd[:LEVEL]|none",
+            help="zTensor output: store components zstd-compressed (level 1-22, default 3).",
+        ),
+    ] = None,
+    digest: Annotated[
+        str | None,
+        typer.Option(
+            "--digest",
+            metavar="crc32c|sha256|none",
+            help="zTensor output: the per-component digest (default crc32c).",
+        ),
+    ] = None,
+    densify: Annotated[
+        bool,
+        typer.Option(
+            "--densify",
+            help="Store sparse tensors dense when the output has no sparse layout (lossless; "
+            "needs memory for one dense tensor).",
+        ),
+    ] = False,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
-    """Convert between formats. Today: SVG-Tensor to an SVG picture (`atoms.svgt atoms.svg`)."""
+    """Convert between formats: tensor containers (zTensor, safetensors, NumPy .npy/.npz) into
+    one another, and SVG-Tensor to an SVG picture (`atoms.svgt atoms.svg`).
+
+    Tensor names, shapes and values are preserved; a tensor the output cannot hold exactly is
+    refused (nothing is written) unless --dtype asks for a cast. Streams one tensor at a time.
+    """
     from matrixctl import convert as conv
     from matrixctl.errors import UsageError
     from matrixctl.formats import registry
@@ -48,15 +95,35 @@ def convert(
             from matrixctl.errors import FormatError
 
             raise FormatError(
-                UNKNOWN_FORMAT, "format not recognised from its bytes", path=source.name
+                UNKNOWN_FORMAT,
+                registry.explain_unknown(source) or "format not recognised from its bytes",
+                path=source.name,
             )
         converter = conv.find(src_fmt, dst_fmt)
-        options = {"atoms": atoms}
+        options: dict[str, Any] = {
+            "atoms": atoms,
+            "select": select or None,
+            "dtype": dtype or None,
+            "compress": compress,
+            "digest": digest,
+            "densify": densify or None,
+        }
         conv.check_options(converter, options)
-        result = converter.load()(source, dst, options)
+        if "progress" in converter.options:
+            with progress("converting", None) as bar:
+                options["progress"] = bar
+                result = converter.load()(source, dst, options)
+        else:
+            result = converter.load()(source, dst, options)
     for text in result.notes:
         warn(text)
     if json_out:
         emit_json({"input": src, "output": dst, "from": src_fmt, "to": dst_fmt, **result.summary})
     elif not quiet:
-        note(f"converted {src_fmt} -> {dst_fmt}: {dst}")
+        done = result.summary
+        if "tensors" in done:
+            note(
+                f"converted {done['tensors']} of {done['of']} tensors {src_fmt} -> {dst_fmt}: {dst}"
+            )
+        else:
+            note(f"converted {src_fmt} -> {dst_fmt}: {dst}")

@@ -5,6 +5,10 @@ the file's bytes; the destination format comes from `--to` or, failing that, fro
 file's extension (an output has no bytes to sniff yet). Each converter is a function
 `convert(source, dst_path, options) -> Result` in a module imported only when used; `source` is
 the opened input (`matrixctl.io.Source`), so stdin works too.
+
+Tensor containers need no converter per pair: each container is one line of
+`TENSOR_CONTAINERS` naming its `TensorSource` and/or `TensorSink` class (see
+`matrixctl.tensors`), and `matrixctl.convert.tensors` converts any source into any sink.
 """
 
 from __future__ import annotations
@@ -50,17 +54,68 @@ class Converter:
         return fn
 
 
+@dataclass(frozen=True)
+class Container:
+    """A tensor container. Its codec `module` defines `TENSOR_IO = {format: (SourceClass or
+    None, SinkClass or None)}` (see `matrixctl.tensors`); `extensions` name output files."""
+
+    format: str
+    module: str
+    extensions: tuple[str, ...] = ()
+
+    def io(self) -> tuple[Any, Any]:
+        classes: tuple[Any, Any] = importlib.import_module(self.module).TENSOR_IO[self.format]
+        return classes
+
+
+@dataclass(frozen=True)
+class TensorConverter(Converter):
+    """Any tensor container to any other, through `matrixctl.convert.tensors`."""
+
+    source_cls: Any = None
+    sink_cls: Any = None
+
+    def load(self) -> ConvertFn:
+        import functools
+
+        from matrixctl.convert import tensors
+
+        fn: ConvertFn = functools.partial(
+            tensors.convert,
+            src_fmt=self.src,
+            dst_fmt=self.dst,
+            source_cls=self.source_cls,
+            sink_cls=self.sink_cls,
+        )
+        return fn
+
+
+TENSOR_OPTIONS = ("select", "dtype", "compress", "digest", "densify", "progress")
+
 CONVERTERS: list[Converter] = [
     Converter("svgt", "svg", "matrixctl.convert.svg:svgt_to_svg", options=("atoms",)),
+]
+
+# One line per tensor container; `convert` goes from any of them to any other.
+TENSOR_CONTAINERS: list[Container] = [
+    Container("ztensor", "matrixctl.formats.ztensor", (".zt",)),
+    Container("safetensors", "matrixctl.formats.st_container", (".safetensors",)),
+    Container("npy", "matrixctl.formats.npy", (".npy",)),
+    Container("npz", "matrixctl.formats.npy", (".npz",)),
+    Container("ztensor-v2", "matrixctl.formats.ztensor2"),
 ]
 
 # Destination format by output extension (outputs only: inputs are always sniffed).
 OUTPUT_EXTENSIONS: dict[str, str] = {".svg": "svg"}
 
 
+def _writable() -> dict[str, Container]:
+    return {c.format: c for c in TENSOR_CONTAINERS}
+
+
 def destination_format(dst: str, to: str | None) -> str:
     if to:
-        known = {c.dst for c in CONVERTERS}
+        known = {c.dst for c in CONVERTERS} | set(_writable())
         if to not in known:
             raise UsageError(
                 f"--to {to!r} is not a format convert can write ({', '.join(sorted(known))})"
@@ -68,19 +123,43 @@ def destination_format(dst: str, to: str | None) -> str:
         return to
     ext = os.path.splitext(dst)[1].lower()
     fmt = OUTPUT_EXTENSIONS.get(ext)
+    for c in _writable().values():
+        if fmt is None and ext in c.extensions:
+            fmt = c.format
     if fmt is None:
         raise UsageError(
             f"cannot tell the output format from {dst!r}",
-            hint=f"name it with one of {', '.join(sorted(OUTPUT_EXTENSIONS))} or pass --to FORMAT",
+            hint=f"name it with one of {', '.join(sorted(_extensions()))} or pass --to FORMAT",
         )
     return fmt
+
+
+def _extensions() -> list[str]:
+    return [*OUTPUT_EXTENSIONS, *(e for c in _writable().values() for e in c.extensions)]
 
 
 def find(src_fmt: str, dst_fmt: str) -> Converter:
     for conv in CONVERTERS:
         if conv.src == src_fmt and conv.dst == dst_fmt:
             return conv
+    containers = {c.format: c for c in TENSOR_CONTAINERS}
+    if src_fmt in containers and dst_fmt in containers:
+        source_cls = containers[src_fmt].io()[0]
+        sink_cls = containers[dst_fmt].io()[1]
+        if source_cls is not None and sink_cls is not None:
+            return TensorConverter(
+                src_fmt,
+                dst_fmt,
+                "matrixctl.convert.tensors:convert",
+                TENSOR_OPTIONS,
+                source_cls=source_cls,
+                sink_cls=sink_cls,
+            )
     sources = sorted({c.src for c in CONVERTERS if c.dst == dst_fmt})
+    if dst_fmt in containers:
+        sources = sorted(c.format for c in TENSOR_CONTAINERS if c.io()[0] is not None)
+        if containers[dst_fmt].io()[1] is None:
+            sources = []
     raise UsageError(
         f"cannot convert {src_fmt} to {dst_fmt}",
         code=CONVERT_UNSUPPORTED,

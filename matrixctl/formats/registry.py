@@ -24,6 +24,18 @@ if TYPE_CHECKING:
 SNIFF_BYTES = 64
 
 
+def _sniff_safetensors(head: bytes, size: int) -> bool:
+    from matrixctl.formats.st_container import sniff
+
+    return sniff(head, size)
+
+
+def _sniff_npz(head: bytes, size: int) -> bool:
+    from matrixctl.formats.npy import sniff_npz
+
+    return sniff_npz(head, size)
+
+
 @dataclass(frozen=True)
 class Format:
     name: str
@@ -33,6 +45,7 @@ class Format:
     sniff: Callable[[bytes, int], bool] | None = None
     directory: Callable[[str], bool] | None = None
     extensions: tuple[str, ...] = ()
+    doc: str | None = None  # docs/formats/<doc>.md when it is not named after the format
 
     def matches(self, head: bytes, size: int) -> bool:
         if self.magic is not None:
@@ -77,6 +90,37 @@ FORMATS: list[Format] = [
         "matrixctl.validate.ingest_pack",
         directory=ingest_pack.is_pack,
     ),
+    Format(
+        "ztensor",
+        "zTensor v1.1",
+        "matrixctl.validate.ztensor",
+        magic=b"ZTEN1000",
+        extensions=(".zt",),
+    ),
+    Format(
+        "safetensors",
+        "safetensors",
+        "matrixctl.validate.st_container",
+        sniff=_sniff_safetensors,
+        extensions=(".safetensors",),
+    ),
+    Format(
+        "npy", "NumPy array", "matrixctl.validate.npy", magic=b"\x93NUMPY", extensions=(".npy",)
+    ),
+    Format(
+        "npz",
+        "NumPy archive",
+        "matrixctl.validate.npz",
+        sniff=_sniff_npz,
+        extensions=(".npz",),
+        doc="npy",
+    ),
+    Format(
+        "ztensor-v2",
+        "zTensor v2 (ztensor 2.x)",
+        "matrixctl.validate.ztensor2",
+        magic=b"\x89ZT2\r\n\x1a\n",
+    ),
 ]
 
 _BY_NAME = {f.name: f for f in FORMATS}
@@ -114,6 +158,15 @@ def sniff_dir(path: str) -> Format | None:
 
 # Known formats matrixctl does not read, recognised so the message can say what the file is.
 FOREIGN_MAGIC: list[tuple[bytes, str]] = []
+FOREIGN_MAGIC.append(
+    (
+        b"PK\x03\x04",
+        "a ZIP archive that is not a NumPy .npz (a PyTorch checkpoint is never loaded)",
+    )
+)
+FOREIGN_MAGIC += [
+    (b"\x80" + bytes([p]), "a Python pickle: never loaded, it could run code") for p in (2, 3, 4, 5)
+]
 
 
 def explain_unknown(src: Source) -> str | None:

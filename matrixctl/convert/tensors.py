@@ -1,0 +1,510 @@
+"""The one converter between tensor containers: any `TensorSource` to any `TensorSink`.
+
+    source.tensors() -> --select -> dtype casts / densify -> sink.refuse() for every tensor
+    -> sink.order() -> sink.begin(plan) -> for each tensor: sink.add(info, streams)
+    -> sink.finish()    (all outputs atomic: nothing is left behind on any failure)
+
+Lossless by default: a tensor the destination cannot hold as it is (a dtype or layout it
+lacks) is refused before anything is written, naming the tensor and the reason; `--dtype`
+asks for a cast, and a cast that would change a value beyond rounding (overflow to infinity,
+out-of-range or fractional values into integers, a non-zero imaginary part dropped, a value
+other than 0/1 into bool) is refused too, naming the element. Memory: one chunk of one tensor
+at a time (zero-copy slices for raw data; mapped pages are dropped after each tensor), except
+`--densify`, which builds one dense tensor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from matrixctl import codes, tensors
+from matrixctl.convert import Result
+from matrixctl.errors import FormatError, UsageError
+from matrixctl.io import STDIO, atomic_output
+from matrixctl.tensors import (
+    DTYPES,
+    Outputs,
+    TensorInfo,
+    TensorSink,
+    TensorSource,
+    dtype_named,
+    human_bytes,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from matrixctl.io import Source
+
+G = "convert"
+CONVERT_REFUSED = codes.define(
+    "CONVERT_REFUSED",
+    "The destination cannot hold a tensor as it is (dtype, layout, count); nothing was written. "
+    "--dtype casts, --densify stores sparse tensors dense.",
+    group=G,
+)
+CONVERT_CAST = codes.define(
+    "CONVERT_CAST",
+    "A --dtype cast would change a value beyond rounding (overflow to infinity, out of range, "
+    "a fraction or an imaginary part dropped, a bool other than 0/1); nothing was written.",
+    group=G,
+)
+CONVERT_EMPTY = codes.define("CONVERT_EMPTY", "--select matched no tensor of the input.", group=G)
+
+
+def open_checked(src: Source, fmt: str) -> Any:
+    """Load `src` with its format's handler and run the structural rules; raise the first error
+    as a FormatError (the same code `verify` reports). Returns the handler's subject."""
+    from matrixctl.codes import Severity
+    from matrixctl.validate.engine import handler, run_rules
+    from matrixctl.validate.findings import FileReport
+
+    subject = handler(fmt).load(src)
+    report = FileReport(src.name, fmt)
+    run_rules(fmt, subject, report, scan=False)
+    for f in report.findings:
+        if f.severity is Severity.ERROR:
+            raise FormatError(f.code, f.message, path=src.name, offset=f.offset, field=f.field)
+    return subject
+
+
+drop_pages = tensors.drop_pages  # re-exported for codecs written against this module
+
+
+# Options ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CastRule:
+    pattern: str | None  # None: every floating-point tensor
+    dtype: str
+
+
+def parse_casts(values: list[str] | None) -> list[CastRule]:
+    rules = []
+    for text in values or []:
+        pattern, sep, name = text.rpartition("=")
+        target = dtype_named(name)
+        if target is None:
+            raise UsageError(
+                f"--dtype {text!r}: unknown dtype {name!r}",
+                hint=f"dtypes: {', '.join(DTYPES)}",
+            )
+        rules.append(CastRule(pattern if sep else None, target.name))
+    return rules
+
+
+def cast_target(info: TensorInfo, rules: list[CastRule]) -> str | None:
+    target = None
+    for r in rules:
+        if r.pattern is None:
+            if DTYPES[info.dtype].kind == "float":
+                target = r.dtype
+        elif fnmatch.fnmatchcase(info.name, r.pattern):
+            target = r.dtype
+    return None if target == info.dtype else target
+
+
+def select(infos: list[TensorInfo], patterns: list[str] | None) -> list[TensorInfo]:
+    if not patterns:
+        return infos
+    return [i for i in infos if any(fnmatch.fnmatchcase(i.name, p) for p in patterns)]
+
+
+# Casting ------------------------------------------------------------------------------------
+
+
+def _numeric(arr: np.ndarray, dtype: str) -> np.ndarray:
+    """Storage bytes -> numbers (bf16/float8 through ml_dtypes)."""
+    d = DTYPES[dtype]
+    if d.numeric:
+        return arr
+    import ml_dtypes
+
+    return arr.view(getattr(ml_dtypes, d.ml_dtypes or ""))
+
+
+def _to_storage(values: np.ndarray, dtype: str) -> np.ndarray:
+    import numpy as np
+
+    d = DTYPES[dtype]
+    if d.numeric:
+        return values.astype(np.dtype(d.storage), copy=False)
+    import ml_dtypes
+
+    return values.astype(getattr(ml_dtypes, d.ml_dtypes or "")).view(np.dtype(d.storage))
+
+
+def cast_chunk(raw: np.ndarray, src: str, dst: str, name: str, base: int) -> np.ndarray:
+    """Cast one chunk (storage dtype of `src`) to storage of `dst`; refuse value changes
+    beyond rounding. `base` is the index of the chunk's first element (for messages)."""
+    import numpy as np
+
+    with np.errstate(all="ignore"):  # overflow is detected below and refused by name
+        return _cast_chunk(raw, src, dst, name, base)
+
+
+def _cast_chunk(raw: np.ndarray, src: str, dst: str, name: str, base: int) -> np.ndarray:
+    import numpy as np
+
+    s, d = DTYPES[src], DTYPES[dst]
+    x = _numeric(raw, src)
+    if s.kind == "bool":
+        x = x.astype(np.uint8)
+
+    def refuse(mask: np.ndarray, why: str) -> None:
+        bad = np.flatnonzero(mask)
+        if bad.size:
+            i = int(bad[0])
+            raise FormatError(
+                CONVERT_CAST,
+                f"tensor {name!r}: casting {src} to {dst} {why} at element {base + i:,} "
+                f"(value {x.reshape(-1)[i]!r}); {bad.size:,} such element(s) in this chunk",
+                field=f"{name}[{base + i}]",
+            )
+
+    if s.kind == "complex" and d.kind != "complex":
+        refuse(x.imag != 0, "would drop a non-zero imaginary part")
+        x = x.real
+    if d.kind == "bool":
+        refuse((x != 0) & (x != 1), "needs 0 or 1")
+        return (x != 0).astype(np.uint8).view(np.bool_)
+    if d.kind in ("int", "uint"):
+        info = np.iinfo(np.dtype(d.storage))
+        if x.dtype.kind == "f" or (not DTYPES[src].numeric):
+            xf = x.astype(np.float64)
+            refuse(~np.isfinite(xf), "has no integer for a non-finite value")
+            refuse(xf != np.floor(xf), "would drop a fraction")
+            refuse((xf < info.min) | (xf > info.max), "is out of range")
+            out = x.astype(np.dtype(d.storage))
+            # float64 cannot hold every int64: compare back to catch edge rounding.
+            refuse(out.astype(np.float64) != xf, "is out of range")
+            return out
+        xi = x
+        if xi.dtype.kind == "u" and info.min < 0:
+            refuse(xi > info.max, "is out of range")
+        elif xi.dtype.kind == "i" and info.min == 0:
+            refuse((xi < 0) | (xi > info.max), "is out of range")
+        else:
+            refuse((xi < info.min) | (xi > info.max), "is out of range")
+        return xi.astype(np.dtype(d.storage))
+    # float or complex destination
+    out = _to_storage(x, dst)
+    back = _numeric(out, dst)
+    if x.dtype.kind in "fc" or not DTYPES[src].numeric:
+        finite_in = np.isfinite(x.astype(np.complex128 if x.dtype.kind == "c" else np.float64))
+    else:
+        finite_in = np.ones(x.shape, dtype=bool)
+    finite_out = np.isfinite(back.astype(np.complex128 if d.kind == "complex" else np.float64))
+    refuse(finite_in & ~finite_out, "overflows to infinity (or NaN)")
+    return out
+
+
+def _aligned(stream: Iterator[Any], itemsize: int) -> Iterator[bytes | memoryview]:
+    """Re-chunk a byte stream so every piece holds whole elements."""
+    rest = b""
+    for piece in stream:
+        mv = memoryview(piece).cast("B")
+        if rest:
+            buf = rest + bytes(mv)
+            cut = len(buf) - len(buf) % itemsize
+            rest = buf[cut:]
+            if cut:
+                yield buf[:cut]
+            continue
+        cut = len(mv) - len(mv) % itemsize
+        if cut:
+            yield mv[:cut]
+        rest = bytes(mv[cut:])
+    if rest:
+        yield rest
+
+
+def cast_stream(stream: Iterator[Any], src: str, dst: str, name: str) -> Iterator[np.ndarray]:
+    import numpy as np
+
+    base = 0
+    storage = np.dtype(DTYPES[src].storage)
+    for piece in _aligned(stream, storage.itemsize):
+        raw = np.frombuffer(piece, dtype=storage)
+        yield cast_chunk(raw, src, dst, name, base)
+        base += raw.size
+
+
+# Densify ------------------------------------------------------------------------------------
+
+
+def densify(source: TensorSource, info: TensorInfo) -> np.ndarray:
+    """A sparse tensor as a dense C-order array of its values' storage dtype."""
+    import numpy as np
+
+    def part(role: str) -> np.ndarray:
+        comp = next(c for c in info.components if c.role == role)
+        data = b"".join(bytes(p) for p in source.stream(info, role))
+        return np.frombuffer(data, dtype=np.dtype(DTYPES[comp.dtype].storage))
+
+    values = part("values")
+    dense = np.zeros(info.count, dtype=values.dtype)
+    flat: Any
+    if info.layout == "sparse_csr":
+        rows, cols = info.shape
+        indptr = part("indptr").astype(np.int64)
+        indices = part("indices").astype(np.int64)
+        row_of = np.repeat(np.arange(rows, dtype=np.int64), np.diff(indptr))
+        flat = row_of * cols + indices
+    else:
+        coords = part("coords").astype(np.int64).reshape(len(info.shape), values.size)
+        flat = np.zeros(values.size, dtype=np.int64)
+        if info.shape:
+            flat = np.ravel_multi_index(tuple(coords), info.shape)
+        if np.unique(flat).size != flat.size:
+            raise FormatError(
+                CONVERT_REFUSED,
+                f"tensor {info.name!r}: sparse_coo lists a coordinate twice; densifying would "
+                "have to drop or add values",
+                field=info.name,
+            )
+    dense[flat] = values
+    return dense
+
+
+# The converter ------------------------------------------------------------------------------
+
+
+@dataclass
+class Planned:
+    src: TensorInfo  # as the source has it
+    out: TensorInfo  # as the sink receives it
+    cast: str | None = None
+    densify: bool = False
+
+
+def _refusal_hint(info: TensorInfo, sink: TensorSink) -> str:
+    if info.layout in ("sparse_csr", "sparse_coo") and "dense" in sink.layouts:
+        return (
+            f"pass --densify to store it dense ({human_bytes(info.nbytes)}), or convert to .zt "
+            "to keep it sparse"
+        )
+    if info.layout != "dense":
+        return "convert to .zt to keep it as it is"
+    d = DTYPES[info.dtype]
+    if d.kind == "float" and d.itemsize <= 2 and "f32" in sink.dtypes:
+        return (
+            f"--dtype f32 widens {info.dtype} exactly (or --dtype '{info.name}=f32' for it alone)"
+        )
+    if d.name == "complex128":
+        return "no destination dtype holds complex128 exactly; convert to .zt or .npy"
+    return "pass --dtype to cast it, or --select to leave it out"
+
+
+def plan_tensors(
+    source: TensorSource, sink: TensorSink, options: dict[str, Any]
+) -> tuple[list[Planned], int]:
+    infos = source.tensors()
+    chosen = select(infos, options.get("select"))
+    if options.get("select") and not chosen:
+        raise UsageError(
+            f"--select {' '.join(options['select'])} matched none of the {len(infos)} tensors",
+            code=CONVERT_EMPTY,
+        )
+    rules = parse_casts(options.get("dtype"))
+    plan: list[Planned] = []
+    for info in chosen:
+        item = Planned(info, info)
+        sparse = info.layout in ("sparse_csr", "sparse_coo")
+        if sparse and options.get("densify") and info.layout not in sink.layouts:
+            item.densify = "dense" in sink.layouts
+            if item.densify:
+                item.out = TensorInfo(info.name, info.dtype, info.shape, "dense", (), {})
+        target = cast_target(item.out, rules)
+        if target is not None:
+            if item.out.layout == "quantized_group":
+                raise FormatError(
+                    CONVERT_REFUSED,
+                    f"tensor {info.name!r} is quantized_group: its packed components are not cast",
+                    field=info.name,
+                )
+            item.cast = target
+            comps = tuple(
+                replace(c, dtype=target) if c.role == "values" else c for c in item.out.components
+            )
+            item.out = replace(item.out, dtype=target, components=comps)
+        why = sink.refuse(item.out)
+        if why is not None:
+            raise FormatError(
+                CONVERT_REFUSED,
+                f"tensor {info.name!r} ({item.out.layout} {item.out.dtype} "
+                f"{list(item.out.shape)}): {why}; nothing was written",
+                field=info.name,
+                hint=_refusal_hint(item.out, sink),
+            )
+        plan.append(item)
+    if sink.max_tensors is not None and len(plan) > sink.max_tensors:
+        names = ", ".join(repr(p.src.name) for p in plan[:4])
+        raise FormatError(
+            CONVERT_REFUSED,
+            f"{sink.format} holds {sink.max_tensors} tensor, the input has {len(plan)} ({names}"
+            f"{', ...' if len(plan) > 4 else ''})",
+            hint="choose one with --select NAME, or write .npz, .safetensors or .zt",
+        )
+    if len(plan) < sink.min_tensors:
+        raise FormatError(
+            CONVERT_REFUSED,
+            f"{sink.format} needs at least {sink.min_tensors} tensor, the input has none",
+        )
+    return plan, len(infos)
+
+
+def _streams(source: TensorSource, item: Planned) -> Callable[[str], Iterator[Any]]:
+    cache: dict[str, Any] = {}
+
+    def parts(role: str) -> Iterator[Any]:
+        if item.densify:
+            if "dense" not in cache:
+                cache["dense"] = densify(source, item.src)
+            stream: Iterator[Any] = iter([cache["dense"].view("u1")] if cache["dense"].size else [])
+            src_dtype = item.src.dtype
+        else:
+            stream = source.stream(item.src, role)
+            src_dtype = next(p.dtype for p in item.src.parts() if p.role == role)
+        if item.cast is not None and role in ("data", "values"):
+            return cast_stream(stream, src_dtype, item.cast, item.src.name)
+        return stream
+
+    return parts
+
+
+class _Ticking:
+    def __init__(self, stream: Iterator[Any], tick: Callable[[int], None]) -> None:
+        self.stream = stream
+        self.tick = tick
+
+    def __iter__(self) -> Iterator[Any]:
+        for piece in self.stream:
+            yield piece
+            self.tick(memoryview(piece).nbytes)
+
+
+def convert(
+    src: Source,
+    dst_path: str,
+    options: dict[str, Any],
+    *,
+    src_fmt: str,
+    dst_fmt: str,
+    source_cls: type[TensorSource],
+    sink_cls: type[TensorSink],
+) -> Result:
+    sink_options = {k: v for k, v in options.items() if v is not None}
+    for opt in ("compress", "digest"):
+        if options.get(opt) is not None and opt not in getattr(sink_cls, "accepts", ()):
+            raise UsageError(f"--{opt} applies to zTensor output only, not {dst_fmt}")
+    if options.get("compress") is not None:
+        from matrixctl.formats.ztensor import parse_compress
+
+        sink_options["compress_level"] = parse_compress(options["compress"])
+    if options.get("digest") is not None:
+        digest = str(options["digest"]).lower()
+        sink_options["digest"] = None if digest == "none" else digest
+    parse_casts(options.get("dtype"))  # usage errors before reading anything
+    source = source_cls(src)  # type: ignore[call-arg]
+    try:
+        return _run(source, src, dst_path, options, sink_options, src_fmt, dst_fmt, sink_cls)
+    finally:
+        source.close()
+
+
+def _run(
+    source: TensorSource,
+    src: Source,
+    dst_path: str,
+    options: dict[str, Any],
+    sink_options: dict[str, Any],
+    src_fmt: str,
+    dst_fmt: str,
+    sink_cls: type[TensorSink],
+) -> Result:
+    sink = sink_cls(sink_options)
+    try:
+        plan, total = plan_tensors(source, sink, options)
+    except FormatError as err:
+        raise err.with_path(src.name) from None
+    ordered_out = sink.order([p.out for p in plan])
+    by_name = {p.out.name: p for p in plan}
+    plan = [by_name[i.name] for i in ordered_out]
+    metadata = source.metadata()
+    result = Result()
+    if metadata and not sink.keeps_metadata:
+        result.notes.append(
+            f"{dst_fmt} has no place for file metadata: dropped {', '.join(sorted(metadata))}"
+        )
+    dropped_attrs = [p.src.name for p in plan if p.src.attributes and p.out.layout == "dense"]
+    if dropped_attrs and not sink.keeps_metadata:
+        result.notes.append(
+            f"tensor attributes of {', '.join(dropped_attrs[:5])} have no place in {dst_fmt}"
+        )
+    bar = options.get("progress")
+    logical = sum(p.out.stored_nbytes for p in plan)
+    if bar is not None:
+        bar.total(logical)
+    tick: Callable[[int], None] = bar.advance if bar is not None else (lambda n: None)
+    with contextlib.ExitStack() as stack:
+        main = stack.enter_context(atomic_output(dst_path, what=f"a {dst_fmt} file"))
+
+        def open_extra(path: str) -> BinaryIO:
+            if dst_path == STDIO:
+                raise UsageError(f"{dst_fmt} output needs a sidecar file: name an output file")
+            return stack.enter_context(atomic_output(path, what=f"a {dst_fmt} sidecar"))
+
+        sink.begin(Outputs(main, dst_path, open_extra), [p.out for p in plan], metadata)
+        for item in plan:
+            streams = _streams(source, item)
+            try:
+                sink.add(item.out, lambda role, s=streams: iter(_Ticking(s(role), tick)))  # type: ignore[misc]
+            except FormatError as err:
+                raise err.with_path(src.name) from None
+            source.release(item.src)
+        summary = sink.finish()
+    result.notes.extend(sink.notes())
+    result.summary = {
+        "tensors": len(plan),
+        "of": total,
+        "logical_bytes": logical,
+        "cast": {p.out.name: p.cast for p in plan if p.cast},
+        "densified": [p.out.name for p in plan if p.densify],
+        **summary,
+    }
+    return result
+
+
+@contextlib.contextmanager
+def open_source(path: str) -> Iterator[TensorSource]:
+    """Any tensor container, sniffed from its bytes, opened for reading (library use):
+
+    with open_source("model.zt") as src:
+        for info in src.tensors():
+            arr = src.array(info)  # zero-copy for raw data
+    """
+    from matrixctl.convert import TENSOR_CONTAINERS
+    from matrixctl.formats import registry
+    from matrixctl.io import Source
+
+    with Source.open(path) as src:
+        fmt = registry.sniff(src)
+        container = next((c for c in TENSOR_CONTAINERS if c.format == fmt), None)
+        if container is None or container.io()[0] is None:
+            raise FormatError(
+                codes.UNKNOWN_FORMAT,
+                f"not a tensor container matrixctl reads (format: {fmt or 'unknown'})",
+                path=src.name,
+                offset=0,
+            )
+        source: TensorSource = container.io()[0](src)
+        try:
+            yield source
+        finally:
+            source.close()

@@ -1,0 +1,543 @@
+"""NumPy `.npy` (one array) and `.npz` (a ZIP of `.npy` members), for `convert`.
+
+.npy byte layout (numpy/lib/format.py, "NEP 1"):
+
+    0    6   magic b"\\x93NUMPY"
+    6    1   major version (1, 2 or 3)
+    7    1   minor version (0)
+    8    2|4 header length H (u16 LE in 1.0; u32 LE in 2.0 and 3.0)
+    ..   H   a Python dict literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+             padded with spaces and a final newline so the data starts at a multiple of 64
+    ..       the data, count x itemsize bytes
+
+Only plain numeric and bool dtypes are tensors here: object arrays (which need pickle) are
+never read, and structured, string and void dtypes are refused with a clear error. The header
+is parsed with `ast.literal_eval` (literals only, no code) after a size limit, like numpy does.
+Big-endian and Fortran-ordered arrays are read and converted to little-endian C order (both
+lossless). The writers give what `numpy.save` gives; `.npz` members are stored (not deflated)
+with a fixed timestamp, so the same tensors give the same bytes.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import struct
+import zipfile
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from matrixctl import codes
+from matrixctl.errors import FormatError
+from matrixctl.tensors import (
+    CHUNK_BYTES,
+    DTYPES,
+    Outputs,
+    PartStreams,
+    TensorInfo,
+    TensorSink,
+    TensorSource,
+    chunked,
+    drop_pages,
+    element_count,
+    mapped_chunks,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from matrixctl.io import Source
+
+NPY = "npy"
+NPZ = "npz"
+MAGIC = b"\x93NUMPY"
+MAX_HEADER = 10_000  # numpy's own default limit for untrusted headers
+ALIGN = 64
+GROWTH_AXIS_MAX_DIGITS = 21  # numpy pads the header so the growth axis can be rewritten in place
+ZIP_MAGIC = b"PK\x03\x04"
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # the earliest a ZIP can say: no wall-clock time in outputs
+DEFLATE_MAX_RATIO = 1032  # deflate cannot expand beyond ~1032:1
+# numpy descr (after normalising byte order) -> dtype name
+BY_DESCR = {
+    np_str: d.name
+    for d in DTYPES.values()
+    if d.numeric
+    for np_str in {d.storage, d.storage.replace("<", ">")}
+}
+
+G = "npy"
+NPY_HEADER = codes.define(
+    "NPY_HEADER",
+    "The .npy header is malformed: bad magic or version, too long, not a dict literal, or "
+    "missing descr, fortran_order or shape.",
+    group=G,
+)
+NPY_DTYPE = codes.define(
+    "NPY_DTYPE",
+    "The array's dtype is not a tensor dtype (object, structured, string or void arrays are "
+    "not read).",
+    group=G,
+)
+NPY_SIZE = codes.define("NPY_SIZE", "The data is shorter than shape and dtype require.", group=G)
+NPY_TRAILING = codes.define(
+    "NPY_TRAILING",
+    "Bytes follow the array data.",
+    group=G,
+    severity=codes.Severity.WARNING,
+)
+NPY_BOOL = codes.define("NPY_BOOL", "A bool element is a byte other than 0x00 or 0x01.", group=G)
+NPZ_ZIP = codes.define(
+    "NPZ_ZIP",
+    "The .npz is not a readable ZIP archive (damaged directory, encrypted or unsupported "
+    "member, CRC mismatch).",
+    group=G,
+)
+NPZ_MEMBER = codes.define(
+    "NPZ_MEMBER",
+    "A .npz member is not an .npy file, or two members have the same name.",
+    group=G,
+)
+NPZ_NON_NPY = codes.define(
+    "NPZ_NON_NPY",
+    "A member of the .npz does not end in .npy; it is not a tensor and is ignored.",
+    group=G,
+    severity=codes.Severity.WARNING,
+)
+
+
+@dataclass(frozen=True)
+class NpyHeader:
+    version: tuple[int, int]
+    dtype: str  # zTensor name
+    descr: str
+    big_endian: bool
+    fortran: bool
+    shape: tuple[int, ...]
+    data_offset: int  # relative to the start of the .npy
+
+    @property
+    def nbytes(self) -> int:
+        return element_count(self.shape) * DTYPES[self.dtype].itemsize
+
+
+def parse_header(head: bytes, where: str = "header", base: int = 0) -> NpyHeader:
+    """Parse an .npy header from its first bytes (at least 10, plus the header length)."""
+
+    def bad(message: str, offset: int = 0, code: str = NPY_HEADER) -> FormatError:
+        return FormatError(code, f"{where}: {message}", offset=base + offset, field="header")
+
+    if len(head) < 10 or head[:6] != MAGIC:
+        raise bad("does not start with the .npy magic \\x93NUMPY")
+    version = (head[6], head[7])
+    if version == (1, 0):
+        hlen, start = struct.unpack_from("<H", head, 8)[0], 10
+    elif version in ((2, 0), (3, 0)):
+        if len(head) < 12:
+            raise bad("ends inside the header length", len(head))
+        hlen, start = struct.unpack_from("<I", head, 8)[0], 12
+    else:
+        raise bad(f"version {version[0]}.{version[1]} is not 1.0, 2.0 or 3.0", 6)
+    if hlen > MAX_HEADER:
+        raise bad(f"header length {hlen:,} is above the {MAX_HEADER:,}-byte limit", 8)
+    if len(head) < start + hlen:
+        raise bad(f"ends inside the {hlen}-byte header", len(head))
+    raw = head[start : start + hlen]
+    try:
+        text = raw.decode("utf-8" if version == (3, 0) else "latin1")
+        d = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError, UnicodeDecodeError) as exc:
+        raise bad(f"header is not a Python dict literal ({type(exc).__name__})", start) from None
+    if not isinstance(d, dict) or set(d) != {"descr", "fortran_order", "shape"}:
+        raise bad("header must have exactly the keys descr, fortran_order and shape", start)
+    descr, fortran, shape = d["descr"], d["fortran_order"], d["shape"]
+    if not isinstance(fortran, bool):
+        raise bad("fortran_order is not True or False", start)
+    if (
+        not isinstance(shape, tuple)
+        or len(shape) > 64
+        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape)
+        or element_count(shape) >= 1 << 64
+    ):
+        raise bad(f"shape {shape!r:.60} is not a tuple of non-negative integers", start)
+    if not isinstance(descr, str):
+        raise bad(f"dtype {descr!r:.60} is structured: not a tensor", start, NPY_DTYPE)
+    norm = descr
+    if len(norm) >= 2 and norm[0] in "=|" and norm[1:] in ("u1", "i1", "b1"):
+        norm = "|" + norm[1:]
+    elif norm[:1] == "=":
+        norm = "<" + norm[1:]
+    name = BY_DESCR.get(norm)
+    if name is None:
+        kind = {"O": "object (pickled)", "V": "void", "U": "string", "S": "bytes"}.get(
+            descr.lstrip("<>|=")[:1], "unsupported"
+        )
+        raise bad(f"dtype {descr!r:.30} is {kind}: not a tensor dtype", start, NPY_DTYPE)
+    return NpyHeader(version, name, descr, norm.startswith(">"), fortran, shape, start + hlen)
+
+
+def header_bytes(dtype: str, shape: tuple[int, ...]) -> bytes:
+    """The header `numpy.save` writes for a C-ordered little-endian array."""
+    import numpy as np
+
+    descr = np.dtype(DTYPES[dtype].storage).str
+    text = "{" + f"'descr': {descr!r}, 'fortran_order': False, 'shape': {shape!r}, " + "}"
+    if shape:
+        text += " " * (GROWTH_AXIS_MAX_DIGITS - len(repr(shape[0])))
+    raw = text.encode("latin1")
+    for version, fmt in (((1, 0), "<H"), ((2, 0), "<I")):
+        prefix = len(MAGIC) + 2 + struct.calcsize(fmt)
+        hlen = len(raw) + 1
+        pad = ALIGN - ((prefix + hlen) % ALIGN)
+        if hlen + pad < 1 << (8 * struct.calcsize(fmt)):
+            return MAGIC + bytes(version) + struct.pack(fmt, hlen + pad) + raw + b" " * pad + b"\n"
+    raise ValueError("header too long")  # pragma: no cover - 4 GiB headers
+
+
+def _ordered(view: Any, h: NpyHeader, chunk: int = CHUNK_BYTES) -> Iterator[Any]:
+    """The array's bytes as little-endian C order (byteswapped / transposed as needed)."""
+    import numpy as np
+
+    if not h.big_endian and (not h.fortran or len(h.shape) < 2):
+        yield from chunked(view, chunk)
+        return
+    storage = np.dtype(DTYPES[h.dtype].storage)
+    src_dtype = storage.newbyteorder(">") if h.big_endian else storage
+    if h.fortran and len(h.shape) >= 2:
+        arr = np.frombuffer(view, dtype=src_dtype).reshape(h.shape, order="F")
+        data = np.ascontiguousarray(arr, dtype=storage)
+        yield from chunked(data.reshape(-1).view(np.uint8), chunk)
+        return
+    flat = np.frombuffer(view, dtype=src_dtype)
+    step = max(1, chunk // storage.itemsize)
+    for i in range(0, flat.size, step):
+        yield flat[i : i + step].astype(storage)
+
+
+def tensor_name(path: str) -> str:
+    """A .npy holds no name: use the file's stem (`arr_0`, numpy's default, for stdin)."""
+    if path in ("-", ""):
+        return "arr_0"
+    return os.path.splitext(os.path.basename(path))[0] or "arr_0"
+
+
+class NpySource(TensorSource):
+    format = NPY
+
+    def __init__(self, src: Source) -> None:
+        from matrixctl.convert.tensors import open_checked
+
+        self.src = src
+        self.h: NpyHeader = open_checked(src, NPY).header
+        self.name = tensor_name(src.path)
+
+    def tensors(self) -> list[TensorInfo]:
+        return [TensorInfo(self.name, self.h.dtype, self.h.shape)]
+
+    def stream(self, info: TensorInfo, role: str = "data") -> Iterator[Any]:
+        h = self.h
+        if not h.big_endian and (not h.fortran or len(h.shape) < 2):
+            return mapped_chunks(self.src.buf, h.data_offset, h.nbytes)
+        return _ordered(memoryview(self.src.buf)[h.data_offset : h.data_offset + h.nbytes], h)
+
+    def release(self, info: TensorInfo) -> None:
+        drop_pages(self.src.buf, self.h.data_offset, self.h.nbytes)
+
+
+class NpySink(TensorSink):
+    format = NPY
+    dtypes = frozenset(d.name for d in DTYPES.values() if d.numeric)
+    max_tensors = 1
+    min_tensors = 1
+
+    def begin(self, out: Outputs, plan: list[TensorInfo], metadata: Mapping[str, Any]) -> None:
+        self.fp = out.main
+        self.size = 0
+
+    def add(self, info: TensorInfo, parts: PartStreams) -> None:
+        head = header_bytes(info.dtype, info.shape)
+        self.fp.write(head)
+        got = 0
+        for piece in parts("data"):
+            self.fp.write(piece)
+            got += memoryview(piece).nbytes
+        if got != info.nbytes:
+            raise FormatError(
+                NPY_SIZE, f"{info.name}: {got:,} bytes arrived, expected {info.nbytes:,}"
+            )
+        self.size = len(head) + got
+
+    def finish(self) -> dict[str, Any]:
+        return {"bytes": self.size}
+
+
+# .npz ---------------------------------------------------------------------------------------
+
+
+class _MapFile:
+    """A read-only file object over a mapped buffer, for zipfile (no copy of the archive)."""
+
+    def __init__(self, buf: Any, size: int) -> None:
+        self.buf = buf
+        self.size = size
+        self.pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
+        data = bytes(self.buf[self.pos : end])
+        self.pos = max(self.pos, end)
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: self.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seekable(self) -> bool:
+        return True
+
+
+@dataclass
+class NpzMember:
+    name: str  # tensor name (member name without .npy)
+    info: zipfile.ZipInfo
+    header: NpyHeader | None
+    data_offset: int | None  # absolute offset of a stored member's array data
+    problem: FormatError | None = None
+
+    @property
+    def stored(self) -> bool:
+        return self.info.compress_type == zipfile.ZIP_STORED
+
+
+def sniff_npz(head: bytes, size: int) -> bool:
+    """A ZIP whose first member is named *.npy (or too long to see: then no '/' in view)."""
+    if not head.startswith(ZIP_MAGIC) or len(head) < 30:
+        return False
+    n = struct.unpack_from("<H", head, 26)[0]
+    name = head[30 : 30 + n]
+    if len(name) == n:
+        return name.endswith(b".npy")
+    return b"/" not in name
+
+
+def open_zip(src: Source) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(_MapFile(src.buf, src.size))
+    except (zipfile.BadZipFile, ValueError, OSError, struct.error, NotImplementedError) as exc:
+        raise FormatError(
+            NPZ_ZIP, f"not a readable ZIP archive ({exc})", offset=0, field="zip"
+        ) from None
+
+
+def read_members(src: Source, zf: zipfile.ZipFile) -> tuple[list[NpzMember], list[str]]:
+    """The .npy members (header parsed) and the names of other members."""
+    members: list[NpzMember] = []
+    others: list[str] = []
+    for info in zf.infolist():
+        if not info.filename.endswith(".npy"):
+            others.append(info.filename)
+            continue
+        name = info.filename[: -len(".npy")]
+        try:
+            if info.flag_bits & 0x1:
+                raise FormatError(NPZ_ZIP, f"member {info.filename!r} is encrypted", field=name)
+            if info.compress_type == zipfile.ZIP_STORED:
+                header, offset = _stored_header(src, info)
+            else:
+                header, offset = _deflated_header(zf, info), None
+            members.append(NpzMember(name, info, header, offset))
+        except FormatError as err:
+            members.append(NpzMember(name, info, None, None, err))
+    return members, others
+
+
+def _stored_header(src: Source, info: zipfile.ZipInfo) -> tuple[NpyHeader, int]:
+    at = info.header_offset
+    if at + 30 > src.size or bytes(src.buf[at : at + 4]) != ZIP_MAGIC:
+        raise FormatError(
+            NPZ_ZIP, f"{info.filename}: local header missing at {at}", offset=at, field="zip"
+        )
+    n, m = struct.unpack_from("<HH", src.buf, at + 26)
+    start = at + 30 + n + m
+    end = start + info.compress_size
+    if info.compress_size != info.file_size or end > src.size:
+        raise FormatError(
+            NPZ_ZIP,
+            f"{info.filename}: stored member runs past the file or sizes disagree",
+            offset=at,
+            field="zip",
+        )
+    head = bytes(src.buf[start : min(end, start + 12 + MAX_HEADER)])
+    h = parse_header(head, info.filename, start)
+    if h.data_offset + h.nbytes > info.file_size:
+        raise FormatError(
+            NPY_SIZE,
+            f"{info.filename}: {info.file_size - h.data_offset:,} data bytes, shape "
+            f"{list(h.shape)} of {h.dtype} needs {h.nbytes:,}",
+            offset=start,
+            field=info.filename,
+        )
+    return h, start + h.data_offset
+
+
+def _deflated_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> NpyHeader:
+    if info.file_size > info.compress_size * DEFLATE_MAX_RATIO + 1024:
+        raise FormatError(
+            NPZ_ZIP,
+            f"{info.filename}: declares {info.file_size:,} bytes from {info.compress_size:,} "
+            "compressed: more than deflate can produce",
+            offset=info.header_offset,
+            field=info.filename,
+        )
+    try:
+        with zf.open(info) as fp:
+            head = fp.read(12 + MAX_HEADER)
+    except (
+        zipfile.BadZipFile,
+        OSError,
+        NotImplementedError,
+        RuntimeError,
+        EOFError,
+        zlib.error,
+    ) as exc:
+        raise FormatError(
+            NPZ_ZIP, f"{info.filename}: cannot be read ({exc})", offset=info.header_offset
+        ) from None
+    h = parse_header(head, info.filename, info.header_offset)
+    if h.data_offset + h.nbytes != info.file_size:
+        raise FormatError(
+            NPY_SIZE,
+            f"{info.filename}: holds {info.file_size - h.data_offset:,} data bytes, shape "
+            f"{list(h.shape)} of {h.dtype} needs {h.nbytes:,}",
+            offset=info.header_offset,
+            field=info.filename,
+        )
+    return h
+
+
+def member_stream(
+    src: Source, zf: zipfile.ZipFile, m: NpzMember, chunk: int = CHUNK_BYTES
+) -> Iterator[Any]:
+    """The member's array bytes, little-endian C order. Deflated members are inflated in
+    chunks (zipfile stops at the declared size and checks the CRC at the end)."""
+    h = m.header
+    assert h is not None
+    if m.stored and m.data_offset is not None:
+        if not h.big_endian and (not h.fortran or len(h.shape) < 2):
+            yield from mapped_chunks(src.buf, m.data_offset, h.nbytes, chunk)
+        else:
+            yield from _ordered(memoryview(src.buf)[m.data_offset : m.data_offset + h.nbytes], h)
+        return
+    try:
+        with zf.open(m.info) as fp:
+            fp.read(h.data_offset)
+            if h.big_endian or (h.fortran and len(h.shape) >= 2):
+                data = fp.read(h.nbytes)
+                yield from _ordered(data, h, chunk)
+                fp.read()  # to the end: the CRC check
+                return
+            left = h.nbytes
+            while left:
+                piece = fp.read(min(chunk, left))
+                if not piece:
+                    raise FormatError(NPY_SIZE, f"{m.info.filename}: data ends early")
+                left -= len(piece)
+                yield piece
+            fp.read()
+    except (zipfile.BadZipFile, OSError, EOFError, RuntimeError, zlib.error) as exc:
+        raise FormatError(
+            NPZ_ZIP,
+            f"{m.info.filename}: {exc}",
+            offset=m.info.header_offset,
+            field=m.info.filename,
+        ) from None
+
+
+class NpzSource(TensorSource):
+    format = NPZ
+
+    def __init__(self, src: Source) -> None:
+        from matrixctl.convert.tensors import open_checked
+
+        self.src = src
+        subject = open_checked(src, NPZ)
+        self.zf: zipfile.ZipFile = subject.zf
+        self.members = {m.name: m for m in subject.members}
+
+    def tensors(self) -> list[TensorInfo]:
+        out = []
+        for m in self.members.values():
+            assert m.header is not None
+            out.append(TensorInfo(m.name, m.header.dtype, m.header.shape))
+        return out
+
+    def stream(self, info: TensorInfo, role: str = "data") -> Iterator[Any]:
+        return member_stream(self.src, self.zf, self.members[info.name])
+
+    def release(self, info: TensorInfo) -> None:
+        m = self.members[info.name]
+        if m.data_offset is not None and m.header is not None:
+            drop_pages(self.src.buf, m.data_offset, m.header.nbytes)
+
+    def close(self) -> None:
+        self.zf.close()
+
+
+def zip_date() -> tuple[int, int, int, int, int, int]:
+    """1980-01-01 00:00:00, or SOURCE_DATE_EPOCH when it is set (and after 1980)."""
+    import time
+
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if epoch and epoch.strip().isdigit():
+        t = time.gmtime(int(epoch))
+        if t.tm_year >= 1980:
+            return (t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec - t.tm_sec % 2)
+    return ZIP_DATE
+
+
+class NpzSink(TensorSink):
+    format = NPZ
+    dtypes = frozenset(d.name for d in DTYPES.values() if d.numeric)
+
+    def begin(self, out: Outputs, plan: list[TensorInfo], metadata: Mapping[str, Any]) -> None:
+        self.zf = zipfile.ZipFile(out.main, mode="w", compression=zipfile.ZIP_STORED)
+        self.count = 0
+        self.date = zip_date()
+
+    def add(self, info: TensorInfo, parts: PartStreams) -> None:
+        head = header_bytes(info.dtype, info.shape)
+        member = zipfile.ZipInfo(info.name + ".npy", date_time=self.date)
+        member.compress_type = zipfile.ZIP_STORED
+        member.external_attr = 0o644 << 16
+        member.file_size = len(head) + info.nbytes
+        got = 0
+        with self.zf.open(member, "w") as fp:
+            fp.write(head)
+            for piece in parts("data"):
+                fp.write(piece)
+                got += memoryview(piece).nbytes
+        if got != info.nbytes:
+            raise FormatError(
+                NPY_SIZE, f"{info.name}: {got:,} bytes arrived, expected {info.nbytes:,}"
+            )
+        self.count += 1
+
+    def finish(self) -> dict[str, Any]:
+        self.zf.close()
+        return {"members": self.count}
+
+
+def as_array(chunks: Iterator[Any], dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Join a stream into one array (tests and small tensors)."""
+    import numpy as np
+
+    data = b"".join(bytes(memoryview(c).cast("B")) for c in chunks)
+    return np.frombuffer(data, dtype=np.dtype(DTYPES[dtype].storage)).reshape(shape)
+
+
+TENSOR_IO = {NPY: (NpySource, NpySink), NPZ: (NpzSource, NpzSink)}

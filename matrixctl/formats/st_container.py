@@ -1,0 +1,396 @@
+"""safetensors: a JSON header and one byte buffer (https://github.com/huggingface/safetensors).
+
+Byte layout (integers little-endian):
+
+    0       8   N, the header size (u64)
+    8       N   UTF-8 JSON object: {"__metadata__"?: {text: text},
+                 name: {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...}
+                 (writers pad it with spaces to a multiple of 8)
+    8 + N   ..  the byte buffer; offsets are relative to its start, and the tensors' ranges
+                 tile it exactly: sorted by begin, no hole, no overlap, the last ending at EOF
+
+This is a bounds-checked reader of its own rather than the `safetensors` package, because it
+maps the file and hands out zero-copy views (the package's numpy API copies every tensor), it
+names the byte and the field of every problem, and it streams for `convert`. The writer gives
+byte-for-byte what `safetensors` 0.8 writes for the same tensors (tests pin it): tensors sorted
+by dtype (widest first, in the package's order) then name, header padded to 8 bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from matrixctl import codes
+from matrixctl.errors import FormatError
+from matrixctl.tensors import (
+    DTYPES,
+    Outputs,
+    PartStreams,
+    TensorInfo,
+    TensorSink,
+    TensorSource,
+    drop_pages,
+    element_count,
+    mapped_chunks,
+    storage_array,
+)
+
+if TYPE_CHECKING:
+    from matrixctl.io import Source
+
+FORMAT = "safetensors"
+PREFIX = 8
+MAX_HEADER = 100_000_000  # the safetensors package's own limit
+HEADER_ALIGN = 8
+METADATA_KEY = "__metadata__"
+BY_NAME = {d.safetensors: d.name for d in DTYPES.values() if d.safetensors}
+# The package's dtype order, widest first: its writer sorts tensors by it, then by name.
+WRITE_ORDER = [
+    "U64",
+    "I64",
+    "F64",
+    "C64",
+    "F32",
+    "U32",
+    "I32",
+    "BF16",
+    "F16",
+    "U16",
+    "I16",
+    "F8_E4M3",
+    "F8_E5M2",
+    "I8",
+    "U8",
+    "BOOL",
+]
+
+G = FORMAT
+ST_HEADER_SIZE = codes.define(
+    "ST_HEADER_SIZE",
+    "The header size is above the 100 MB limit or larger than the file.",
+    group=G,
+)
+ST_JSON = codes.define(
+    "ST_JSON",
+    "The header is not a JSON object in UTF-8 (or repeats a key, or uses NaN/Infinity).",
+    group=G,
+)
+ST_SCHEMA = codes.define(
+    "ST_SCHEMA",
+    "A header entry lacks dtype, shape or data_offsets, or one has the wrong type.",
+    group=G,
+)
+ST_DTYPE = codes.define("ST_DTYPE", "A tensor's dtype is not one matrixctl knows.", group=G)
+ST_METADATA = codes.define("ST_METADATA", "__metadata__ is not a map of text to text.", group=G)
+ST_OFFSETS = codes.define(
+    "ST_OFFSETS",
+    "A tensor's data_offsets are reversed or end past the byte buffer.",
+    group=G,
+)
+ST_LENGTH = codes.define(
+    "ST_LENGTH",
+    "A tensor's byte range disagrees with its shape and dtype.",
+    group=G,
+)
+ST_LAYOUT = codes.define(
+    "ST_LAYOUT",
+    "The tensors' byte ranges do not tile the buffer: a hole, an overlap, or bytes after the "
+    "last tensor.",
+    group=G,
+)
+ST_BOOL = codes.define("ST_BOOL", "A BOOL element is a byte other than 0x00 or 0x01.", group=G)
+
+
+def sniff(head: bytes, size: int) -> bool:
+    """A u64 header size, then `{` and a key or `}`: cheap and specific enough. The size is
+    not compared with the file here, so a truncated file is still named safetensors (and
+    reported ST_HEADER_SIZE) rather than unknown."""
+    if len(head) < PREFIX + 2:
+        return False
+    n = struct.unpack_from("<Q", head)[0]
+    return (
+        n >= 2
+        and head[PREFIX : PREFIX + 1] == b"{"
+        and head[PREFIX + 1 : PREFIX + 2]
+        in (
+            b'"',
+            b"}",
+            b" ",
+            b"\n",
+            b"\r",
+            b"\t",
+        )
+    )
+
+
+@dataclass
+class StTensor:
+    name: str
+    dtype: str  # zTensor name
+    st_dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+    data_start: int
+
+    @property
+    def offset(self) -> int:
+        return self.data_start + self.begin
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+    @property
+    def expected(self) -> int:
+        return element_count(self.shape) * DTYPES[self.dtype].itemsize
+
+    @property
+    def field(self) -> str:
+        return f"header/{self.name}"
+
+
+@dataclass
+class StFile:
+    size: int
+    header_size: int
+    metadata: dict[str, Any]
+    tensors: list[StTensor]  # sorted by begin
+    problems: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+    @property
+    def data_start(self) -> int:
+        return PREFIX + self.header_size
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def parse(buf: Any, size: int) -> StFile:
+    """Header and schema; FormatError when nothing can be checked, otherwise problems with
+    single entries are collected and those entries left out."""
+    if size < PREFIX:
+        raise FormatError(
+            ST_HEADER_SIZE, f"file is {size} bytes, the header size alone needs 8", offset=0
+        )
+    n = struct.unpack_from("<Q", buf, 0)[0]
+    if n > MAX_HEADER:
+        raise FormatError(
+            ST_HEADER_SIZE,
+            f"header size {n:,} exceeds the {MAX_HEADER:,}-byte limit",
+            offset=0,
+            field="header_size",
+        )
+    if n > size - PREFIX:
+        raise FormatError(
+            ST_HEADER_SIZE,
+            f"header size {n:,} is larger than the {size - PREFIX:,} bytes after it",
+            offset=0,
+            field="header_size",
+        )
+    raw = bytes(buf[PREFIX : PREFIX + n])
+    try:
+        text = raw.decode("utf-8")
+        header = json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constants)
+    except UnicodeDecodeError as exc:
+        raise FormatError(
+            ST_JSON,
+            f"header is not UTF-8 ({exc.reason})",
+            offset=PREFIX + exc.start,
+            field="header",
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise FormatError(
+            ST_JSON,
+            f"header is not valid JSON: {exc.msg}",
+            offset=PREFIX + len(text[: exc.pos].encode("utf-8")),
+            field="header",
+        ) from None
+    except (ValueError, RecursionError) as exc:
+        raise FormatError(
+            ST_JSON, f"header refused: {exc}", offset=PREFIX, field="header"
+        ) from None
+    if not isinstance(header, dict):
+        raise FormatError(ST_JSON, "header is not a JSON object", offset=PREFIX, field="header")
+    st = StFile(size, n, {}, [])
+    meta = header.pop(METADATA_KEY, {})
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        st.problems.append((ST_METADATA, "__metadata__ must map text to text", METADATA_KEY))
+    else:
+        st.metadata = meta
+    for name, entry in header.items():
+        t = _entry(st, name, entry)
+        if t is not None:
+            st.tensors.append(t)
+    st.tensors.sort(key=lambda t: (t.begin, t.end, t.name))
+    return st
+
+
+def _entry(st: StFile, name: str, entry: Any) -> StTensor | None:
+    where = f"header/{name}"
+    if not isinstance(entry, dict):
+        st.problems.append((ST_SCHEMA, f"{name}: entry is not an object", where))
+        return None
+    st_dtype = entry.get("dtype")
+    shape = entry.get("shape")
+    offsets = entry.get("data_offsets")
+    if not isinstance(st_dtype, str):
+        st.problems.append((ST_SCHEMA, f"{name}: dtype (text) is required", f"{where}/dtype"))
+        return None
+    if st_dtype not in BY_NAME:
+        st.problems.append(
+            (
+                ST_DTYPE,
+                f"{name}: dtype {st_dtype!r:.30} is not one matrixctl reads",
+                f"{where}/dtype",
+            )
+        )
+        return None
+    if (
+        not isinstance(shape, list)
+        or len(shape) > 64
+        or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+        or element_count(shape) >= 1 << 64
+    ):
+        st.problems.append(
+            (ST_SCHEMA, f"{name}: shape must be a list of non-negative integers", f"{where}/shape")
+        )
+        return None
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offsets)
+    ):
+        st.problems.append(
+            (ST_SCHEMA, f"{name}: data_offsets must be [begin, end]", f"{where}/data_offsets")
+        )
+        return None
+    return StTensor(
+        name, BY_NAME[st_dtype], st_dtype, tuple(shape), offsets[0], offsets[1], st.data_start
+    )
+
+
+def sound(st: StFile, t: StTensor) -> bool:
+    return t.begin <= t.end <= st.size - st.data_start and t.nbytes == t.expected
+
+
+class StSource(TensorSource):
+    format = FORMAT
+
+    def __init__(self, src: Source) -> None:
+        from matrixctl.convert.tensors import open_checked
+
+        self.src = src
+        self.st: StFile = open_checked(src, FORMAT).st
+        self._by_name = {t.name: t for t in self.st.tensors}
+
+    def tensors(self) -> list[TensorInfo]:
+        return [TensorInfo(t.name, t.dtype, t.shape) for t in self.st.tensors]
+
+    def metadata(self) -> dict[str, Any]:
+        return dict(self.st.metadata)
+
+    def stream(self, info: TensorInfo, role: str = "data") -> Iterator[Any]:
+        t = self._by_name[info.name]
+        return mapped_chunks(self.src.buf, t.offset, t.nbytes)
+
+    def array(self, info: TensorInfo, role: str = "data", *, verify: bool = True) -> Any:
+        """Zero-copy view of the tensor's bytes in the mapped file."""
+        t = self._by_name[info.name]
+        return storage_array(memoryview(self.src.buf)[t.offset : t.offset + t.nbytes], t.dtype)
+
+    def release(self, info: TensorInfo) -> None:
+        t = self._by_name[info.name]
+        drop_pages(self.src.buf, t.offset, t.nbytes)
+
+
+def header_bytes(plan: list[TensorInfo], metadata: Mapping[str, str]) -> bytes:
+    """The 8-byte size and the space-padded JSON header for tensors in `plan` order."""
+    header: dict[str, Any] = {}
+    if metadata:
+        header[METADATA_KEY] = {k: metadata[k] for k in sorted(metadata)}
+    pos = 0
+    for info in plan:
+        end = pos + info.nbytes
+        header[info.name] = {
+            "dtype": DTYPES[info.dtype].safetensors,
+            "shape": list(info.shape),
+            "data_offsets": [pos, end],
+        }
+        pos = end
+    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    raw += b" " * ((-len(raw)) % HEADER_ALIGN)
+    return struct.pack("<Q", len(raw)) + raw
+
+
+class StSink(TensorSink):
+    format = FORMAT
+    dtypes = frozenset(d.name for d in DTYPES.values() if d.safetensors)
+    keeps_metadata = True
+
+    def refuse(self, info: TensorInfo) -> str | None:
+        if info.name == METADATA_KEY:
+            return f"safetensors reserves the name {METADATA_KEY} for file metadata"
+        return super().refuse(info)
+
+    def order(self, plan: list[TensorInfo]) -> list[TensorInfo]:
+        rank = {name: i for i, name in enumerate(WRITE_ORDER)}
+        return sorted(plan, key=lambda i: (rank[DTYPES[i.dtype].safetensors or ""], i.name))
+
+    def begin(self, out: Outputs, plan: list[TensorInfo], metadata: Mapping[str, Any]) -> None:
+        self._notes: list[str] = []
+        meta: dict[str, str] = {}
+        converted = []
+        for key, value in metadata.items():
+            if isinstance(value, str):
+                meta[str(key)] = value
+            else:
+                meta[str(key)] = json.dumps(value, sort_keys=True, ensure_ascii=False)
+                converted.append(str(key))
+        if converted:
+            self._notes.append(
+                f"metadata {', '.join(converted)} stored as JSON text (safetensors __metadata__ "
+                "holds text)"
+            )
+        self.fp = out.main
+        head = header_bytes(plan, meta)
+        self.fp.write(head)
+        self.size = len(head)
+        self.count = 0
+
+    def add(self, info: TensorInfo, parts: PartStreams) -> None:
+        got = 0
+        for piece in parts("data"):
+            self.fp.write(piece)
+            got += memoryview(piece).nbytes
+        if got != info.nbytes:
+            raise FormatError(
+                ST_LENGTH,
+                f"{info.name}: {got:,} bytes arrived, shape and dtype give {info.nbytes:,}",
+                field=info.name,
+            )
+        self.size += got
+        self.count += 1
+
+    def finish(self) -> dict[str, Any]:
+        return {"bytes": self.size}
+
+    def notes(self) -> list[str]:
+        return list(self._notes)
+
+
+TENSOR_IO = {FORMAT: (StSource, StSink)}

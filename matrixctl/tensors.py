@@ -1,0 +1,367 @@
+"""What every tensor container shares: the dtype table, tensor descriptors, and the two
+protocols a container implements to take part in `matrixctl convert`.
+
+- `DTYPES`: every element type, named as zTensor names it (`f32`, `bf16`, `f8_e4m3`, ...), with
+  its width, the numpy dtype that holds its bytes, and its name in safetensors. This is the one
+  vocabulary codecs translate to and from.
+- `TensorInfo`: one tensor as a container describes it (name, dtype, shape, layout, components,
+  attributes), without its data.
+- `TensorSource`: a container opened for reading. It lists its tensors, gives file-level
+  metadata, and streams one component of one tensor as little-endian bytes (zero-copy slices of
+  the mapped file where the container stores raw data).
+- `TensorSink`: a container being written. `begin` receives the whole plan (so a format whose
+  header lists every tensor, like safetensors, can write it first), `add` receives one tensor at
+  a time with a function that streams each component's bytes, `finish` completes the file.
+
+docs/architecture.md ("Tensor containers and convert") explains how a new container plugs in.
+numpy is imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from matrixctl import codes
+from matrixctl.errors import FormatError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+CHUNK_BYTES = 8 << 20  # the unit every tensor stream moves in: memory stays ~ a few chunks
+MAX_RANK = 64
+
+G = "tensors"
+TENSOR_SIZE = codes.define(
+    "TENSOR_SIZE",
+    "A tensor's shape gives an element count or byte size that overflows 64 bits.",
+    group=G,
+)
+
+
+@dataclass(frozen=True)
+class DType:
+    """One element type. `storage` is a little-endian numpy dtype string holding the bytes;
+    `numeric` is False where numpy has no such type (bf16, float8): their bytes travel as
+    unsigned integers of the same width and only a cast needs `ml_dtypes`."""
+
+    name: str
+    itemsize: int
+    kind: str  # "float", "complex", "int", "uint", "bool"
+    storage: str
+    numeric: bool = True
+    ml_dtypes: str | None = None
+    safetensors: str | None = None
+
+    @property
+    def bits(self) -> int:
+        return self.itemsize * 8
+
+
+DTYPES: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("f64", 8, "float", "<f8", safetensors="F64"),
+        DType("f32", 4, "float", "<f4", safetensors="F32"),
+        DType("f16", 2, "float", "<f2", safetensors="F16"),
+        DType("bf16", 2, "float", "<u2", numeric=False, ml_dtypes="bfloat16", safetensors="BF16"),
+        DType(
+            "f8_e4m3",
+            1,
+            "float",
+            "|u1",
+            numeric=False,
+            ml_dtypes="float8_e4m3fn",
+            safetensors="F8_E4M3",
+        ),
+        DType(
+            "f8_e5m2",
+            1,
+            "float",
+            "|u1",
+            numeric=False,
+            ml_dtypes="float8_e5m2",
+            safetensors="F8_E5M2",
+        ),
+        DType("complex64", 8, "complex", "<c8", safetensors="C64"),
+        DType("complex128", 16, "complex", "<c16"),
+        DType("i64", 8, "int", "<i8", safetensors="I64"),
+        DType("i32", 4, "int", "<i4", safetensors="I32"),
+        DType("i16", 2, "int", "<i2", safetensors="I16"),
+        DType("i8", 1, "int", "|i1", safetensors="I8"),
+        DType("u64", 8, "uint", "<u8", safetensors="U64"),
+        DType("u32", 4, "uint", "<u4", safetensors="U32"),
+        DType("u16", 2, "uint", "<u2", safetensors="U16"),
+        DType("u8", 1, "uint", "|u1", safetensors="U8"),
+        DType("bool", 1, "bool", "|b1", safetensors="BOOL"),
+    )
+}
+
+# Other spellings people type for --dtype (numpy, torch, safetensors names).
+ALIASES: dict[str, str] = {
+    "float64": "f64",
+    "double": "f64",
+    "float32": "f32",
+    "float": "f32",
+    "float16": "f16",
+    "half": "f16",
+    "bfloat16": "bf16",
+    "float8_e4m3fn": "f8_e4m3",
+    "complex": "complex64",
+    "int64": "i64",
+    "int32": "i32",
+    "int16": "i16",
+    "int8": "i8",
+    "uint64": "u64",
+    "uint32": "u32",
+    "uint16": "u16",
+    "uint8": "u8",
+}
+for _d in DTYPES.values():
+    if _d.safetensors:
+        ALIASES.setdefault(_d.safetensors.lower(), _d.name)
+
+
+def dtype_named(name: str) -> DType | None:
+    key = name.strip().lower()
+    return DTYPES.get(key) or DTYPES.get(ALIASES.get(key, ""))
+
+
+def element_count(shape: tuple[int, ...] | list[int]) -> int:
+    """Product of the dimensions, as a Python int (an empty shape is a scalar: 1)."""
+    n = 1
+    for dim in shape:
+        n *= dim
+    return n
+
+
+@dataclass(frozen=True)
+class Component:
+    """One stored part of a non-dense tensor (sparse indices, quantized scales, ...)."""
+
+    role: str
+    dtype: str
+    count: int  # elements
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * DTYPES[self.dtype].itemsize
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A tensor as its container describes it.
+
+    For `dense` the data is one component `data` of `dtype` with `element_count(shape)`
+    elements, and `components` is empty. Other layouts list their components; `dtype` is then
+    the dtype of the values (`values` for sparse, `packed_weight` for quantized_group).
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    layout: str = "dense"
+    components: tuple[Component, ...] = ()
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return element_count(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Logical (dense, decoded) byte size."""
+        return self.count * DTYPES[self.dtype].itemsize
+
+    def parts(self) -> tuple[Component, ...]:
+        """Every component, `data` included for dense tensors."""
+        if self.layout == "dense":
+            return (Component("data", self.dtype, self.count),)
+        return self.components
+
+    @property
+    def stored_nbytes(self) -> int:
+        return sum(c.nbytes for c in self.parts())
+
+
+ByteStream = Iterator[Any]  # buffers (bytes, memoryview, numpy arrays) of little-endian bytes
+PartStreams = Callable[[str], ByteStream]
+
+
+class TensorSource(ABC):
+    """A container opened for reading; `convert` and the tensor tables use only this."""
+
+    format: str = ""
+
+    @abstractmethod
+    def tensors(self) -> list[TensorInfo]:
+        """Every tensor, in the order its data is stored (reading in this order is sequential)."""
+
+    def metadata(self) -> dict[str, Any]:
+        """File-level metadata (safetensors `__metadata__`, zTensor root `attributes`)."""
+        return {}
+
+    @abstractmethod
+    def stream(self, info: TensorInfo, role: str = "data") -> ByteStream:
+        """The decoded little-endian bytes of one component, in chunks of at most CHUNK_BYTES.
+
+        Raw stored data comes as zero-copy slices of the mapped file; encoded data is decoded
+        as it streams, never beyond the size the descriptor declares. Digests, where the
+        container has them, are checked by the time the stream ends (FormatError otherwise).
+        """
+
+    def array(self, info: TensorInfo, role: str = "data", *, verify: bool = True) -> np.ndarray:
+        """One component as a 1-D numpy array of its storage dtype (bf16 and float8 as
+        unsigned integers of their width). Sources override this with a zero-copy view of the
+        mapped file for raw data; this default joins the stream (one copy). `verify=False`
+        skips digest checks where the container has digests."""
+        import numpy as np
+
+        part = next(p for p in info.parts() if p.role == role)
+        data = b"".join(bytes(memoryview(p).cast("B")) for p in self.stream(info, role))
+        return np.frombuffer(data, dtype=np.dtype(DTYPES[part.dtype].storage))
+
+    def release(self, info: TensorInfo) -> None:  # noqa: B027 - optional hook
+        """Done with `info`: a mapped source drops its pages from memory here."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the input."""
+
+
+class Outputs:
+    """The files a sink writes: the main output and any sidecars, all atomic together."""
+
+    def __init__(self, main: BinaryIO, path: str, open_extra: Callable[[str], BinaryIO]) -> None:
+        self.main = main
+        self.path = path
+        self._open_extra = open_extra
+
+    def sidecar(self, path: str) -> BinaryIO:
+        """A further output file (for example a names file beside a container that stores no
+        names); it appears only if the whole conversion succeeds, like the main output."""
+        return self._open_extra(path)
+
+
+class TensorSink(ABC):
+    """A container being written, one tensor at a time."""
+
+    format: str = ""
+    dtypes: frozenset[str] = frozenset(DTYPES)
+    layouts: frozenset[str] = frozenset({"dense"})
+    max_tensors: int | None = None  # e.g. 1 for .npy
+    min_tensors: int = 0  # e.g. 1 for .npy: an empty .npy cannot exist
+    keeps_names: bool = True
+    keeps_metadata: bool = False
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = options
+
+    def refuse(self, info: TensorInfo) -> str | None:
+        """Why this sink cannot store `info` as it is (None if it can). Checked for every tensor
+        before anything is written."""
+        if info.layout not in self.layouts:
+            return f"its layout {info.layout} has no equivalent in {self.format}"
+        for part in info.parts():
+            if part.dtype not in self.dtypes:
+                return f"{self.format} has no dtype {part.dtype}"
+        return None
+
+    def order(self, plan: list[TensorInfo]) -> list[TensorInfo]:
+        """The order tensors are written in (default: the source's)."""
+        return plan
+
+    @abstractmethod
+    def begin(self, out: Outputs, plan: list[TensorInfo], metadata: Mapping[str, Any]) -> None:
+        """Start the output; `plan` is every tensor that will be added, in `order`."""
+
+    @abstractmethod
+    def add(self, info: TensorInfo, parts: PartStreams) -> None:
+        """Write one tensor; `parts(role)` streams that component's little-endian bytes."""
+
+    @abstractmethod
+    def finish(self) -> dict[str, Any]:
+        """Complete the output; return a summary for the report."""
+
+    def notes(self) -> list[str]:
+        """Warnings for the person (metadata dropped, interoperability limits, ...)."""
+        return []
+
+
+# Helpers for codecs ---------------------------------------------------------------------------
+
+
+def check_shape(
+    shape: Any, where: str, *, code: str, offset: int | None = None, field_name: str = "shape"
+) -> tuple[int, ...]:
+    """A shape read from a file: a list of non-negative ints, rank <= 64, count < 2**64."""
+    if not isinstance(shape, list | tuple) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise FormatError(
+            code,
+            f"{where}: shape must be a list of non-negative integers, got {shape!r:.80}",
+            offset=offset,
+            field=field_name,
+        )
+    if len(shape) > MAX_RANK:
+        raise FormatError(
+            code, f"{where}: rank {len(shape)} exceeds {MAX_RANK}", offset=offset, field=field_name
+        )
+    if element_count(shape) >= 1 << 64:
+        raise FormatError(
+            TENSOR_SIZE,
+            f"{where}: shape {list(shape)} has more than 2**64 elements",
+            offset=offset,
+            field=field_name,
+        )
+    return tuple(shape)
+
+
+def chunked(view: Any, chunk_bytes: int = CHUNK_BYTES) -> Iterator[memoryview]:
+    """Slices of a bytes-like object (zero-copy)."""
+    mv = memoryview(view).cast("B")
+    for start in range(0, len(mv), chunk_bytes):
+        yield mv[start : start + chunk_bytes]
+
+
+def drop_pages(buf: Any, offset: int, length: int) -> None:
+    """Tell the kernel a mapped range is no longer needed: it stays in the page cache but no
+    longer counts in this process's memory, so streaming a model through a mapping keeps the
+    resident size flat. Safe at any time for a read-only file mapping (pages fault back in)."""
+    if not isinstance(buf, mmap.mmap) or length <= 0 or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    start = offset - offset % mmap.PAGESIZE
+    end = min(len(buf), offset + length)
+    if end > start:
+        with contextlib.suppress(OSError, ValueError):
+            buf.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+
+def mapped_chunks(buf: Any, offset: int, length: int, chunk: int = CHUNK_BYTES) -> Iterator[Any]:
+    """Zero-copy slices of `buf[offset:offset+length]`; each slice's pages are dropped from the
+    process once the consumer asks for the next one."""
+    view = memoryview(buf)
+    for start in range(offset, offset + length, chunk):
+        stop = min(offset + length, start + chunk)
+        yield view[start:stop]
+        drop_pages(buf, start, stop - start)
+
+
+def storage_array(buf: Any, dtype: str) -> np.ndarray:
+    """A 1-D numpy view of little-endian bytes in the dtype's storage type."""
+    import numpy as np
+
+    return np.frombuffer(buf, dtype=np.dtype(DTYPES[dtype].storage))
+
+
+def human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"  # pragma: no cover

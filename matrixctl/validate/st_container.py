@@ -1,0 +1,131 @@
+"""Load, describe and validate safetensors files (rules for `inspect` and `verify`).
+
+The structural rules are the package's own acceptance rules (header limit, known dtypes,
+lengths that match shapes, byte ranges that tile the buffer); the scan rule reads BOOL tensors,
+since safetensors has no checksum to verify.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from matrixctl.formats import st_container as st
+from matrixctl.io import Source
+from matrixctl.tensors import human_bytes
+from matrixctl.validate.engine import rule
+from matrixctl.validate.findings import Finding, finding
+
+FMT = st.FORMAT
+SCAN_CHUNK = 8 << 20
+
+
+class StSubject:
+    def __init__(self, src: Source, parsed: st.StFile) -> None:
+        self.src = src
+        self.st = parsed
+
+
+def load(src: Source) -> StSubject:
+    return StSubject(src, st.parse(src.buf, src.size))
+
+
+def describe(s: StSubject) -> dict[str, Any]:
+    f = s.st
+    out: dict[str, Any] = {
+        "size": f.size,
+        "header_size": f.header_size,
+        "data_start": f.data_start,
+        "tensor_count": len(f.tensors),
+        "data": human_bytes(f.size - f.data_start),
+    }
+    if f.metadata:
+        out["metadata"] = dict(f.metadata)
+    out["tensors"] = [
+        {
+            "name": t.name,
+            "dtype": t.dtype,
+            "st_dtype": t.st_dtype,
+            "shape": list(t.shape),
+            "offset": t.offset,
+            "bytes": t.nbytes,
+        }
+        for t in f.tensors
+    ]
+    return out
+
+
+@rule(FMT, "header schema and dtypes")
+def check_schema(s: StSubject) -> Iterator[Finding]:
+    for code, message, where in s.st.problems:
+        yield finding(code, message, offset=st.PREFIX, field=where)
+
+
+@rule(FMT, "tensor ranges: lengths and tiling")
+def check_ranges(s: StSubject) -> Iterator[Finding]:
+    f = s.st
+    buffer = f.size - f.data_start
+    pos = 0
+    for t in f.tensors:
+        if t.begin > t.end or t.end > buffer:
+            yield finding(
+                st.ST_OFFSETS,
+                f"{t.name}: data_offsets [{t.begin:,}, {t.end:,}] do not fit the {buffer:,}-byte "
+                "buffer",
+                offset=st.PREFIX,
+                field=f"{t.field}/data_offsets",
+            )
+            continue
+        if t.nbytes != t.expected:
+            yield finding(
+                st.ST_LENGTH,
+                f"{t.name}: {t.nbytes:,} bytes, but shape {list(t.shape)} of {t.st_dtype} needs "
+                f"{t.expected:,}",
+                offset=t.offset,
+                field=f"{t.field}/data_offsets",
+            )
+        if t.begin > pos:
+            yield finding(
+                st.ST_LAYOUT,
+                f"buffer bytes {pos:,}..{t.begin:,} belong to no tensor (before {t.name})",
+                offset=f.data_start + pos,
+                field=f"{t.field}/data_offsets",
+            )
+        elif t.begin < pos:
+            yield finding(
+                st.ST_LAYOUT,
+                f"{t.name}: bytes {t.begin:,}..{t.end:,} overlap the tensor before it (ends at "
+                f"{pos:,})",
+                offset=t.offset,
+                field=f"{t.field}/data_offsets",
+            )
+        pos = max(pos, t.end)
+    if pos < buffer and not s.st.problems:
+        yield finding(
+            st.ST_LAYOUT,
+            f"{buffer - pos:,} bytes follow the last tensor",
+            offset=f.data_start + pos,
+            field="buffer",
+        )
+
+
+@rule(FMT, "BOOL elements are 0 or 1", scan=True)
+def check_bools(s: StSubject) -> Iterator[Finding]:
+    import numpy as np
+
+    for t in s.st.tensors:
+        if t.dtype != "bool" or not st.sound(s.st, t):
+            continue
+        for pos in range(0, t.nbytes, SCAN_CHUNK):
+            n = min(SCAN_CHUNK, t.nbytes - pos)
+            arr = np.frombuffer(s.src.buf, dtype=np.uint8, count=n, offset=t.offset + pos)
+            bad = np.flatnonzero(arr > 1)
+            if bad.size:
+                index = pos + int(bad[0])
+                yield finding(
+                    st.ST_BOOL,
+                    f"{t.name}: element {index:,} is 0x{int(arr[bad[0]]):02x}; BOOL is 0 or 1",
+                    offset=t.offset + index,
+                    field=f"{t.name}[{index}]",
+                )
+                break
