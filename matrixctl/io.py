@@ -206,6 +206,19 @@ class Source:
         self.close()
 
 
+def drop_pages(buf: Any, offset: int, length: int) -> None:
+    """Tell the kernel a mapped range is no longer needed: it stays in the page cache but no
+    longer counts in this process's memory, so streaming a file through a mapping keeps the
+    resident size flat. Safe at any time for a read-only file mapping (pages fault back in)."""
+    if not isinstance(buf, mmap.mmap) or length <= 0 or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    start = offset - offset % mmap.PAGESIZE
+    end = min(len(buf), offset + length)
+    if end > start:
+        with contextlib.suppress(OSError, ValueError):
+            buf.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+
 class Releaser:
     """Drop the pages of a read-only file mapping behind a forward-moving cursor.
 
@@ -217,7 +230,7 @@ class Releaser:
     """
 
     def __init__(self, buf: object, step: int = 64 << 20) -> None:
-        self._mm = buf if isinstance(buf, mmap.mmap) and hasattr(buf, "madvise") else None
+        self._mm = buf if isinstance(buf, mmap.mmap) else None
         self._step = step
         self._done = 0
 
@@ -226,8 +239,7 @@ class Releaser:
             return
         end = (pos - self._step // 2) & ~(mmap.PAGESIZE - 1)
         if end > self._done:
-            with contextlib.suppress(OSError, ValueError):
-                self._mm.madvise(mmap.MADV_DONTNEED, self._done, end - self._done)
+            drop_pages(self._mm, self._done, end - self._done)
             self._done = end
 
 

@@ -19,8 +19,6 @@ numpy is imported inside functions only.
 
 from __future__ import annotations
 
-import contextlib
-import mmap
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +26,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl import codes
 from matrixctl.errors import FormatError
+from matrixctl.io import drop_pages
 
 if TYPE_CHECKING:
     import numpy as np
@@ -328,19 +327,6 @@ def chunked(view: Any, chunk_bytes: int = CHUNK_BYTES) -> Iterator[memoryview]:
         yield mv[start : start + chunk_bytes]
 
 
-def drop_pages(buf: Any, offset: int, length: int) -> None:
-    """Tell the kernel a mapped range is no longer needed: it stays in the page cache but no
-    longer counts in this process's memory, so streaming a model through a mapping keeps the
-    resident size flat. Safe at any time for a read-only file mapping (pages fault back in)."""
-    if not isinstance(buf, mmap.mmap) or length <= 0 or not hasattr(mmap, "MADV_DONTNEED"):
-        return
-    start = offset - offset % mmap.PAGESIZE
-    end = min(len(buf), offset + length)
-    if end > start:
-        with contextlib.suppress(OSError, ValueError):
-            buf.madvise(mmap.MADV_DONTNEED, start, end - start)
-
-
 def mapped_chunks(buf: Any, offset: int, length: int, chunk: int = CHUNK_BYTES) -> Iterator[Any]:
     """Zero-copy slices of `buf[offset:offset+length]`; each slice's pages are dropped from the
     process once the consumer asks for the next one."""
@@ -356,6 +342,22 @@ def storage_array(buf: Any, dtype: str) -> np.ndarray:
     import numpy as np
 
     return np.frombuffer(buf, dtype=np.dtype(DTYPES[dtype].storage))
+
+
+def text_metadata(metadata: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """Metadata as text values, for containers whose metadata is text only: non-text values are
+    stored as canonical JSON text. Returns the map and the keys that were converted."""
+    import json
+
+    out: dict[str, str] = {}
+    converted = []
+    for key, value in metadata.items():
+        if isinstance(value, str):
+            out[str(key)] = value
+        else:
+            out[str(key)] = json.dumps(value, sort_keys=True, ensure_ascii=False)
+            converted.append(str(key))
+    return out, converted
 
 
 def human_bytes(n: int) -> str:

@@ -37,6 +37,7 @@ from matrixctl.tensors import (
     element_count,
     mapped_chunks,
     storage_array,
+    text_metadata,
 )
 
 if TYPE_CHECKING:
@@ -353,14 +354,7 @@ class StSink(TensorSink):
 
     def begin(self, out: Outputs, plan: list[TensorInfo], metadata: Mapping[str, Any]) -> None:
         self._notes: list[str] = []
-        meta: dict[str, str] = {}
-        converted = []
-        for key, value in metadata.items():
-            if isinstance(value, str):
-                meta[str(key)] = value
-            else:
-                meta[str(key)] = json.dumps(value, sort_keys=True, ensure_ascii=False)
-                converted.append(str(key))
+        meta, converted = text_metadata(metadata)
         if converted:
             self._notes.append(
                 f"metadata {', '.join(converted)} stored as JSON text (safetensors __metadata__ "

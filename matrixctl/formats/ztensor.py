@@ -46,6 +46,7 @@ from matrixctl.tensors import (
     element_count,
     mapped_chunks,
     storage_array,
+    text_metadata,
 )
 
 if TYPE_CHECKING:
@@ -987,19 +988,11 @@ class ZtSink(TensorSink):
     accepts = ("compress", "digest")
 
     def begin(self, out: Outputs, plan: list[TensorInfo], metadata: Mapping[str, Any]) -> None:
-        import json
 
         level = self.options.get("compress_level")
         digest = self.options.get("digest", DEFAULT_DIGEST)
         self._notes: list[str] = []
-        attributes: dict[str, str] = {}
-        converted = []
-        for key, value in metadata.items():
-            if isinstance(value, str):
-                attributes[str(key)] = value
-            else:
-                attributes[str(key)] = json.dumps(value, sort_keys=True, ensure_ascii=False)
-                converted.append(str(key))
+        attributes, converted = text_metadata(metadata)
         if converted:
             self._notes.append(
                 f"metadata {', '.join(converted)} stored as JSON text (zTensor root attributes "
