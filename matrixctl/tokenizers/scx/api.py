@@ -493,7 +493,7 @@ class Decoder:
     def _body(self, t: np.ndarray, out: list[np.ndarray], *, final: bool) -> int:
         import numpy as np
 
-        cls = self.codec.cls[t]
+        cls = self.codec.cls.take(t)
         stops = np.flatnonzero(cls >= ln.C_CONFIG)
         if stops.size:
             stop = int(stops[0])
@@ -547,8 +547,70 @@ class Decoder:
                 )
             return 0
         cut = int(ends[-1]) + 1
-        self._segment(t[:cut], out, complete=False)
+        if not self._fast(t[:cut], cls[:cut], out):
+            self._segment(t[:cut], out, complete=False)
         return cut
+
+    def _fast(self, t: np.ndarray, cls: np.ndarray, out: list[np.ndarray]) -> bool:
+        """Accept `t` when it is exactly what the encoder makes of the bytes it holds.
+
+        Equality with a fresh encoding proves structure, alignment and canonical form at once;
+        anything else goes to `_segment`, which finds and names the problem.
+        """
+        import numpy as np
+
+        tok, codec = self.tok, self.codec
+        debug = self.debug
+        j0 = self.bundles
+        s = tok.shard_bundles
+        if debug is None or self.closed_short or self.padded:
+            return False
+        if self.in_shard != (j0 > 0) or (j0 and self.shard_count != (j0 - 1) % s + 1):
+            return False  # pragma: no cover - the state always follows the bundle count
+        if int(cls.max()) > (ln.FAST_MAX_DEBUG if debug else ln.FAST_MAX):
+            return False
+        length = codec.length.take(t)
+        data_tokens = np.compress(length != 0, t)
+        n_comp = int(np.count_nonzero(length > 1)) if tok.width > 1 else 0
+        data = codec.expand_tokens(data_tokens, n_comp)
+        bb = tok.bundle_bytes
+        nb = data.size // bb
+        if nb == 0 or data.size % bb:
+            return False
+        pos = 0
+
+        def match(expected: np.ndarray | list[int]) -> bool:
+            nonlocal pos
+            size = len(expected)
+            ok = pos + size <= t.size and bool(np.array_equal(t[pos : pos + size], expected))
+            pos += size
+            return ok
+
+        if j0 and j0 % s == 0 and not match([tk.SHARD_END]):
+            return False
+        done = 0
+        while done < nb:
+            j = j0 + done
+            if j % s == 0 and not match([tk.SHARD_START]):
+                return False
+            take = min(nb - done, s - j % s)
+            part = data[done * bb : (done + take) * bb]
+            if not match(codec.bundle_tokens(part, j, debug, tok.chunk_bundles)):
+                return False
+            done += take
+            if done < nb and (j0 + done) % s == 0 and not match([tk.SHARD_END]):
+                return False
+        if pos != t.size:
+            return False
+        end = j0 + nb
+        self.bundles = end
+        self.in_shard = True
+        self.shards = (end - 1) // s + 1
+        self.shard_count = (end - 1) % s + 1
+        self.bytes_out += int(data.size)
+        out.append(data)
+        self._cursor += t.size
+        return True
 
     def _segment(
         self,
@@ -569,7 +631,7 @@ class Decoder:
         n = t.size
         if n == 0:
             return
-        cls = codec.cls[t]
+        cls = codec.cls.take(t)
         is_s = cls == ln.C_BSTART
         is_e = cls == ln.C_BEND
         depth = np.cumsum(is_s.astype(np.int8) - is_e.astype(np.int8), dtype=np.int32)
@@ -632,8 +694,8 @@ class Decoder:
                         token_index=base + opened,
                     ),
                 )
-        length = codec.length[t]
-        cum = np.cumsum(length, dtype=np.int64)
+        length = codec.length.take(t)
+        cum = np.cumsum(length, dtype=np.int32)  # windows are small: no overflow
         cum_before = cum - length
         starts = np.flatnonzero(is_s[:limit])
         ends = np.flatnonzero(is_e[:limit])
@@ -857,7 +919,7 @@ class Decoder:
         if padded_pos < n:
             self.padded = True
         data_pos = np.flatnonzero(length)
-        data_tokens = t[data_pos]
+        data_tokens = t.take(data_pos)
         data = codec.expand_tokens(data_tokens, comp.size)
         if data.size:
             out.append(data)
@@ -907,7 +969,7 @@ class Decoder:
                 self._violation("composite", msg, base + idx)
         # Debug markers: all or nothing, decided by the stream's first bundle.
         if starts.size:
-            lm = np.cumsum(cls == ln.C_LANE_MARK, dtype=np.int64)
+            lm = np.cumsum(cls == ln.C_LANE_MARK, dtype=np.int32)
             marks = lm[ends] - lm[starts]
             if self.debug is None:
                 self.debug = bool(marks[0]) or (

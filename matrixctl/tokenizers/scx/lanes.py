@@ -24,19 +24,23 @@ if TYPE_CHECKING:
 # Token classes for the decoder (u8). Classes from C_ERROR up stop a stream.
 C_RAW = 0
 C_COMP = 1
-C_COMP_DEP = 2
-C_BSTART = 3
-C_BEND = 4
-C_PAD_LANE = 5
+C_BSTART = 2
+C_BEND = 3
+C_SHARD_START = 4
+C_SHARD_END = 5
 C_LANE_MARK = 6
-C_BUNDLE_PAD = 7
-C_SHARD_START = 8
-C_SHARD_END = 9
-C_CHUNK_MARK = 10
+C_CHUNK_MARK = 7
+C_COMP_DEP = 8
+C_PAD_LANE = 9
+C_BUNDLE_PAD = 10
 C_CONFIG = 11
 C_STREAM_END = 12
 C_ERROR = 13
 C_UNKNOWN = 14
+# The classes a canonical stream's full bundles and shard markers use (the decoder's fast
+# path), without and with debug markers.
+FAST_MAX = C_SHARD_END
+FAST_MAX_DEBUG = C_CHUNK_MARK
 
 INSIDE_OK = (C_RAW, C_COMP, C_COMP_DEP, C_PAD_LANE, C_LANE_MARK, C_BUNDLE_PAD)
 OUTSIDE_OK = (C_SHARD_START, C_SHARD_END, C_CHUNK_MARK)
@@ -54,17 +58,25 @@ MULTIPLIERS = (
 )
 
 
+# The three SKIP slots after a composite id, packed above it in a u64 of four u16 slots.
+COMPOSITE_SKIPS_4 = tk.SKIP << 16 | tk.SKIP << 32 | tk.SKIP << 48
+
+
+def key_dtype(width: int) -> str:
+    return "<u4" if width <= 4 else "<u8"
+
+
 def lane_keys(lanes: np.ndarray, width: int) -> np.ndarray:
-    """Integer keys of lanes: `lanes` is uint8 of shape (n, width), C-contiguous."""
+    """Integer keys of lanes (`lanes`: uint8, shape (n, width), C-contiguous): u32 for lanes of
+    up to 4 bytes, u64 above."""
     import numpy as np
 
-    if width == 1:
-        return lanes.reshape(-1).astype(np.uint64)
-    if width in (2, 4, 8):
-        return lanes.reshape(-1).view(f"<u{width}").astype(np.uint64)
-    keys = np.zeros(lanes.shape[0], dtype=np.uint64)
-    for i in range(width):
-        keys |= lanes[:, i].astype(np.uint64) << np.uint64(8 * i)
+    dtype = np.dtype(key_dtype(width))
+    if width in (4, 8):
+        return lanes.reshape(-1).view(dtype)
+    keys = lanes[:, 0].astype(dtype)
+    for i in range(1, width):
+        keys |= lanes[:, i].astype(dtype) << dtype.type(8 * i)
     return keys
 
 
@@ -74,9 +86,14 @@ def pattern_key(pattern: bytes) -> int:
 
 @dataclass
 class Cuckoo:
-    """Two tables of `size` slots; a key sits at h1(key) in table 1 or h2(key) in table 2."""
+    """Two tables of 2**bits slots; a key sits at h1(key) in table 1 or at h2(key) in table 2.
+
+    h(key) = (key * multiplier mod 2**kbits) >> (kbits - bits), with kbits = 32 for keys of
+    lanes up to 4 bytes and 64 above (multiplicative hashing in the key's own width).
+    """
 
     bits: int
+    kbits: int
     m1: int
     m2: int
     keys1: np.ndarray
@@ -85,23 +102,32 @@ class Cuckoo:
     ids2: np.ndarray
 
     @classmethod
-    def build(cls, items: dict[int, int]) -> Cuckoo:
+    def build(cls, items: dict[int, int], width: int) -> Cuckoo:
         import numpy as np
 
+        kbits = 32 if width <= 4 else 64
+        dtype = key_dtype(width)
         bits = max(4, (2 * max(1, len(items)) - 1).bit_length())
-        pairs = [(MULTIPLIERS[i], MULTIPLIERS[j]) for i in range(8) for j in range(8) if i != j]
+        mask = (1 << kbits) - 1
+        pairs = [
+            (MULTIPLIERS[i] & mask | 1, MULTIPLIERS[j] & mask | 1)
+            for i in range(8)
+            for j in range(8)
+            if i != j
+        ]
         while True:
             for m1, m2 in pairs:
-                tables = _cuckoo_insert(items, bits, m1, m2)
+                tables = _cuckoo_insert(items, bits, kbits, m1, m2)
                 if tables is not None:
                     k1, i1, k2, i2 = tables
                     return cls(
                         bits,
+                        kbits,
                         m1,
                         m2,
-                        np.array(k1, dtype=np.uint64),
+                        np.array(k1, dtype=dtype),
                         np.array(i1, dtype=np.uint16),
-                        np.array(k2, dtype=np.uint64),
+                        np.array(k2, dtype=dtype),
                         np.array(i2, dtype=np.uint16),
                     )
             bits += 1  # pragma: no cover - 56 multiplier pairs at load <= 1/2 do not all fail
@@ -110,21 +136,23 @@ class Cuckoo:
         """The id for each key, 0 where the key is not in the table."""
         import numpy as np
 
-        shift = np.uint64(64 - self.bits)
-        h1 = (keys * np.uint64(self.m1)) >> shift
-        h2 = (keys * np.uint64(self.m2)) >> shift
-        ids = np.where(self.keys1[h1] == keys, self.ids1[h1], 0).astype(np.uint16)
-        hit2 = self.keys2[h2] == keys
-        np.copyto(ids, self.ids2[h2], where=hit2)
+        kt = keys.dtype.type
+        shift = kt(self.kbits - self.bits)
+        h1 = np.multiply(keys, kt(self.m1))
+        h1 >>= shift
+        h2 = np.multiply(keys, kt(self.m2))
+        h2 >>= shift
+        first = np.where(self.keys1.take(h1) == keys, self.ids1.take(h1), 0)
+        ids: np.ndarray = np.where(self.keys2.take(h2) == keys, self.ids2.take(h2), first)
         return ids
 
 
-def _hash(key: int, mult: int, bits: int) -> int:
-    return ((key * mult) & 0xFFFFFFFFFFFFFFFF) >> (64 - bits)
+def _hash(key: int, mult: int, bits: int, kbits: int) -> int:
+    return ((key * mult) & ((1 << kbits) - 1)) >> (kbits - bits)
 
 
 def _cuckoo_insert(
-    items: dict[int, int], bits: int, m1: int, m2: int
+    items: dict[int, int], bits: int, kbits: int, m1: int, m2: int
 ) -> tuple[list[int], list[int], list[int], list[int]] | None:
     size = 1 << bits
     keys = [[0] * size, [0] * size]
@@ -133,7 +161,7 @@ def _cuckoo_insert(
     for key, tid in sorted(items.items()):
         cur_key, cur_id, side = key, tid, 0
         for _ in range(64):
-            slot = _hash(cur_key, mults[side], bits)
+            slot = _hash(cur_key, mults[side], bits, kbits)
             if ids[side][slot] == 0:
                 keys[side][slot], ids[side][slot] = cur_key, cur_id
                 break
@@ -174,7 +202,7 @@ class LaneCodec:
                     table[pattern_key(pat)] = tid | (tk.SKIP << 16)
             self._direct = table
         elif active:
-            self._cuckoo = Cuckoo.build({pattern_key(p): t for p, t in active.items()})
+            self._cuckoo = Cuckoo.build({pattern_key(p): t for p, t in active.items()}, w)
         # Decoder tables.
         cls = np.full(tk.TOKEN_LIMIT, C_UNKNOWN, dtype=np.uint8)
         cls[: 256] = C_RAW
@@ -217,20 +245,28 @@ class LaneCodec:
         if self._direct is not None:
             if w == 1:
                 # A one-byte composite replaces one byte by one id: no SKIP slots to squeeze.
-                return self._direct[data].reshape(-1, 1), 0
-            slots = self._direct[data.view("<u2")].view("<u2").reshape(-1, 2)
+                return self._direct.take(data).reshape(-1, 1), 0
+            slots = self._direct.take(data.view("<u2")).view("<u2").reshape(-1, 2)
             n_comp = int(np.count_nonzero(slots[:, 1] == tk.SKIP)) if self.n_active else 0
             return slots, n_comp
         lanes = data.reshape(-1, w)
-        slots = lanes.astype("<u2")
         if self._cuckoo is None:
-            return slots, 0
+            return lanes.astype("<u2"), 0
         ids = self._cuckoo.lookup(lane_keys(lanes, w))
+        if w == 4:
+            # Four u16 slots fit one u64: choose whole lanes with one np.where.
+            raw = data.astype("<u2").view("<u8")
+            comp = ids.astype("<u8")
+            comp |= np.uint64(COMPOSITE_SKIPS_4)
+            packed = np.where(ids != 0, comp, raw)
+            return packed.view("<u2").reshape(-1, 4), int(np.count_nonzero(ids))
+        slots = lanes.astype("<u2")
         hit = ids != 0
         n_comp = int(np.count_nonzero(hit))
         if n_comp:
-            slots[hit, 0] = ids[hit]
-            slots[hit, 1:] = tk.SKIP
+            # copyto(where=) instead of boolean-index assignment: several times faster.
+            np.copyto(slots[:, 0], ids, where=hit)
+            np.copyto(slots[:, 1:], tk.SKIP, where=hit[:, None])
         return slots, n_comp
 
     def bundle_tokens(self, data: np.ndarray, first_bundle: int, debug: bool, chunk_bundles: int) -> np.ndarray:
@@ -256,7 +292,8 @@ class LaneCodec:
         rows[:, -1] = tk.BUNDLE_END
         flat = rows.reshape(-1)
         if n_comp or debug:
-            return flat[flat != tk.SKIP]
+            # np.compress is several times faster than boolean indexing here.
+            return np.compress(flat != tk.SKIP, flat)
         return flat
 
     def partial_bundle(self, tail: bytes, debug: bool, chunk_mark: bool) -> list[int]:
@@ -290,12 +327,14 @@ class LaneCodec:
         import numpy as np
 
         if n_comp == 0 or self.width == 1:
-            return self.expand[data_tokens, 0] if self.width == 1 else data_tokens.astype(np.uint8)
-        rows = self.expand_void[data_tokens].view(np.uint8).reshape(-1, self.width)
+            if self.width == 1:
+                return self.expand[:, 0].take(data_tokens)
+            return data_tokens.astype(np.uint8)
+        rows = self.expand_void.take(data_tokens).view(np.uint8).reshape(-1, self.width)
         keep = np.empty(rows.shape, dtype=bool)
         keep[:, 0] = True
-        keep[:, 1:] = (self.length[data_tokens] > 1)[:, None]
-        return rows[keep]
+        keep[:, 1:] = (self.length.take(data_tokens) > 1)[:, None]
+        return np.compress(keep.reshape(-1), rows.reshape(-1))
 
     def canonical_ids(self, data: np.ndarray) -> np.ndarray:
         """For whole lanes of `data`: the active composite id the encoder would use, or 0."""
@@ -304,9 +343,9 @@ class LaneCodec:
         w = self.width
         if self._direct is not None:
             if w == 1:
-                slots = self._direct[data]
+                slots = self._direct.take(data)
                 return np.where(slots != data, slots, 0).astype(np.uint16)
-            slots = self._direct[data.view("<u2")]
+            slots = self._direct.take(data.view("<u2"))
             return np.where((slots >> 16) == tk.SKIP, slots & 0xFFFF, 0).astype(np.uint16)
         if self._cuckoo is None:
             return np.zeros(data.size // w, dtype=np.uint16)
