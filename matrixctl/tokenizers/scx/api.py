@@ -1,7 +1,7 @@
 """The error-addressable SCX tokenizer API: a signed config, streaming encode and decode.
 
     tok = Tokenizer.load(registry_bytes, trusted_keys)     # UNSIGNED_REGISTRY unless signed
-    resp = encode(tok, EncodeRequest(data, tok.h_tok))     # EncodeResponse(tokens, warnings, errors)
+    resp = encode(tok, EncodeRequest(data, tok.h_tok))     # tokens, warnings, errors
     back = decode(tok, DecodeRequest(resp.tokens, tok.h_tok))
 
 `Encoder` and `Decoder` do the same in bounded memory, block by block; they raise `ScxFailure`
@@ -181,7 +181,6 @@ class Encoder:
         self.carry = b""
         self.bytes_in = 0
         self.bundles = 0
-        self.tokens_out = 0
         self.warnings: list[Issue] = []
         self._started = False
         self._done = False
@@ -226,26 +225,33 @@ class Encoder:
         return out
 
     def _bundles(self, data: np.ndarray, out: list[np.ndarray], pending: list[int]) -> None:
-        """Whole bundles, split at shard boundaries (SHARD_START / SHARD_END around them)."""
+        self._emit(out, pending)
+        out.extend(self.tokens_for(data, self.bundles))
+        self.bundles += data.size // self.tok.bundle_bytes
+
+    def tokens_for(self, data: np.ndarray, first_bundle: int) -> list[np.ndarray]:
+        """Tokens of whole bundles starting at bundle `first_bundle` of the stream, with the
+        SHARD_START / SHARD_END markers around them. A pure function of its arguments and the
+        config, so blocks may be encoded in any order (or in parallel) and joined."""
+        import numpy as np
+
         tok = self.tok
         bb = tok.bundle_bytes
         s = tok.shard_bundles
         nb = data.size // bb
+        out: list[np.ndarray] = []
         done = 0
         while done < nb:
-            j = self.bundles
-            if j % s == 0:
-                pending.append(tk.SHARD_START)
+            j = first_bundle + done
             take = min(nb - done, s - j % s)
-            self._emit(out, pending)
+            if j % s == 0:
+                out.append(np.array([tk.SHARD_START], dtype="<u2"))
             part = data[done * bb : (done + take) * bb]
-            toks = tok.codec.bundle_tokens(part, j, self.debug, tok.chunk_bundles)
-            out.append(toks)
-            self.tokens_out += toks.size
-            self.bundles += take
+            out.append(tok.codec.bundle_tokens(part, j, self.debug, tok.chunk_bundles))
             done += take
-            if self.bundles % s == 0:
-                pending.append(tk.SHARD_END)
+            if (first_bundle + done) % s == 0:
+                out.append(np.array([tk.SHARD_END], dtype="<u2"))
+        return out
 
     def finish(self) -> list[np.ndarray]:
         """The last (padded) bundle, the closing SHARD_END, STREAM_END and the byte count."""
@@ -289,7 +295,6 @@ class Encoder:
             pending.append(tk.SHARD_END)
         pending += [tk.STREAM_END, *struct.pack("<Q", self.bytes_in)]
         out.append(np.array(pending, dtype="<u2"))
-        self.tokens_out += sum(a.size for a in out)
         return out
 
 
@@ -343,7 +348,9 @@ class Decoder:
             msg = t.first.message
             if t.count > 1:
                 msg += f" ({t.count} times; the first is shown)"
-            out.append(Issue(t.first.code, msg, t.first.byte_offset, t.first.token_index, t.first.context))
+            out.append(
+                Issue(t.first.code, msg, t.first.byte_offset, t.first.token_index, t.first.context)
+            )
         return out
 
     def _violation(self, kind: str, message: str, index: int, **ctx: Any) -> None:
@@ -803,8 +810,9 @@ class Decoder:
                     i,
                     fail(
                         tk.INVALID_BUNDLE_BOUNDARY,
-                        f"composite {self._name(int(t[i]))} starts at byte {int(cum_before[i] % w)} "
-                        f"of a lane: a lane is one composite or {w} byte tokens",
+                        f"composite {self._name(int(t[i]))} starts at byte "
+                        f"{int(cum_before[i] % w)} of a lane: a lane is one composite or {w} "
+                        "byte tokens",
                         token_index=base + i,
                     ),
                 )
@@ -923,7 +931,19 @@ class Decoder:
         data = codec.expand_tokens(data_tokens, comp.size)
         if data.size:
             out.append(data)
-        self._canonical(t, cls, starts_c, ends_c, comp, data, data_pos, cum_before, first_bundle, chunk_marks, base)
+        self._canonical(
+            t,
+            cls,
+            starts_c,
+            ends_c,
+            comp,
+            data,
+            data_pos,
+            cum_before,
+            first_bundle,
+            chunk_marks,
+            base,
+        )
         self.bytes_out += int(data.size)
         self._cursor = base + n
 
@@ -957,10 +977,11 @@ class Decoder:
             if diff.size:
                 lane = int(diff[0])
                 idx = int(data_pos[np.searchsorted(cum_before[data_pos], lane * w)])
-                if have[lane]:
-                    msg = f"composite {self._name(int(have[lane]))} is deprecated; encode spells the lane raw"
-                    if want[lane]:
-                        msg = f"lane spelled {self._name(int(have[lane]))}; encode uses {self._name(int(want[lane]))}"
+                got, use = self._name(int(have[lane])), self._name(int(want[lane]))
+                if have[lane] and want[lane]:
+                    msg = f"lane spelled {got}; encode uses {use}"
+                elif have[lane]:
+                    msg = f"composite {got} is deprecated; encode spells the lane raw"
                 else:
                     msg = (
                         f"lane bytes {data[lane * w : lane * w + w].tobytes().hex()} are spelled "
@@ -992,7 +1013,9 @@ class Decoder:
                     base + int(starts[k]),
                 )
             j = np.arange(first_bundle, first_bundle + starts.size)
-            want_chunks = int(np.count_nonzero(j % self.tok.chunk_bundles == 0)) if self.debug else 0
+            want_chunks = (
+                int(np.count_nonzero(j % self.tok.chunk_bundles == 0)) if self.debug else 0
+            )
             if want_chunks != chunk_marks:
                 self._violation(
                     "chunk_marks",
@@ -1087,8 +1110,172 @@ def encode_bytes(tok: Tokenizer, data: bytes, **options: bool) -> np.ndarray:
     return _concat(parts, "<u2")
 
 
-def iter_decode(tok: Tokenizer, chunks: Iterable[np.ndarray], *, strict: bool = True) -> Iterator[np.ndarray]:
+def iter_decode(
+    tok: Tokenizer, chunks: Iterable[np.ndarray], *, strict: bool = True
+) -> Iterator[np.ndarray]:
     dec = Decoder(tok, strict_invertibility=strict)
     for chunk in chunks:
         yield from dec.feed(chunk)
     yield from dec.finish()
+
+
+def encode_chunks(
+    tok: Tokenizer,
+    chunks: Iterable[Any],
+    *,
+    jobs: int = 1,
+    strict_alignment: bool = False,
+    emit_debug_markers: bool = False,
+    warnings: list[Issue] | None = None,
+) -> Iterator[np.ndarray]:
+    """Encode a stream of byte chunks; with `jobs` > 1, blocks are encoded by a thread pool
+    (numpy releases the GIL in its kernels) and joined in input order: the same tokens."""
+    from collections import deque
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    import numpy as np
+
+    enc = Encoder(tok, strict_alignment=strict_alignment, emit_debug_markers=emit_debug_markers)
+    try:
+        if jobs <= 1:
+            for chunk in chunks:
+                yield from enc.feed(chunk)
+            yield from enc.finish()
+            return
+        bb = tok.bundle_bytes
+        enc._started = True
+        yield np.array([tk.TOK_CONFIG, *tok.h_tok], dtype="<u2")
+        carry = b""
+        queue: deque[Future[list[np.ndarray]]] = deque()
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for piece in chunks:
+                chunk = bytes(piece)
+                data = carry + chunk
+                whole = len(data) // bb * bb
+                if whole:
+                    arr = np.frombuffer(data, dtype=np.uint8, count=whole)
+                    queue.append(pool.submit(enc.tokens_for, arr, enc.bundles))
+                    enc.bundles += whole // bb
+                carry = data[whole:]
+                enc.bytes_in += len(chunk)
+                while len(queue) > 2 * jobs:
+                    yield from queue.popleft().result()
+            while queue:
+                yield from queue.popleft().result()
+        enc.carry = carry
+        yield from enc.finish()
+    finally:
+        if warnings is not None:
+            warnings.extend(enc.warnings)
+
+
+def load_config(registry_path: str, trust_paths: list[str] | None) -> tuple[Tokenizer, bytes]:
+    """Read a registry file, check its signature against the trusted keys, compile it.
+
+    `trust_paths` are trust files (None: MATRIXCTL_SCX_TRUST). No trusted key, or no valid
+    signature by one, is UNSIGNED_REGISTRY.
+    """
+    from matrixctl.io import Source
+
+    paths = trust_paths if trust_paths else signing.trust_from_env()
+    with Source.open(registry_path) as src:
+        data = bytes(src.buf[: src.size])
+    try:
+        rf = parse(data)
+    except FormatError as err:
+        raise err.with_path(registry_path) from None
+    keys = signing.load_trust(paths or [])
+    try:
+        authority = authorize(rf, keys)
+    except ScxFailure as err:
+        err.path = registry_path
+        if not keys:
+            err.hint = f"name trusted pi keys with --trust FILE (or {signing.TRUST_ENV})"
+        raise
+    return Tokenizer(rf, authority), data
+
+
+def decode_token_stream(
+    tok: Tokenizer,
+    fp: Any,
+    out: Any,
+    *,
+    strict: bool = True,
+    tick: Any = None,
+    name: str = "<stdin>",
+) -> dict[str, Any]:
+    """Decode an MXTOKENS token stream read from `fp` into `out` (a binary file).
+
+    Errors name the token index and, where known, the byte offset of that token in the input.
+    """
+    import numpy as np
+
+    from matrixctl.formats import token_stream as ts
+    from matrixctl.io import read_exact
+
+    head = read_exact(fp, ts.HEADER_SIZE, "token stream header", offset=0)
+    if not head.startswith(ts.MAGIC):
+        raise FormatError(
+            "UNKNOWN_FORMAT",
+            f"not a matrixctl token stream (MXTOKENS): {head[:8]!r}",
+            path=name,
+            offset=0,
+        )
+    header = ts.StreamHeader.parse(head)
+    dec = Decoder(tok, strict_invertibility=strict)
+    frames: list[tuple[int, int]] = []  # (first token index, byte offset of its ids)
+    tokens = 0
+    written = 0
+
+    def where(err: ScxFailure) -> ScxFailure:
+        idx = err.issue.token_index
+        if idx is not None and frames:
+            import bisect
+
+            k = bisect.bisect_right([f[0] for f in frames], idx) - 1
+            if k >= 0:
+                first, off = frames[k]
+                err.offset = off + (idx - first) * header.itemsize
+        err.path = name
+        return err
+
+    try:
+        for event in ts.iter_events(_Ticking(fp, tick), header):
+            if event.kind != ts.KIND_TOKENS:
+                continue
+            ids = event.tokens
+            if ids.dtype != np.dtype("<u2"):
+                high = np.flatnonzero(ids > 0xFFFF)
+                if high.size:
+                    i = tokens + int(high[0])
+                    raise fail(
+                        tk.UNKNOWN_TOKEN,
+                        f"token id {int(ids[high[0]])} does not fit SCX's u16 token space",
+                        token_index=i,
+                    )
+                ids = ids.astype("<u2")
+            frames.append((tokens, event.offset + ts.FRAME_SIZE))
+            tokens += ids.size
+            for part in dec.feed(ids):
+                out.write(part.data)
+                written += part.size
+        for part in dec.finish():
+            out.write(part.data)
+            written += part.size
+    except ScxFailure as err:
+        raise where(err) from None
+    except FormatError as err:
+        raise err.with_path(name) from None
+    return {"tokens": tokens, "bytes": written, "warnings": dec.warnings}
+
+
+class _Ticking:
+    def __init__(self, fp: Any, tick: Any) -> None:
+        self._fp = fp
+        self._tick = tick
+
+    def read(self, n: int = -1) -> bytes:
+        data: bytes = self._fp.read(n)
+        if self._tick:
+            self._tick(len(data))
+        return data

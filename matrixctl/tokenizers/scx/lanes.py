@@ -205,7 +205,7 @@ class LaneCodec:
             self._cuckoo = Cuckoo.build({pattern_key(p): t for p, t in active.items()}, w)
         # Decoder tables.
         cls = np.full(tk.TOKEN_LIMIT, C_UNKNOWN, dtype=np.uint8)
-        cls[: 256] = C_RAW
+        cls[:256] = C_RAW
         for tid, c in (
             (tk.BUNDLE_START, C_BSTART),
             (tk.BUNDLE_END, C_BEND),
@@ -223,9 +223,9 @@ class LaneCodec:
             cls[tid] = C_ERROR
         expand = np.zeros((tk.TOKEN_LIMIT, w), dtype=np.uint8)
         expand[:256, 0] = np.arange(256, dtype=np.uint8)
-        for c in reg.composites:
-            cls[c.token_id] = C_COMP_DEP if c.deprecated else C_COMP
-            expand[c.token_id] = np.frombuffer(c.pattern, dtype=np.uint8)
+        for comp in reg.composites:
+            cls[comp.token_id] = C_COMP_DEP if comp.deprecated else C_COMP
+            expand[comp.token_id] = np.frombuffer(comp.pattern, dtype=np.uint8)
         self.cls = cls
         self.expand = expand
         self.expand_void = expand.view(f"V{w}").reshape(-1)
@@ -269,7 +269,9 @@ class LaneCodec:
             np.copyto(slots[:, 1:], tk.SKIP, where=hit[:, None])
         return slots, n_comp
 
-    def bundle_tokens(self, data: np.ndarray, first_bundle: int, debug: bool, chunk_bundles: int) -> np.ndarray:
+    def bundle_tokens(
+        self, data: np.ndarray, first_bundle: int, debug: bool, chunk_bundles: int
+    ) -> np.ndarray:
         """Tokens of whole bundles (no shard markers): `data` holds a multiple of N*W bytes."""
         import numpy as np
 

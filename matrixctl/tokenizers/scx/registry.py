@@ -481,9 +481,13 @@ def parse(buf: Any, size: int | None = None) -> RegistryFile:
             field="version",
         )
     if reserved:
-        raise FormatError(SCX_REG_HEADER, "reserved bytes are not zero", offset=0x1C, field="reserved")
+        raise FormatError(
+            SCX_REG_HEADER, "reserved bytes are not zero", offset=0x1C, field="reserved"
+        )
     if min_id != 0:
-        raise FormatError(SCX_REG_HEADER, f"min_id is {min_id}, must be 0", offset=0x0C, field="min_id")
+        raise FormatError(
+            SCX_REG_HEADER, f"min_id is {min_id}, must be 0", offset=0x0C, field="min_id"
+        )
     n_fixed = len(tk.FIXED)
     if not n_fixed <= entry_count <= n_fixed + tk.MAX_COMPOSITES:
         raise FormatError(
@@ -725,15 +729,22 @@ def _src_error(message: str, where: str) -> FormatError:
 
 def _int(doc: dict[str, Any], key: str, default: int | None, lo: int, hi: int, where: str) -> int:
     value = doc.get(key, default)
-    if value is None or isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+    if (
+        value is None
+        or isinstance(value, bool)
+        or not isinstance(value, int)
+        or not lo <= value <= hi
+    ):
         raise _src_error(f"{key} must be an integer in {lo}..{hi}, got {value!r}", f"{where}{key}")
     return value
 
 
 def from_source(doc: Any) -> RegistryFile:
     """Build an unsigned registry from its JSON source (or from `inspect --json`'s view)."""
-    if isinstance(doc, dict) and "registry" in doc and isinstance(doc["registry"], dict):
-        doc = doc["registry"]  # the JSON view `inspect --json` prints
+    if isinstance(doc, dict) and isinstance(doc.get("registry"), dict):
+        # The JSON view `inspect --json` prints: the body's fields under "registry", the
+        # composites beside them.
+        doc = {**doc["registry"], "composites": doc.get("composites", [])}
     if not isinstance(doc, dict):
         raise _src_error("a registry source is a JSON object", "$")
     unknown = set(doc) - SOURCE_KEYS
@@ -744,7 +755,7 @@ def from_source(doc: Any) -> RegistryFile:
     mode_name = doc.get("lane_mode")
     if mode_name not in tk.LaneMode.__members__:
         raise _src_error("lane_mode must be SCXQ2, SCXQ4 or CUSTOM", "lane_mode")
-    mode = tk.LaneMode[mode_name]
+    mode = tk.LaneMode[str(mode_name)]
     fixed_width = tk.LANE_WIDTHS.get(mode)
     width = _int(doc, "lane_width", fixed_width, 1, tk.MAX_LANE_WIDTH, "")
     if fixed_width is not None and width != fixed_width:
@@ -863,9 +874,7 @@ def check_append_only(parent: RegistryFile, child: RegistryFile) -> None:
                 f"composite 0x{old.token_id:04X} was changed in place", f"0x{old.token_id:04X}"
             )
         if old.deprecated and not new.deprecated:
-            raise fail(
-                f"composite 0x{old.token_id:04X} was un-deprecated", f"0x{old.token_id:04X}"
-            )
+            raise fail(f"composite 0x{old.token_id:04X} was un-deprecated", f"0x{old.token_id:04X}")
 
 
 def patterns(composites: Iterable[Composite]) -> dict[bytes, int]:

@@ -59,9 +59,7 @@ class PrivateKey:
         from cryptography.hazmat.primitives import serialization
 
         pub = self._key.public_key()  # type: ignore[attr-defined]
-        raw: bytes = pub.public_bytes(
-            serialization.Encoding.Raw, serialization.PublicFormat.Raw
-        )
+        raw: bytes = pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         return raw
 
     @property

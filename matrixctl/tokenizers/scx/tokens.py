@@ -204,7 +204,12 @@ API_SCHEMA: dict[str, Any] = {
     "schema_version": 1,
     "token_id": "u16",
     "error_codes": list(ERROR_CODES),
-    "encode_request": ["bytes", "config_hash", "options.emit_debug_markers", "options.strict_alignment"],
+    "encode_request": [
+        "bytes",
+        "config_hash",
+        "options.emit_debug_markers",
+        "options.strict_alignment",
+    ],
     "encode_response": ["errors", "tokens", "warnings"],
     "decode_request": ["config_hash", "options.strict_invertibility", "tokens"],
     "decode_response": ["bytes", "errors", "warnings"],
