@@ -353,7 +353,7 @@ class Decoder:
             )
         return out
 
-    def _violation(self, kind: str, message: str, index: int, **ctx: Any) -> None:
+    def _violation(self, kind: str, message: str, index: int, count: int = 1, **ctx: Any) -> None:
         """A decodable but non-canonical stream: an error when strict, else a warning."""
         if self.strict:
             raise fail(
@@ -366,10 +366,11 @@ class Decoder:
         if tally is None:
             ctx_s = {k: str(v) for k, v in ctx.items()}
             self._tallies[kind] = _Tally(
-                Issue(tk.INVERTIBILITY_VIOLATION, message, token_index=index, context=ctx_s)
+                Issue(tk.INVERTIBILITY_VIOLATION, message, token_index=index, context=ctx_s),
+                count,
             )
         else:
-            tally.count += 1
+            tally.count += count
 
     def _name(self, token: int) -> str:
         return tk.token_name(token, self.codec.names)
@@ -985,9 +986,9 @@ class Decoder:
                 else:
                     msg = (
                         f"lane bytes {data[lane * w : lane * w + w].tobytes().hex()} are spelled "
-                        f"raw; encode uses composite {self._name(int(want[lane]))}"
+                        f"raw; encode uses {self._name(int(want[lane]))}"
                     )
-                self._violation("composite", msg, base + idx)
+                self._violation("composite", msg, base + idx, int(diff.size))
         # Debug markers: all or nothing, decided by the stream's first bundle.
         if starts.size:
             lm = np.cumsum(cls == ln.C_LANE_MARK, dtype=np.int32)

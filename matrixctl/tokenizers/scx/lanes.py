@@ -142,8 +142,10 @@ class Cuckoo:
         h1 >>= shift
         h2 = np.multiply(keys, kt(self.m2))
         h2 >>= shift
-        first = np.where(self.keys1.take(h1) == keys, self.ids1.take(h1), 0)
-        ids: np.ndarray = np.where(self.keys2.take(h2) == keys, self.ids2.take(h2), first)
+        # A key sits in at most one table; an empty slot (key 0, id 0) that "matches" key 0
+        # contributes id 0, so OR-ing the two answers is exact.
+        ids: np.ndarray = np.where(self.keys1.take(h1) == keys, self.ids1.take(h1), 0)
+        ids |= np.where(self.keys2.take(h2) == keys, self.ids2.take(h2), 0)
         return ids
 
 
