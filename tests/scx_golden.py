@@ -194,7 +194,7 @@ VECTORS: list[tuple[str, bytes, bool, list[int]]] = [
             SE,
             *trailer(7),
         ],
-    ),  # fmt: skip
+    ),
     (
         "ten zero bytes: two shards, the deprecated composite unused",
         bytes(10),
@@ -223,7 +223,7 @@ VECTORS: list[tuple[str, bytes, bool, list[int]]] = [
             SE,  # shard 1: bundle 2, 2 bytes then 2 PAD-BYTEs
             *trailer(10),
         ],
-    ),  # fmt: skip
+    ),
     (
         "eight bytes: whole bundles, no padding",
         b"the the ",

@@ -140,12 +140,12 @@ def test_valid_hand_stream() -> None:
         (stream(tk.SHARD_START, *FULL[:5], 0x9000, *FULL[5:], tk.SHARD_END), tk.UNKNOWN_TOKEN, 39),
         (stream(tk.SHARD_START, *FULL[:5], 0x0150, *FULL[5:], tk.SHARD_END), tk.UNKNOWN_TOKEN, 39),
         (stream(tk.SHARD_START, *FULL[:-1], tk.SHARD_END), tk.MISALIGNED_SHARD, 51),
-        (stream(tk.SHARD_START, *FULL[:-2], tk.BUNDLE_END, tk.SHARD_END), tk.INVALID_BUNDLE_BOUNDARY, 50),
+        (stream(tk.SHARD_START, *FULL[:-2], tk.BUNDLE_END, tk.SHARD_END), tk.INVALID_BUNDLE_BOUNDARY, 50),  # noqa: E501
         (stream(tk.SHARD_START, 0x61, *FULL, tk.SHARD_END), tk.INVALID_BUNDLE_BOUNDARY, 34),
-        (stream(tk.SHARD_START, tk.BUNDLE_START, 0x61, 0x400, *[0x61] * 13, tk.BUNDLE_END, tk.SHARD_END), tk.INVALID_BUNDLE_BOUNDARY, 36),
+        (stream(tk.SHARD_START, tk.BUNDLE_START, 0x61, 0x400, *[0x61] * 13, tk.BUNDLE_END, tk.SHARD_END), tk.INVALID_BUNDLE_BOUNDARY, 36),  # noqa: E501
         (stream(*FULL), tk.MISALIGNED_SHARD, 33),
         (stream(tk.SHARD_START, *FULL, *FULL, *FULL, *FULL, tk.SHARD_END), tk.MISALIGNED_SHARD, 88),
-        (stream(tk.SHARD_START, *FULL, tk.SHARD_END, tk.SHARD_START, *FULL, tk.SHARD_END), tk.MISALIGNED_SHARD, 53),
+        (stream(tk.SHARD_START, *FULL, tk.SHARD_END, tk.SHARD_START, *FULL, tk.SHARD_END), tk.MISALIGNED_SHARD, 53),  # noqa: E501
         (stream(tk.SHARD_START, *FULL), tk.MISALIGNED_SHARD, 52),
         (stream(tk.SHARD_START, *FULL, tk.SHARD_END, n=15), tk.INVERTIBILITY_VIOLATION, 53),
         (stream(tk.SHARD_START, 0x0311, *FULL, tk.SHARD_END), tk.INVALID_BUNDLE_BOUNDARY, 34),
@@ -155,11 +155,11 @@ def test_valid_hand_stream() -> None:
         ([tk.TOK_CONFIG, *bytes(32)], tk.UNSUPPORTED_VERSION, 1),
         (stream(tk.SHARD_START, *FULL, tk.SHARD_END)[:-3], tk.MISALIGNED_SHARD, 59),
         ([*stream(tk.SHARD_START, *FULL, tk.SHARD_END), 0x61], tk.MISALIGNED_SHARD, 62),
-        (stream(tk.SHARD_START, tk.BUNDLE_START, *[0x61] * 14, tk.BUNDLE_PAD, tk.BUNDLE_END, *FULL, tk.SHARD_END, n=30), tk.MISALIGNED_SHARD, 51),
-        (stream(tk.SHARD_START, tk.BUNDLE_START, *[0x61] * 3, tk.BUNDLE_PAD, tk.BUNDLE_END, tk.SHARD_END, n=3), tk.INVALID_BUNDLE_BOUNDARY, 39),
-        (stream(tk.SHARD_START, tk.BUNDLE_START, 0x61, tk.PAD_LANE, 0x61, tk.BUNDLE_PAD, tk.BUNDLE_END, tk.SHARD_END, n=2), tk.INVALID_BUNDLE_BOUNDARY, 36),
-        (stream(tk.SHARD_START, tk.CHUNK_MARK, *FULL, tk.CHUNK_MARK, *FULL, tk.SHARD_END), tk.MISALIGNED_SHARD, 53),
-        (stream(tk.SHARD_START, tk.BUNDLE_START, tk.SHARD_END, *[0x61] * 16, tk.BUNDLE_END), tk.MISALIGNED_SHARD, 35),
+        (stream(tk.SHARD_START, tk.BUNDLE_START, *[0x61] * 14, tk.BUNDLE_PAD, tk.BUNDLE_END, *FULL, tk.SHARD_END, n=30), tk.MISALIGNED_SHARD, 51),  # noqa: E501
+        (stream(tk.SHARD_START, tk.BUNDLE_START, *[0x61] * 3, tk.BUNDLE_PAD, tk.BUNDLE_END, tk.SHARD_END, n=3), tk.INVALID_BUNDLE_BOUNDARY, 39),  # noqa: E501
+        (stream(tk.SHARD_START, tk.BUNDLE_START, 0x61, tk.PAD_LANE, 0x61, tk.BUNDLE_PAD, tk.BUNDLE_END, tk.SHARD_END, n=2), tk.INVALID_BUNDLE_BOUNDARY, 36),  # noqa: E501
+        (stream(tk.SHARD_START, tk.CHUNK_MARK, *FULL, tk.CHUNK_MARK, *FULL, tk.SHARD_END), tk.MISALIGNED_SHARD, 53),  # noqa: E501
+        (stream(tk.SHARD_START, tk.BUNDLE_START, tk.SHARD_END, *[0x61] * 16, tk.BUNDLE_END), tk.MISALIGNED_SHARD, 35),  # noqa: E501
     ],
 )  # fmt: skip
 def test_each_error_code_and_position(tokens: list[int], code: str, index: int) -> None:
@@ -217,7 +217,7 @@ def test_non_canonical_streams_strict_and_lenient() -> None:
     )
     assert decode_error(TOK, deprecated).code == tk.INVERTIBILITY_VIOLATION
     assert decode_ok(TOK, np.array(deprecated), strict=False) == bytes(2) + b"a" * 14
-    half_debug = stream(tk.SHARD_START, tk.CHUNK_MARK, tk.BUNDLE_START, tk.LANE_MARK, *[0x61] * 16, tk.BUNDLE_END, tk.SHARD_END)  # fmt: skip
+    half_debug = stream(tk.SHARD_START, tk.CHUNK_MARK, tk.BUNDLE_START, tk.LANE_MARK, *[0x61] * 16, tk.BUNDLE_END, tk.SHARD_END)  # fmt: skip  # noqa: E501
     assert decode_error(TOK, half_debug).code == tk.INVERTIBILITY_VIOLATION
     assert decode_ok(TOK, np.array(half_debug), strict=False) == b"a" * 16
 
@@ -248,7 +248,7 @@ def test_decoder_never_buffers_an_endless_bundle() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from([0, 0x61, 0x100, 0x101, 0x102, 0x103, 0x200, 0x201, 0x202, 0x203, 0x300, 0x301, 0x312, 0x400, 0x401, 0x402, 0x500]), max_size=120), st.booleans(), st.booleans())  # fmt: skip
+@given(st.lists(st.sampled_from([0, 0x61, 0x100, 0x101, 0x102, 0x103, 0x200, 0x201, 0x202, 0x203, 0x300, 0x301, 0x312, 0x400, 0x401, 0x402, 0x500]), max_size=120), st.booleans(), st.booleans())  # fmt: skip  # noqa: E501
 def test_fuzzed_streams_give_typed_errors_only(
     body: list[int], with_preamble: bool, strict: bool
 ) -> None:
@@ -265,7 +265,7 @@ def test_fuzzed_streams_give_typed_errors_only(
 
 
 @settings(max_examples=150, deadline=None)
-@given(data=data_strategy, debug=st.booleans(), where=st.integers(0, 10**6), value=st.sampled_from([0, 0x61, 0x101, 0x103, 0x201, 0x202, 0x203, 0x400, 0x401, 0x402]))  # fmt: skip
+@given(data=data_strategy, debug=st.booleans(), where=st.integers(0, 10**6), value=st.sampled_from([0, 0x61, 0x101, 0x103, 0x201, 0x202, 0x203, 0x400, 0x401, 0x402]))  # fmt: skip  # noqa: E501
 def test_mutated_streams_are_refused_or_canonical(
     data: bytes, debug: bool, where: int, value: int
 ) -> None:

@@ -150,7 +150,7 @@ def sign(
             kind="manifest",
             config_hash=man.config_hash.hex(),
             previous_key_id=man.pi_key_id,
-            manifest_hash=signing.tk.blake3_256(text).hex(),
+            manifest_hash=rotated.h_manifest.hex(),
         )
         message = (
             f"rotated {name} from {man.pi_key_id} to {private.key_id} (same H_TOK) -> {output}"

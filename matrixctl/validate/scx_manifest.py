@@ -43,7 +43,7 @@ def load(src: Source) -> ManifestSubject:
     data = bytes(src.buf[: src.size])
     man = mf.parse(data)
     folder = "." if src.path == "-" else os.path.dirname(os.path.abspath(src.path))
-    subject = ManifestSubject(src, man, folder, tk.blake3_256(data))
+    subject = ManifestSubject(src, man, folder, man.h_manifest)
     path = mf.safe_member(folder, man.registry_path)
     try:
         if path is None:
@@ -100,6 +100,14 @@ def describe(s: ManifestSubject) -> dict[str, Any]:
 @rule(FMT, "config_hash is H_TOK, api_schema_hash is this implementation's")
 def check_hashes(s: ManifestSubject) -> Iterator[Finding]:
     m = s.man
+    if m.stored_hash != s.h_manifest:
+        stored = m.stored_hash.hex()[:16] if m.stored_hash else "-"
+        yield finding(
+            mf.SCX_MAN_HASH,
+            f"manifest_hash is {stored}..., H_MANIFEST of the manifest's text is "
+            f"{s.h_manifest.hex()[:16]}... (the manifest was changed after it was written)",
+            field="manifest_hash",
+        )
     want = mf.expected_h_tok(m)
     if m.config_hash != want:
         yield finding(

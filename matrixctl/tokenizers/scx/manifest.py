@@ -20,8 +20,12 @@ blake3-256 of the file, is well defined. Hashes and keys are lowercase hex.
       "created_at": null | "YYYY-MM-DDTHH:MM:SSZ",
       "raw_bytes": total bytes of the input,
       "shards": [{"shard_id", "path_or_uri", "hash_raw", "hash_aligned", "bundle_count",
-                  "raw_bytes", "notes"}, ...]
+                  "raw_bytes", "notes"}, ...],
+      "manifest_hash": H_MANIFEST
     }
+
+H_MANIFEST is blake3-256 of the canonical text of the document without its manifest_hash
+key (and without the comma that would precede it): every byte of the manifest is covered.
 """
 
 from __future__ import annotations
@@ -62,8 +66,9 @@ SCX_MAN_CANONICAL = codes.define(
 )
 SCX_MAN_HASH = codes.define(
     "SCX_MAN_HASH",
-    "An AGL manifest hash disagrees: config_hash with H_TOK of its fields, api_schema_hash with "
-    "this implementation, registry or alignment hash with the registry snapshot.",
+    "An AGL manifest hash disagrees: manifest_hash with H_MANIFEST of its text, config_hash "
+    "with H_TOK of its fields, api_schema_hash with this implementation, registry or alignment "
+    "hash with the registry snapshot.",
     group=G,
 )
 SCX_MAN_SHARD = codes.define(
@@ -88,6 +93,7 @@ KEYS = (
     "created_at",
     "raw_bytes",
     "shards",
+    "manifest_hash",
 )
 SHARD_KEYS = (
     "shard_id",
@@ -148,6 +154,7 @@ class Manifest:
     key_history: list[Signature] = field(default_factory=list)
     tok_spec_version: str = tk.SPEC_NAME
     format: str = NAME
+    stored_hash: bytes | None = None  # manifest_hash as read from a file
 
     @property
     def pi_key_id(self) -> str:
@@ -193,8 +200,19 @@ class Manifest:
             "shards": [{k: s[k] for k in SHARD_KEYS} for s in self.shards],
         }
 
-    def to_bytes(self) -> bytes:
+    def body_bytes(self) -> bytes:
+        """The canonical text without manifest_hash: what H_MANIFEST hashes."""
         text = json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
+        return text.encode("utf-8")
+
+    @property
+    def h_manifest(self) -> bytes:
+        return tk.blake3_256(self.body_bytes())
+
+    def to_bytes(self, manifest_hash: bytes | None = None) -> bytes:
+        doc = self.to_json()
+        doc["manifest_hash"] = (manifest_hash or self.h_manifest).hex()
+        text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
         return text.encode("utf-8")
 
     def rotated(self, sig: Signature) -> Manifest:
@@ -329,7 +347,9 @@ def parse(data: bytes) -> Manifest:
         created_at=created,
         key_history=history,
     )
-    canon = man.to_bytes()
+    stored = _hex(doc, "manifest_hash", "")
+    man.stored_hash = stored
+    canon = man.to_bytes(stored)
     if canon != bytes(data):
         at = next(
             (i for i, (a, b) in enumerate(zip(canon, bytes(data), strict=False)) if a != b),

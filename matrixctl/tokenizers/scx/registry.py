@@ -177,7 +177,17 @@ class Composite:
         )
 
 
+_FIXED_ENTRIES: list[Entry] = []
+
+
 def fixed_entries() -> list[Entry]:
+    """The 273 entries every registry starts with (the SCX-TOK-V1 table), built once."""
+    if not _FIXED_ENTRIES:
+        _FIXED_ENTRIES.extend(_build_fixed())
+    return list(_FIXED_ENTRIES)
+
+
+def _build_fixed() -> list[Entry]:
     return [
         Entry(
             f.token_id,
@@ -506,8 +516,17 @@ def parse(buf: Any, size: int | None = None) -> RegistryFile:
         )
     body_end = HEADER_SIZE + entries_bytes
     _need(view, size, HEADER_SIZE, entries_bytes, "entries")
-    entries = _parse_entries(view, entry_count, body_end)
     fixed = fixed_entries()
+    fixed_bytes = _fixed_bytes()
+    if view[HEADER_SIZE : HEADER_SIZE + len(fixed_bytes)] == fixed_bytes:
+        # The common case: the fixed table is byte-identical; parse only the composites.
+        entries = list(zip(fixed, _fixed_offsets(), strict=True))
+        entries += _parse_entries(
+            view, entry_count - n_fixed, body_end, HEADER_SIZE + len(fixed_bytes), n_fixed,
+            fixed[-1].token_id,
+        )  # fmt: skip
+    else:
+        entries = _parse_entries(view, entry_count, body_end, HEADER_SIZE, 0, -1)
     for i, want in enumerate(fixed):
         got, off = entries[i]
         if got != want:
@@ -574,11 +593,31 @@ def parse(buf: Any, size: int | None = None) -> RegistryFile:
     return RegistryFile(reg, alignment, signatures, body)
 
 
-def _parse_entries(view: memoryview, count: int, end: int) -> list[tuple[Entry, int]]:
+_FIXED_BYTES: bytes | None = None
+_FIXED_OFFSETS: list[int] = []
+
+
+def _fixed_offsets() -> list[int]:
+    if not _FIXED_OFFSETS:
+        pos = HEADER_SIZE
+        for e in fixed_entries():
+            _FIXED_OFFSETS.append(pos)
+            pos += len(e.pack())
+    return _FIXED_OFFSETS
+
+
+def _fixed_bytes() -> bytes:
+    global _FIXED_BYTES
+    if _FIXED_BYTES is None:
+        _FIXED_BYTES = b"".join(e.pack() for e in fixed_entries())
+    return _FIXED_BYTES
+
+
+def _parse_entries(
+    view: memoryview, count: int, end: int, pos: int, first: int, prev: int
+) -> list[tuple[Entry, int]]:
     out: list[tuple[Entry, int]] = []
-    pos = HEADER_SIZE
-    prev = -1
-    for i in range(count):
+    for i in range(first, first + count):
         if pos + ENTRY.size > end:
             raise FormatError(
                 SCX_REG_ENTRY,

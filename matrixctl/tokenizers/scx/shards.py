@@ -229,6 +229,13 @@ def payload_problems(buf: Any, size: int, h: ShardHeader) -> list[FormatError]:
     from blake3 import blake3
 
     out: list[FormatError] = []
+    bb = h.bundle_bytes
+    if (
+        bb == 0
+        or h.bundle_count == 0
+        or not (h.bundle_count - 1) * bb < h.raw_bytes <= h.payload_bytes
+    ):
+        return out  # header_problems names it; nothing here can be measured against it
     need = HEADER_SIZE + h.payload_bytes
     if size < need:
         return [
@@ -457,7 +464,7 @@ def pack_shards(
         "shards": len(entries),
         "padding": -total % bb,
         "config_hash": tok.h_tok.hex(),
-        "manifest_hash": tk.blake3_256(text).hex(),
+        "manifest_hash": man.h_manifest.hex(),
         "pi_key_id": man.pi_key_id,
         "warnings": warnings,
     }
