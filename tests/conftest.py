@@ -48,6 +48,8 @@ def run_cli(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -
     sys.stdin = _Stream(io.BytesIO(stdin), encoding="utf-8")
     sys.stdout = _Stream(out_buf, encoding="utf-8", write_through=True)
     sys.stderr = _Stream(err_buf, encoding="utf-8", write_through=True)
+    # Keep the wrappers alive until the buffers are read: a collected TextIOWrapper closes them.
+    wrappers = (sys.stdin, sys.stdout, sys.stderr)
     saved_env = {}
     for k, v in (env or {}).items():
         saved_env[k] = os.environ.get(k)
@@ -65,7 +67,9 @@ def run_cli(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    return Run(code, out_buf.getvalue(), err_buf.getvalue().decode("utf-8"))
+    result = Run(code, out_buf.getvalue(), err_buf.getvalue().decode("utf-8"))
+    del wrappers
+    return result
 
 
 def run_sub(
