@@ -8,7 +8,7 @@ machine, concatenated in sorted path order, repeated if short) and `binary` real
 the first 16 MiB of the text (so about 1,000 composites), signed with a throw-away key.
 
 Each measurement runs in its own child process that reports its own time (after start-up) and
-its peak RSS (`resource.getrusage(RUSAGE_SELF)`): `copy` is numpy copying the whole input in
+its peak RSS (VmHWM from /proc/self/status): `copy` is numpy copying the whole input in
 memory (best of 3; the anchor), `encode` streams the file through the library encoder in 4 MiB
 reads (tokens counted, then dropped), `decode` streams the encoded token stream (MXTOKENS)
 through the library decoder (strict_invertibility on) into /dev/null, `encode -j2` is encode
@@ -20,7 +20,6 @@ and the peak RSS.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import resource
@@ -36,34 +35,46 @@ import numpy as np
 READ = 4 << 20
 
 
-def collect(patterns: list[str], size: int) -> bytes:
-    files: list[str] = []
-    for pattern in patterns:
-        files += sorted(glob.glob(pattern, recursive=True))
+def collect(roots: list[str], suffixes: tuple[str, ...], size: int) -> bytes:
+    """Files under `roots` whose names end with one of `suffixes`, in sorted order, until
+    `size` bytes (walked lazily: stops as soon as it has enough); repeated if short."""
     out = bytearray()
-    for path in files:
+    for root in roots:
+        for folder, dirs, names in os.walk(root):
+            dirs.sort()
+            for name in sorted(names):
+                if len(out) >= size:
+                    break
+                path = os.path.join(folder, name)
+                if not name.endswith(suffixes) or os.path.islink(path):
+                    continue
+                try:
+                    with open(path, "rb") as fp:
+                        out += fp.read(size - len(out))
+                except OSError:
+                    continue
+            if len(out) >= size:
+                break
         if len(out) >= size:
             break
-        try:
-            if os.path.isfile(path) and not os.path.islink(path):
-                with open(path, "rb") as fp:
-                    out += fp.read(size - len(out))
-        except OSError:
-            continue
     if not out:
-        raise SystemExit(f"no input files found for {patterns}")
+        raise SystemExit(f"no input files found under {roots}")
     while len(out) < size:
         out += out[: size - len(out)]
     return bytes(out[:size])
 
 
-def text_patterns() -> list[str]:
+def text_input(size: int) -> bytes:
     stdlib = sysconfig.get_paths()["stdlib"]
-    return [f"{stdlib}/**/*.py", f"{stdlib}/**/*.txt", "/usr/share/doc/**/*.txt", "/usr/share/**/*.html"]
+    return collect([stdlib, "/usr/share/doc"], (".py", ".txt", ".rst", ".html"), size)
 
 
-def binary_patterns() -> list[str]:
-    return ["/usr/lib/x86_64-linux-gnu/**/*.so*", "/usr/lib/**/*.so*", f"{sys.prefix}/**/*.so"]
+def binary_input(size: int) -> bytes:
+    return collect(
+        ["/usr/lib/x86_64-linux-gnu", sys.prefix],
+        (".so", *(f".so.{i}" for i in range(10))),
+        size,
+    )
 
 
 def child(mode: str, path: str, registry: str, trust: str, extra: str) -> None:
@@ -113,6 +124,12 @@ def child(mode: str, path: str, registry: str, trust: str, extra: str) -> None:
 
 
 def _rss() -> int:
+    """Peak RSS of this process (VmHWM: unlike ru_maxrss it does not include the memory of
+    the parent this process was forked from before exec)."""
+    with open("/proc/self/status") as fp:
+        for line in fp:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
@@ -127,12 +144,15 @@ def run_child(mode: str, path: Path, registry: Path, trust: Path) -> dict:
 
 
 def run_cli(args: list[str]) -> dict:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "matrixctl", *args], check=True, capture_output=True)
+    proc = subprocess.run(
+        ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "matrixctl", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     seconds = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"seconds": seconds, "rss": max(before.ru_maxrss, after.ru_maxrss) * 1024}
+    return {"seconds": seconds, "rss": int(proc.stderr.strip().splitlines()[-1]) * 1024}
 
 
 def make_registry(text: bytes, mode: str, work: Path) -> tuple[Path, Path]:
@@ -168,8 +188,8 @@ def main() -> int:
     size = args.mib << 20
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         work = Path(tmp)
-        text = collect(text_patterns(), size)
-        data = {"text": text, "binary": collect(binary_patterns(), size)}
+        text = text_input(size)
+        data = {"text": text, "binary": binary_input(size)}
         paths = {}
         for name, blob in data.items():
             paths[name] = work / f"{name}.bin"
@@ -186,12 +206,16 @@ def main() -> int:
                     r = run_child(kind, path, reg, trust)
                     rows.append((mode, name, label, r["bytes"] / r["seconds"] / 1e6, r["rss"]))
                 tokens = work / f"{mode}-{name}.mxt"
-                cli = run_cli(["tokenize", "scx", "encode", str(path), "-o", str(tokens), "-r", str(reg), "--trust", str(trust)])  # fmt: skip
-                rows.append((mode, name, "cli encode (to a file)", size / cli["seconds"] / 1e6, cli["rss"]))
+                cli = run_cli(["tokenize", "scx", "encode", str(path), "-o", str(tokens), "-r", str(reg), "--trust", str(trust)])  # fmt: skip  # noqa: E501
+                rows.append(
+                    (mode, name, "cli encode (to a file)", size / cli["seconds"] / 1e6, cli["rss"])
+                )
                 r = run_child("decode", tokens, reg, trust)
                 rows.append((mode, name, "decode", r["bytes"] / r["seconds"] / 1e6, r["rss"]))
                 tokens.unlink()
-        print(f"| lane mode | data ({args.mib} MiB) | operation | MB/s | x copy | 1/x | peak RSS MiB |")
+        print(
+            f"| lane mode | data ({args.mib} MiB) | operation | MB/s | x copy | 1/x | peak RSS MiB |"  # noqa: E501
+        )
         print("| --- | --- | --- | ---: | ---: | ---: | ---: |")
         for mode, name, label, mbs, rss in rows:
             anchor = copy[name]["bytes"] / copy[name]["seconds"] / 1e6
