@@ -260,7 +260,17 @@ def test_pack_shards_verify_and_rotate(tmp_path: Path, signed: Path, keys: Path)
     # Rotation: a second key signs the manifest; H_TOK stays.
     k2 = tmp_path / "k2"
     assert run_cli("tokenize", "scx", "keygen", "-o", str(k2)).code == 0
-    rot = run_cli("tokenize", "scx", "sign", str(out / "manifest.json"), "-o", str(out / "manifest.json"), "--key", str(k2), "--json")  # noqa: E501
+    rot = run_cli(
+        "tokenize",
+        "scx",
+        "sign",
+        str(out / "manifest.json"),
+        "-o",
+        str(out / "manifest.json"),
+        "--key",
+        str(k2),
+        "--json",
+    )
     assert rot.code == 0, rot.stderr
     new = json.loads((out / "manifest.json").read_text())
     assert new["config_hash"] == man["config_hash"] and new["pi_key_id"] != man["pi_key_id"]
