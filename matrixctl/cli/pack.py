@@ -120,3 +120,86 @@ def svgt(
         emit_json(summary)
     else:
         note(f"projected {summary['atom_count']:,} atoms onto {summary['grid']} grids -> {output}")
+
+
+@app.command("shards")
+def shards(
+    output: Annotated[
+        str, typer.Option("-o", "--output", help="Folder to create: manifest, registry, shards.")
+    ],
+    registry: Annotated[
+        str, typer.Option("--registry", "-r", help="A signed SCX registry file (SCX-TOK-REG-V1).")
+    ],
+    input_path: Annotated[
+        str,
+        typer.Argument(
+            metavar="[INPUT|-]", help="The binary file to align; - or nothing is stdin."
+        ),
+    ] = "-",
+    trust: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trust",
+            metavar="FILE",
+            help="Trusted pi public keys (`.pub` files); repeatable. Default: "
+            "MATRIXCTL_SCX_TRUST. Nothing is trusted otherwise.",
+        ),
+    ] = None,
+    created_at: Annotated[
+        str | None,
+        typer.Option(
+            "--created-at",
+            metavar="YYYY-MM-DDTHH:MM:SSZ",
+            help="The manifest's created_at. Default: SOURCE_DATE_EPOCH, else null (no clock "
+            "time in artifacts).",
+        ),
+    ] = None,
+    strict_alignment: Annotated[
+        bool,
+        typer.Option(
+            "--strict-alignment",
+            help="Refuse input that is not a whole number of bundles instead of padding it.",
+        ),
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an existing shard folder (or empty folder).")
+    ] = False,
+    json_out: JsonOption = False,
+) -> None:
+    """Align a binary file into SCX shards and write the AGL tokenizer manifest.
+
+    The binary substrate alignment law of the signed registry: bundles of N lanes of W bytes
+    (the last one padded with PAD-BYTE), shards of shard_bundles bundles, each with
+    H_SHARD_RAW and H_SHARD_ALIGNED, a registry snapshot and manifest.json. The folder appears
+    whole or not at all.
+    """
+    from matrixctl.tokenizers.scx import api, manifest
+    from matrixctl.tokenizers.scx import shards as scx_shards
+
+    stamp = manifest.created_at_from(created_at)
+    tok, registry_bytes = api.load_config(registry, trust)
+    from matrixctl.packing import input_size
+
+    with progress("aligning", input_size(input_path)) as bar:
+        summary = scx_shards.pack_shards(
+            input_path,
+            output,
+            tok,
+            registry_bytes,
+            created_at=stamp,
+            strict_alignment=strict_alignment,
+            force=force,
+            tick=bar.advance,
+        )
+    for text in summary["warnings"]:
+        from matrixctl.cli.common import warn
+
+        warn(text)
+    if json_out:
+        emit_json(summary)
+    else:
+        note(
+            f"aligned {summary['bytes']:,} bytes into {summary['shards']} shard(s) of up to "
+            f"{summary['shard_bundles']:,} bundles of {summary['bundle_bytes']} bytes -> "
+            f"{output}/manifest.json (H_MANIFEST {summary['manifest_hash'][:16]}...)"
+        )

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import typer
 
-from matrixctl.cli import tokenize_pi
+from matrixctl.cli import tokenize_pi, tokenize_scx
 
 app = typer.Typer(help="Tokenize text or bytes into token streams, and back.", no_args_is_help=True)
 app.add_typer(tokenize_pi.app, name="pi")
+app.add_typer(tokenize_scx.app, name="scx")

@@ -121,6 +121,27 @@ FORMATS: list[Format] = [
         "matrixctl.validate.ztensor2",
         magic=b"\x89ZT2\r\n\x1a\n",
     ),
+    Format(
+        "scx-registry",
+        "SCX tokenizer registry (SCX-TOK-REG-V1)",
+        "matrixctl.validate.scx_registry",
+        magic=b"SCXTKREG",
+        extensions=(".scxr",),
+    ),
+    Format(
+        "scx-manifest",
+        "AGL tokenizer manifest (AGL-TOK-MANIFEST-V1)",
+        "matrixctl.validate.scx_manifest",
+        sniff=lambda head, size: head.startswith(b'{\n  "format": "AGL-TOK-MANIFEST-V1",'),
+        extensions=(".json",),
+    ),
+    Format(
+        "scx-shard",
+        "SCX aligned substrate shard",
+        "matrixctl.validate.scx_shard",
+        magic=b"SCXSHARD",
+        extensions=(".scxs",),
+    ),
 ]
 
 _BY_NAME = {f.name: f for f in FORMATS}

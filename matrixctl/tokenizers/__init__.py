@@ -1,1 +1,1 @@
-"""Tokenizers: the π symbol-map tokenizer (`pi`); others live beside it in their own modules."""
+"""Tokenizers: the pi symbol-map tokenizer and the SCX lane-packed byte tokenizer."""

@@ -1,0 +1,231 @@
+"""SCX-TOK-V1 encode / decode throughput and peak memory, against a bare numpy copy.
+
+    python bench/bench_scx.py [--mib 256] [--modes SCXQ2,SCXQ4] [--workdir DIR]
+
+Data: `text` is real text (the Python standard library's sources and docs found on this
+machine, concatenated in sorted path order, repeated if short) and `binary` real binary files
+(shared libraries, in sorted path order). The registry holds the 1,000 most frequent lanes of
+the first 16 MiB of the text (so about 1,000 composites), signed with a throw-away key.
+
+Each measurement runs in its own child process that reports its own time (after start-up) and
+its peak RSS (VmHWM from /proc/self/status): `copy` is numpy copying the whole input in
+memory (best of 3; the anchor), `encode` streams the file through the library encoder in 4 MiB
+reads (tokens counted, then dropped), `decode` streams the encoded token stream (MXTOKENS)
+through the library decoder (strict_invertibility on) into /dev/null, `encode -j2` is encode
+with 2 threads, and `cli encode` is `matrixctl tokenize scx encode FILE -o OUT` end to end.
+Prints a markdown table with MB/s (10^6 bytes of input per second), the ratio to the copy,
+and the peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+READ = 4 << 20
+
+
+def collect(roots: list[str], suffixes: tuple[str, ...], size: int) -> bytes:
+    """Files under `roots` whose names end with one of `suffixes`, in sorted order, until
+    `size` bytes (walked lazily: stops as soon as it has enough); repeated if short."""
+    out = bytearray()
+    for root in roots:
+        for folder, dirs, names in os.walk(root):
+            dirs.sort()
+            for name in sorted(names):
+                if len(out) >= size:
+                    break
+                path = os.path.join(folder, name)
+                if not name.endswith(suffixes) or os.path.islink(path):
+                    continue
+                try:
+                    with open(path, "rb") as fp:
+                        out += fp.read(size - len(out))
+                except OSError:
+                    continue
+            if len(out) >= size:
+                break
+        if len(out) >= size:
+            break
+    if not out:
+        raise SystemExit(f"no input files found under {roots}")
+    while len(out) < size:
+        out += out[: size - len(out)]
+    return bytes(out[:size])
+
+
+def text_input(size: int) -> bytes:
+    stdlib = sysconfig.get_paths()["stdlib"]
+    return collect([stdlib, "/usr/share/doc"], (".py", ".txt", ".rst", ".html"), size)
+
+
+def binary_input(size: int) -> bytes:
+    return collect(
+        ["/usr/lib/x86_64-linux-gnu", sys.prefix],
+        (".so", *(f".so.{i}" for i in range(10))),
+        size,
+    )
+
+
+def child(mode: str, path: str, registry: str, trust: str, extra: str) -> None:
+    from matrixctl.tokenizers.scx import api
+
+    t0 = time.perf_counter()
+    done = 0
+    if mode == "copy":
+        data = np.fromfile(path, dtype=np.uint8)
+        best = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            copy = data.copy()
+            best = min(best, time.perf_counter() - t)
+            del copy
+        print(json.dumps({"seconds": best, "bytes": int(data.size), "rss": _rss()}))
+        return
+    tok, _ = api.load_config(registry, [trust])
+    if mode.startswith("encode"):
+        jobs = 2 if mode == "encode-j2" else 1
+        tokens = 0
+
+        def blocks():  # type: ignore[no-untyped-def]
+            nonlocal done
+            with open(path, "rb") as fp:
+                while True:
+                    block = fp.read(READ)
+                    if not block:
+                        return
+                    done += len(block)
+                    yield block
+
+        t0 = time.perf_counter()
+        for arr in api.encode_chunks(tok, blocks(), jobs=jobs):
+            tokens += arr.size
+        seconds = time.perf_counter() - t0
+        print(json.dumps({"seconds": seconds, "bytes": done, "tokens": tokens, "rss": _rss()}))
+        return
+    if mode == "decode":
+        t0 = time.perf_counter()
+        with open(path, "rb") as src, open(os.devnull, "wb") as out:
+            result = api.decode_token_stream(tok, src, out)
+        seconds = time.perf_counter() - t0
+        print(json.dumps({"seconds": seconds, "bytes": result["bytes"], "rss": _rss()}))
+        return
+    raise SystemExit(f"unknown mode {mode}")
+
+
+def _rss() -> int:
+    """Peak RSS of this process (VmHWM: unlike ru_maxrss it does not include the memory of
+    the parent this process was forked from before exec)."""
+    with open("/proc/self/status") as fp:
+        for line in fp:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def run_child(mode: str, path: Path, registry: Path, trust: Path) -> dict:
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", mode, str(path), str(registry), str(trust), ""],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_cli(args: list[str]) -> dict:
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "matrixctl", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "rss": int(proc.stderr.strip().splitlines()[-1]) * 1024}
+
+
+def make_registry(text: bytes, mode: str, work: Path) -> tuple[Path, Path]:
+    from matrixctl.tokenizers.scx import registry as rg
+    from matrixctl.tokenizers.scx import signing
+
+    width = 2 if mode == "SCXQ2" else 4
+    sample = np.frombuffer(text[: 16 << 20], dtype=np.uint8)
+    sample = sample[: sample.size // width * width].reshape(-1, width)
+    keys, counts = np.unique(sample.view(f"V{width}").ravel(), return_counts=True)
+    top = keys[np.argsort(-counts, kind="stable")[:1000]]
+    src = {"lane_mode": mode, "composites": [{"pattern": bytes(k).hex()} for k in top]}
+    rf = rg.from_source(src)
+    key, _ = signing.generate()
+    signed = rf.with_signature(rg.Signature(key.public_key, key.sign(rf.h_tok)))
+    reg = work / f"{mode}.scxr"
+    reg.write_bytes(signed.to_bytes())
+    trust = work / f"{mode}.pub"
+    trust.write_text(signing.public_line(key.public_key))
+    return reg, trust
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mib", type=int, default=256)
+    ap.add_argument("--modes", default="SCXQ2,SCXQ4")
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--child", nargs=5, default=None)
+    args = ap.parse_args()
+    if args.child:
+        child(*args.child)
+        return 0
+    size = args.mib << 20
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        work = Path(tmp)
+        text = text_input(size)
+        data = {"text": text, "binary": binary_input(size)}
+        paths = {}
+        for name, blob in data.items():
+            paths[name] = work / f"{name}.bin"
+            paths[name].write_bytes(blob)
+        del data
+        rows = []
+        copy = {name: run_child("copy", p, p, p) for name, p in paths.items()}
+        for mode in args.modes.split(","):
+            reg, trust = make_registry(text, mode, work)
+            for name, path in paths.items():
+                anchor = copy[name]["bytes"] / copy[name]["seconds"] / 1e6
+                rows.append((mode, name, "numpy copy (anchor)", anchor, copy[name]["rss"]))
+                for label, kind in (("encode", "encode"), ("encode -j2", "encode-j2")):
+                    r = run_child(kind, path, reg, trust)
+                    rows.append((mode, name, label, r["bytes"] / r["seconds"] / 1e6, r["rss"]))
+                tokens = work / f"{mode}-{name}.mxt"
+                cli = run_cli(["tokenize", "scx", "encode", str(path), "-o", str(tokens), "-r", str(reg), "--trust", str(trust)])  # fmt: skip
+                rows.append(
+                    (mode, name, "cli encode (to a file)", size / cli["seconds"] / 1e6, cli["rss"])
+                )
+                r = run_child("decode", tokens, reg, trust)
+                rows.append((mode, name, "decode", r["bytes"] / r["seconds"] / 1e6, r["rss"]))
+                tokens.unlink()
+        print(
+            f"| lane mode | data ({args.mib} MiB) | operation | MB/s | x copy | 1/x | peak RSS MiB |"
+        )
+        print("| --- | --- | --- | ---: | ---: | ---: | ---: |")
+        for mode, name, label, mbs, rss in rows:
+            anchor = copy[name]["bytes"] / copy[name]["seconds"] / 1e6
+            ratio = mbs / anchor
+            print(
+                f"| {mode} | {name} | {label} | {mbs:,.0f} | {ratio:.3f} | {1 / ratio:.1f} | "
+                f"{rss / 2**20:,.0f} |"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,374 @@
+"""`matrixctl tokenize scx`: keys, signed registries, encode and decode (SCX-TOK-V1)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from matrixctl.cli.common import JsonOption, emit_json, note, progress, warn
+
+app = typer.Typer(
+    help="SCX-TOK-V1: the lane-packed, signed, replay-safe byte tokenizer.",
+    no_args_is_help=True,
+)
+
+RegistryOption = Annotated[
+    str,
+    typer.Option(
+        "--registry", "-r", help="A signed SCX registry file (SCX-TOK-REG-V1, from `sign`)."
+    ),
+]
+TrustOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--trust",
+        metavar="FILE",
+        help="Trusted pi public keys (a `.pub` file from keygen, or a list of such lines); "
+        "repeatable. Default: the files in MATRIXCTL_SCX_TRUST. Nothing is trusted otherwise.",
+    ),
+]
+OutOption = Annotated[
+    str, typer.Option("-o", "--output", help="Output file; - writes to stdout (not a terminal).")
+]
+READ_BLOCK = 1 << 22
+
+
+def _read_blocks(fp: Any, tick: Any) -> Any:
+    while True:
+        block = fp.read(READ_BLOCK)
+        if not block:
+            return
+        tick(len(block))
+        yield block
+
+
+@app.command("keygen")
+def keygen(
+    output: Annotated[
+        str,
+        typer.Option(
+            "-o",
+            "--output",
+            help="Private key file to create (mode 0600); the public key goes to OUTPUT.pub.",
+        ),
+    ],
+    force: Annotated[bool, typer.Option("--force", help="Replace existing key files.")] = False,
+    json_out: JsonOption = False,
+) -> None:
+    """Create an Ed25519 pi key pair: OUTPUT (private, mode 0600, never printed) and OUTPUT.pub.
+
+    OUTPUT.pub holds one line `pi-ed25519 <hex> <key id>`: give it to whoever must trust the
+    key (`--trust`), and keep OUTPUT secret.
+    """
+    import os
+
+    from matrixctl.errors import OutputError
+    from matrixctl.io import atomic_output
+    from matrixctl.tokenizers.scx import signing
+
+    pub_path = output + ".pub"
+    if os.path.lexists(pub_path) and not force:
+        raise OutputError(
+            "USAGE",
+            "exists; refusing to overwrite a key file",
+            path=pub_path,
+            hint="pass --force to replace it, or choose another name",
+        )
+    key, pem = signing.generate()
+    signing.write_private(output, pem, force=force)
+    with atomic_output(pub_path) as fp:
+        fp.write(signing.public_line(key.public_key, key.key_id).encode("ascii"))
+    if json_out:
+        emit_json(
+            {
+                "key_id": key.key_id,
+                "public_key": key.public_key.hex(),
+                "private_key_file": output,
+                "public_key_file": pub_path,
+            }
+        )
+    else:
+        note(f"wrote private key {output} (mode 0600) and public key {pub_path}: {key.key_id}")
+
+
+@app.command("sign")
+def sign(
+    source: Annotated[
+        str,
+        typer.Argument(
+            metavar="SOURCE",
+            help="A registry source (JSON, or the JSON of `inspect --json REGISTRY`), a "
+            "registry file to add a signature to, or an AGL manifest to rotate to a new key.",
+        ),
+    ],
+    output: OutOption,
+    key: Annotated[str, typer.Option("--key", "-k", help="The pi private key (from keygen).")],
+    parent: Annotated[
+        str | None,
+        typer.Option(
+            "--parent",
+            help="The previous revision's registry file: the new one must append to it.",
+        ),
+    ] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Sign an SCX config: build and sign a registry, add a signature, or rotate a manifest.
+
+    The signature is Ed25519 over H_TOK (spec version, lane mode, H_REG, H_ALIGN, H_API); the
+    same config signed by another key has the same H_TOK. Signing a manifest records the new
+    key as pi_key_id and moves the old signature to key_history.
+    """
+    import json
+
+    from matrixctl.errors import FormatError, UsageError
+    from matrixctl.io import STDIO, Source, atomic_output, refuse_binary_to_terminal
+    from matrixctl.tokenizers.scx import manifest as mf
+    from matrixctl.tokenizers.scx import registry as rg
+    from matrixctl.tokenizers.scx import signing
+
+    if json_out and output == STDIO:
+        raise UsageError("--json needs stdout, so the output cannot be - as well")
+    private = signing.load_private(key)
+    with Source.open(source) as src:
+        data = bytes(src.buf[: src.size])
+        name = src.name
+    summary: dict[str, Any] = {"input": source, "output": output, "key_id": private.key_id}
+    if mf.sniff(data[:64], len(data)):
+        if parent is not None:
+            raise UsageError("--parent applies to registries, not manifests")
+        try:
+            man = mf.parse(data)
+        except FormatError as err:
+            raise err.with_path(name) from None
+        sig = rg.Signature(private.public_key, private.sign(man.config_hash))
+        rotated = man.rotated(sig)
+        text = rotated.to_bytes()
+        with atomic_output(output, what="a manifest") as fp:
+            fp.write(text)
+        summary.update(
+            kind="manifest",
+            config_hash=man.config_hash.hex(),
+            previous_key_id=man.pi_key_id,
+            manifest_hash=rotated.h_manifest.hex(),
+        )
+        message = (
+            f"rotated {name} from {man.pi_key_id} to {private.key_id} (same H_TOK) -> {output}"
+        )
+    else:
+        if data.startswith(rg.MAGIC):
+            try:
+                rf = rg.parse(data)
+            except FormatError as err:
+                raise err.with_path(name) from None
+            kind = "registry"
+        else:
+            try:
+                doc = json.loads(data.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise FormatError(
+                    rg.SCX_REG_SOURCE,
+                    f"neither a registry, a manifest nor a JSON registry source ({exc})",
+                    path=name,
+                ) from None
+            try:
+                rf = rg.from_source(doc)
+            except FormatError as err:
+                raise err.with_path(name) from None
+            kind = "source"
+        if parent is not None:
+            with Source.open(parent) as psrc:
+                try:
+                    prf = rg.parse(bytes(psrc.buf[: psrc.size]))
+                except FormatError as err:
+                    raise err.with_path(psrc.name) from None
+            try:
+                rg.check_append_only(prf, rf)
+            except FormatError as err:
+                raise err.with_path(name) from None
+        elif rf.registry.revision:
+            raise UsageError(
+                f"revision {rf.registry.revision} names a parent; pass it with --parent so the "
+                "append-only rule can be checked"
+            )
+        signed = rf.with_signature(rg.Signature(private.public_key, private.sign(rf.h_tok)))
+        refuse_binary_to_terminal(output, "a registry")
+        with atomic_output(output, what="a registry") as fp:
+            fp.write(signed.to_bytes())
+        summary.update(
+            kind=kind,
+            h_reg=rf.h_reg.hex(),
+            h_align=rf.h_align.hex(),
+            h_tok=rf.h_tok.hex(),
+            signatures=[s.key_id for s in signed.signatures],
+            composites=len(rf.registry.composites),
+        )
+        message = (
+            f"signed {name} ({len(rf.registry.composites)} composites, "
+            f"{rf.registry.lane_mode_name}) with {private.key_id}: H_TOK {rf.h_tok.hex()[:16]}... "
+            f"-> {output}"
+        )
+    if json_out:
+        emit_json(summary)
+    else:
+        note(message)
+
+
+@app.command("encode")
+def encode(
+    registry: RegistryOption,
+    input_path: Annotated[
+        str, typer.Argument(metavar="[INPUT|-]", help="Bytes to encode; - or nothing is stdin.")
+    ] = "-",
+    output: OutOption = "-",
+    trust: TrustOption = None,
+    strict_alignment: Annotated[
+        bool,
+        typer.Option(
+            "--strict-alignment",
+            help="Refuse input whose length is not a whole number of bundles (instead of "
+            "padding the last bundle with PAD-BYTE).",
+        ),
+    ] = False,
+    debug_markers: Annotated[
+        bool,
+        typer.Option(
+            "--debug-markers", help="Emit LANE_MARK before every lane and CHUNK_MARK per chunk."
+        ),
+    ] = False,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs", "-j", min=1, max=64, help="Encoding threads (the tokens do not change)."
+        ),
+    ] = 1,
+    json_out: JsonOption = False,
+) -> None:
+    """Encode bytes into an SCX-TOK-V1 token stream (a matrixctl token stream, uint16).
+
+    The registry's signature must come from a trusted key (UNSIGNED_REGISTRY otherwise). The
+    output is an MXTOKENS stream (`pack atoms` reads it) whose tokens start with TOK_CONFIG and
+    H_TOK, so a decoder can refuse tokens made by another config.
+    """
+    import numpy as np
+
+    from matrixctl.errors import UsageError
+    from matrixctl.formats.token_stream import TokenStreamWriter
+    from matrixctl.io import STDIO, atomic_output, display_name, open_input_stream
+    from matrixctl.packing import input_size
+    from matrixctl.tokenizers.scx import api
+
+    if json_out and output == STDIO:
+        raise UsageError("--json needs stdout, so the output cannot be - as well")
+    tok, _ = api.load_config(registry, trust)
+    warnings: list[api.Issue] = []
+    tokens = 0
+    counted = [0]
+
+    def tick(n: int) -> None:
+        counted[0] += n
+        bar.advance(n)
+
+    with (
+        progress("encoding", input_size(input_path)) as bar,
+        open_input_stream(input_path) as src,
+        atomic_output(output, what="a token stream") as out,
+    ):
+        writer = TokenStreamWriter(out, dtype="uint16", vocab_size=1 << 16)
+        batch: list[np.ndarray] = []
+        held = 0
+        try:
+            for arr in api.encode_chunks(
+                tok,
+                _read_blocks(src, tick),
+                jobs=jobs,
+                strict_alignment=strict_alignment,
+                emit_debug_markers=debug_markers,
+                warnings=warnings,
+            ):
+                batch.append(arr)
+                held += arr.size
+                if held >= 1 << 20:
+                    writer.write(np.concatenate(batch))
+                    tokens += held
+                    batch, held = [], 0
+        except api.ScxFailure as err:
+            raise err.with_path(display_name(input_path)) from None
+        if batch:
+            writer.write(np.concatenate(batch))
+            tokens += held
+        writer.end_document("")
+        writer.close()
+    for w in warnings:
+        warn(f"[{w.code}] {w.message} ({w.where()})")
+    if json_out:
+        emit_json(
+            {
+                "input": input_path,
+                "output": output,
+                "bytes": counted[0],
+                "tokens": tokens,
+                "h_tok": tok.h_tok.hex(),
+                "authority": tok.authority.key_id if tok.authority else None,
+                "warnings": [w.to_json() for w in warnings],
+            }
+        )
+    else:
+        note(
+            f"encoded {counted[0]:,} bytes into {tokens:,} SCX tokens "
+            f"(H_TOK {tok.h_tok.hex()[:16]}...) -> {output}"
+        )
+
+
+@app.command("decode")
+def decode(
+    registry: RegistryOption,
+    input_path: Annotated[
+        str,
+        typer.Argument(
+            metavar="[INPUT|-]", help="A token stream from `encode`; - or nothing is stdin."
+        ),
+    ] = "-",
+    output: OutOption = "-",
+    trust: TrustOption = None,
+    lenient: Annotated[
+        bool,
+        typer.Option(
+            "--lenient",
+            help="Accept decodable but non-canonical streams (raw lanes that have a composite, "
+            "deprecated composites, missing debug markers) with warnings; by default they are "
+            "INVERTIBILITY_VIOLATION (strict_invertibility).",
+        ),
+    ] = False,
+    json_out: JsonOption = False,
+) -> None:
+    """Decode an SCX token stream back into the exact bytes (the strict inverse of encode).
+
+    Any error (an unknown token, a broken bundle or shard, another config's H_TOK, a count
+    that disagrees) stops with its code and token index; nothing is written.
+    """
+    from matrixctl.errors import UsageError
+    from matrixctl.io import STDIO, atomic_output, display_name, open_input_stream
+    from matrixctl.packing import input_size
+    from matrixctl.tokenizers.scx import api
+
+    if json_out and output == STDIO:
+        raise UsageError("--json needs stdout, so the output cannot be - as well")
+
+    tok, _ = api.load_config(registry, trust)
+    with (
+        progress("decoding", input_size(input_path)) as bar,
+        open_input_stream(input_path) as src,
+        atomic_output(output, what="decoded bytes") as out,
+    ):
+        result = api.decode_token_stream(
+            tok, src, out, strict=not lenient, tick=bar.advance, name=display_name(input_path)
+        )
+    for w in result["warnings"]:
+        warn(f"[{w.code}] {w.message} ({w.where()})")
+    result["warnings"] = [w.to_json() for w in result["warnings"]]
+    result.update(input=input_path, output=output, h_tok=tok.h_tok.hex())
+    if json_out:
+        emit_json(result)
+    else:
+        note(f"decoded {result['tokens']:,} SCX tokens into {result['bytes']:,} bytes -> {output}")

@@ -1,0 +1,327 @@
+"""SCX encode / decode: round trips in every lane mode, replay, every error code, fuzzing."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from matrixctl.tokenizers.scx import api
+from matrixctl.tokenizers.scx import lanes as ln
+from matrixctl.tokenizers.scx import registry as rg
+from matrixctl.tokenizers.scx import tokens as tk
+from tests import scx_golden as g
+
+SOURCES = {
+    "SCXQ2": {
+        "lane_mode": "SCXQ2",
+        "alignment": {"shard_bundles": 3, "chunk_bytes": 32},
+        "composites": [{"text": "th"}, {"text": "e "}, {"pattern": "0000", "deprecated": True}],
+    },
+    "SCXQ4": {
+        "lane_mode": "SCXQ4",
+        "alignment": {"bundle_lanes": 2, "chunk_bytes": 16, "shard_bundles": 2},
+        "composites": [{"text": "the "}, {"text": "abcd"}, {"pattern": "00000000"}],
+    },
+    "CUSTOM3": {
+        "lane_mode": "CUSTOM",
+        "lane_width": 3,
+        "pad_byte": 7,
+        "alignment": {"bundle_lanes": 3, "chunk_bytes": 18, "shard_bundles": 2},
+        "composites": [{"text": "the"}, {"text": "abc"}, {"pattern": "000000"}],
+    },
+    "CUSTOM1": {
+        "lane_mode": "CUSTOM",
+        "lane_width": 1,
+        "alignment": {"bundle_lanes": 5, "chunk_bytes": 10, "shard_bundles": 4},
+        "composites": [{"text": "e"}],
+    },
+    "CUSTOM8": {
+        "lane_mode": "CUSTOM",
+        "lane_width": 8,
+        "alignment": {"bundle_lanes": 1, "chunk_bytes": 16, "shard_bundles": 3},
+        "composites": [{"text": "the cat "}, {"pattern": "00" * 8}],
+    },
+}
+TOKENIZERS = {name: api.Tokenizer.unchecked(rg.from_source(src)) for name, src in SOURCES.items()}
+ALPHABET = b"the abcd\x00\x07"
+data_strategy = st.one_of(
+    st.binary(max_size=200),
+    st.lists(st.sampled_from(list(ALPHABET)), max_size=200).map(bytes),
+)
+
+
+def decode_ok(tok: api.Tokenizer, tokens: np.ndarray, strict: bool = True) -> bytes:
+    resp = api.decode(tok, api.DecodeRequest(tokens, tok.h_tok, strict_invertibility=strict))
+    assert resp.errors == [], resp.errors
+    return resp.bytes
+
+
+def decode_error(
+    tok: api.Tokenizer, tokens: list[int] | np.ndarray, strict: bool = True
+) -> api.Issue:
+    resp = api.decode(
+        tok,
+        api.DecodeRequest(np.array(tokens, dtype=np.int64), tok.h_tok, strict_invertibility=strict),
+    )
+    assert resp.bytes == b"" and len(resp.errors) == 1
+    return resp.errors[0]
+
+
+@pytest.mark.parametrize("mode", list(SOURCES))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=data_strategy, debug=st.booleans())
+def test_round_trip_every_mode(mode: str, data: bytes, debug: bool) -> None:
+    tok = TOKENIZERS[mode]
+    tokens = api.encode_bytes(tok, data, emit_debug_markers=debug)
+    assert decode_ok(tok, tokens) == data
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=data_strategy, cuts=st.lists(st.integers(1, 40), max_size=10), jobs=st.integers(1, 3))
+def test_replay_is_independent_of_chunking_and_jobs(
+    data: bytes, cuts: list[int], jobs: int
+) -> None:
+    tok = TOKENIZERS["SCXQ2"]
+    whole = api.encode_bytes(tok, data)
+    pieces, pos = [], 0
+    for cut in cuts:
+        pieces.append(data[pos : pos + cut])
+        pos += cut
+    pieces.append(data[pos:])
+    joined = np.concatenate(list(api.encode_chunks(tok, pieces, jobs=jobs)))
+    assert np.array_equal(joined, whole)
+    dec = api.Decoder(tok)
+    out = []
+    for i in range(0, whole.size, 7):
+        out += dec.feed(whole[i : i + 7])
+    out += dec.finish()
+    assert b"".join(o.tobytes() for o in out) == data
+
+
+def test_large_input_uses_the_fast_path_and_many_windows() -> None:
+    tok = TOKENIZERS["SCXQ4"]
+    rng = np.random.default_rng(5)
+    data = bytes(rng.choice(np.frombuffer(ALPHABET, np.uint8), 400_000))
+    tokens = api.encode_bytes(tok, data)
+    assert tokens.size > 2 * api.DECODE_WINDOW
+    assert decode_ok(tok, tokens) == data
+    assert api.encode_bytes(tok, data).tobytes() == tokens.tobytes()
+
+
+# Errors: one per code, with its position -----------------------------------------------------
+
+TOK = TOKENIZERS["SCXQ2"]  # W = 2, N = 8, S = 3, chunk = 2 bundles
+PRE = [tk.TOK_CONFIG, *TOK.h_tok]
+
+
+def bundle(*lanes: int) -> list[int]:
+    return [tk.BUNDLE_START, *lanes, tk.BUNDLE_END]
+
+
+FULL = bundle(*([0x61] * 16))
+
+
+def stream(*body: int, n: int | None = None) -> list[int]:
+    nbytes = n if n is not None else 16 * sum(1 for t in body if t == tk.BUNDLE_START)
+    return [*PRE, *body, tk.STREAM_END, *struct.pack("<Q", nbytes)]
+
+
+def test_valid_hand_stream() -> None:
+    assert decode_ok(TOK, np.array(stream(tk.SHARD_START, *FULL, tk.SHARD_END))) == b"a" * 16
+
+
+@pytest.mark.parametrize(
+    ("tokens", "code", "index"),
+    [
+        (stream(tk.SHARD_START, *FULL[:5], 0x9000, *FULL[5:], tk.SHARD_END), tk.UNKNOWN_TOKEN, 39),
+        (stream(tk.SHARD_START, *FULL[:5], 0x0150, *FULL[5:], tk.SHARD_END), tk.UNKNOWN_TOKEN, 39),
+        (stream(tk.SHARD_START, *FULL[:-1], tk.SHARD_END), tk.MISALIGNED_SHARD, 51),
+        (stream(tk.SHARD_START, *FULL[:-2], tk.BUNDLE_END, tk.SHARD_END), tk.INVALID_BUNDLE_BOUNDARY, 50),  # noqa: E501
+        (stream(tk.SHARD_START, 0x61, *FULL, tk.SHARD_END), tk.INVALID_BUNDLE_BOUNDARY, 34),
+        (stream(tk.SHARD_START, tk.BUNDLE_START, 0x61, 0x400, *[0x61] * 13, tk.BUNDLE_END, tk.SHARD_END), tk.INVALID_BUNDLE_BOUNDARY, 36),  # noqa: E501
+        (stream(*FULL), tk.MISALIGNED_SHARD, 33),
+        (stream(tk.SHARD_START, *FULL, *FULL, *FULL, *FULL, tk.SHARD_END), tk.MISALIGNED_SHARD, 88),
+        (stream(tk.SHARD_START, *FULL, tk.SHARD_END, tk.SHARD_START, *FULL, tk.SHARD_END), tk.MISALIGNED_SHARD, 53),  # noqa: E501
+        (stream(tk.SHARD_START, *FULL), tk.MISALIGNED_SHARD, 52),
+        (stream(tk.SHARD_START, *FULL, tk.SHARD_END, n=15), tk.INVERTIBILITY_VIOLATION, 53),
+        (stream(tk.SHARD_START, 0x0311, *FULL, tk.SHARD_END), tk.INVALID_BUNDLE_BOUNDARY, 34),
+        (stream(tk.SHARD_START, *FULL[:3], 0x0315, tk.SHARD_END), tk.INVERTIBILITY_VIOLATION, 37),
+        (stream(tk.SHARD_START, *FULL[:3], 0x0316, tk.SHARD_END), tk.INTERNAL_INVARIANT_BROKEN, 37),
+        ([tk.BUNDLE_START], tk.UNSUPPORTED_VERSION, 0),
+        ([tk.TOK_CONFIG, *bytes(32)], tk.UNSUPPORTED_VERSION, 1),
+        (stream(tk.SHARD_START, *FULL, tk.SHARD_END)[:-3], tk.MISALIGNED_SHARD, 59),
+        ([*stream(tk.SHARD_START, *FULL, tk.SHARD_END), 0x61], tk.MISALIGNED_SHARD, 62),
+        (stream(tk.SHARD_START, tk.BUNDLE_START, *[0x61] * 14, tk.BUNDLE_PAD, tk.BUNDLE_END, *FULL, tk.SHARD_END, n=30), tk.MISALIGNED_SHARD, 51),  # noqa: E501
+        (stream(tk.SHARD_START, tk.BUNDLE_START, *[0x61] * 3, tk.BUNDLE_PAD, tk.BUNDLE_END, tk.SHARD_END, n=3), tk.INVALID_BUNDLE_BOUNDARY, 39),  # noqa: E501
+        (stream(tk.SHARD_START, tk.BUNDLE_START, 0x61, tk.PAD_LANE, 0x61, tk.BUNDLE_PAD, tk.BUNDLE_END, tk.SHARD_END, n=2), tk.INVALID_BUNDLE_BOUNDARY, 36),  # noqa: E501
+        (stream(tk.SHARD_START, tk.CHUNK_MARK, *FULL, tk.CHUNK_MARK, *FULL, tk.SHARD_END), tk.MISALIGNED_SHARD, 53),  # noqa: E501
+        (stream(tk.SHARD_START, tk.BUNDLE_START, tk.SHARD_END, *[0x61] * 16, tk.BUNDLE_END), tk.MISALIGNED_SHARD, 35),  # noqa: E501
+    ],
+)  # fmt: skip
+def test_each_error_code_and_position(tokens: list[int], code: str, index: int) -> None:
+    err = decode_error(TOK, tokens)
+    assert (err.code, err.token_index) == (code, index), err
+
+
+def test_stream_of_another_config_is_refused() -> None:
+    other = TOKENIZERS["SCXQ4"]
+    tokens = api.encode_bytes(other, b"the cat")
+    err = decode_error(TOK, tokens)
+    assert err.code == tk.UNSUPPORTED_VERSION and err.token_index == 1
+    assert err.context["stream_h_tok"] == other.h_tok.hex()
+
+
+def test_request_config_hash_must_match() -> None:
+    resp = api.encode(TOK, api.EncodeRequest(b"abc", bytes(32)))
+    assert resp.errors[0].code == tk.UNSUPPORTED_VERSION and resp.tokens.size == 0
+    resp2 = api.decode(TOK, api.DecodeRequest(api.encode_bytes(TOK, b"abc"), bytes(32)))
+    assert resp2.errors[0].code == tk.UNSUPPORTED_VERSION and resp2.bytes == b""
+
+
+def test_strict_alignment_refuses_padding_with_the_byte_offset() -> None:
+    """Decision: strict_alignment turns padding of the last bundle into MISALIGNED_SHARD."""
+    resp = api.encode(TOK, api.EncodeRequest(b"x" * 21, TOK.h_tok, strict_alignment=True))
+    assert [(e.code, e.byte_offset) for e in resp.errors] == [(tk.MISALIGNED_SHARD, 16)]
+    ok = api.encode(TOK, api.EncodeRequest(b"x" * 21, TOK.h_tok))
+    assert ok.errors == [] and [w.code for w in ok.warnings] == [tk.MISALIGNED_SHARD]
+    aligned = api.encode(TOK, api.EncodeRequest(b"x" * 32, TOK.h_tok, strict_alignment=True))
+    assert aligned.errors == [] and aligned.warnings == []
+
+
+def test_non_canonical_streams_strict_and_lenient() -> None:
+    """Decision: strict_invertibility means decode accepts only what encode would produce; with
+    it off, raw lanes that have a composite, deprecated composites and missing debug markers
+    decode with INVERTIBILITY_VIOLATION warnings."""
+    raw_th = stream(
+        tk.SHARD_START,
+        tk.BUNDLE_START,
+        ord("t"),
+        ord("h"),
+        *[0x61] * 14,
+        tk.BUNDLE_END,
+        tk.SHARD_END,
+    )
+    err = decode_error(TOK, raw_th)
+    assert (err.code, err.token_index) == (tk.INVERTIBILITY_VIOLATION, 35)
+    resp = api.decode(
+        TOK, api.DecodeRequest(np.array(raw_th), TOK.h_tok, strict_invertibility=False)
+    )
+    assert resp.errors == [] and resp.bytes == b"th" + b"a" * 14
+    assert [w.code for w in resp.warnings] == [tk.INVERTIBILITY_VIOLATION]
+    deprecated = stream(
+        tk.SHARD_START, tk.BUNDLE_START, 0x0402, *[0x61] * 14, tk.BUNDLE_END, tk.SHARD_END
+    )
+    assert decode_error(TOK, deprecated).code == tk.INVERTIBILITY_VIOLATION
+    assert decode_ok(TOK, np.array(deprecated), strict=False) == bytes(2) + b"a" * 14
+    half_debug = stream(tk.SHARD_START, tk.CHUNK_MARK, tk.BUNDLE_START, tk.LANE_MARK, *[0x61] * 16, tk.BUNDLE_END, tk.SHARD_END)  # fmt: skip  # noqa: E501
+    assert decode_error(TOK, half_debug).code == tk.INVERTIBILITY_VIOLATION
+    assert decode_ok(TOK, np.array(half_debug), strict=False) == b"a" * 16
+
+
+def test_warnings_are_counted_not_repeated() -> None:
+    body = []
+    for _ in range(3):
+        body += [tk.BUNDLE_START, ord("t"), ord("h"), *[0x61] * 14, tk.BUNDLE_END]
+    resp = api.decode(
+        TOK,
+        api.DecodeRequest(
+            np.array(stream(tk.SHARD_START, *body, tk.SHARD_END)),
+            TOK.h_tok,
+            strict_invertibility=False,
+        ),
+    )
+    assert len(resp.warnings) == 1 and "3 times" in resp.warnings[0].message
+
+
+def test_decoder_never_buffers_an_endless_bundle() -> None:
+    dec = api.Decoder(TOK)
+    dec.feed(np.array([*PRE, tk.SHARD_START, tk.BUNDLE_START], dtype="<u2"))
+    with pytest.raises(api.ScxFailure) as info:
+        for _ in range(100):
+            dec.feed(np.full(1000, 0x61, dtype="<u2"))
+    assert info.value.code == tk.INVALID_BUNDLE_BOUNDARY
+    assert dec.buf.size < 2000
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([0, 0x61, 0x100, 0x101, 0x102, 0x103, 0x200, 0x201, 0x202, 0x203, 0x300, 0x301, 0x312, 0x400, 0x401, 0x402, 0x500]), max_size=120), st.booleans(), st.booleans())  # fmt: skip  # noqa: E501
+def test_fuzzed_streams_give_typed_errors_only(
+    body: list[int], with_preamble: bool, strict: bool
+) -> None:
+    tokens = (PRE if with_preamble else []) + body
+    resp = api.decode(
+        TOK,
+        api.DecodeRequest(np.array(tokens, dtype=np.int64), TOK.h_tok, strict_invertibility=strict),
+    )
+    if resp.errors:
+        assert resp.errors[0].code in tk.ERROR_CODES
+        assert resp.errors[0].token_index is not None
+    else:
+        assert api.encode_bytes(TOK, resp.bytes).size > 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=data_strategy, debug=st.booleans(), where=st.integers(0, 10**6), value=st.sampled_from([0, 0x61, 0x101, 0x103, 0x201, 0x202, 0x203, 0x400, 0x401, 0x402]))  # fmt: skip  # noqa: E501
+def test_mutated_streams_are_refused_or_canonical(
+    data: bytes, debug: bool, where: int, value: int
+) -> None:
+    """A single changed token never decodes silently to other bytes: either a typed error, or
+    the mutated stream is exactly the canonical encoding of what it decodes to."""
+    tok = TOKENIZERS["SCXQ2"]
+    tokens = api.encode_bytes(tok, data, emit_debug_markers=debug)
+    mutated = tokens.copy()
+    mutated[where % tokens.size] = value
+    resp = api.decode(tok, api.DecodeRequest(mutated, tok.h_tok))
+    if resp.errors:
+        assert resp.errors[0].code in tk.ERROR_CODES
+        return
+    again = api.encode_bytes(tok, resp.bytes, emit_debug_markers=debug)
+    assert np.array_equal(again, mutated)
+
+
+def test_random_ids_give_typed_errors() -> None:
+    rng = np.random.default_rng(9)
+    for _ in range(300):
+        body = rng.integers(0, 1 << 16, int(rng.integers(0, 300)))
+        err = decode_error(TOK, [*PRE, *body.tolist()])
+        assert err.code in tk.ERROR_CODES
+
+
+def test_cuckoo_table_finds_every_key_and_only_them() -> None:
+    rng = np.random.default_rng(3)
+    for width in (3, 4, 5, 8):
+        keys = {
+            int(k): 0x400 + i for i, k in enumerate(rng.integers(0, 1 << min(8 * width, 63), 3000))
+        }
+        table = ln.Cuckoo.build(keys, width)
+        dtype = ln.key_dtype(width)
+        probe = np.array(list(keys), dtype=dtype)
+        assert table.lookup(probe).tolist() == list(keys.values())
+        others = rng.integers(0, 1 << min(8 * width, 63), 5000).astype(dtype)
+        want = [keys.get(int(k), 0) for k in others]
+        assert table.lookup(others).tolist() == want
+
+
+def test_zero_pattern_composite_is_found() -> None:
+    tok = api.Tokenizer.unchecked(
+        rg.from_source({"lane_mode": "SCXQ4", "composites": [{"pattern": "00000000"}]})
+    )
+    toks = api.encode_bytes(tok, bytes(32)).tolist()
+    assert toks[33:44] == [tk.SHARD_START, tk.BUNDLE_START, *[0x400] * 8, tk.BUNDLE_END]
+
+
+def test_golden_registry_decodes_its_vectors_after_chunked_feeding() -> None:
+    tok = api.Tokenizer.load(g.signed_registry(), [g.golden_public_key()])
+    for _, data, debug, toks in g.VECTORS:
+        stream_ = np.array(g.preamble() + toks, dtype="<u2")
+        dec = api.Decoder(tok)
+        out = []
+        for t in stream_:
+            out += dec.feed(np.array([t], dtype="<u2"))
+        out += dec.finish()
+        assert b"".join(o.tobytes() for o in out) == data
+        assert dec.debug in (None, debug)
