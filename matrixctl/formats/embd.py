@@ -1555,11 +1555,18 @@ def build_metadata(
         shown = ", ".join(f"{k}={meta[k]}" for k in inferred)
         notes.append(f"metadata taken from the model's GGUF keys or tensor shapes: {shown}")
     problems = check_metadata(meta)
+    missing = [key for code, key, _ in problems if code == EMBD_META_MISSING]
+    if missing:
+        raise FormatError(
+            EMBD_META_MISSING,
+            f"cannot write EMBD: the input gives no {', '.join(missing)} (required metadata)",
+            field=missing[0],
+            hint=" ".join(f"--meta {key}=VALUE" for key in missing),
+        )
     for code, key, message in problems:
-        hint = f"pass --meta {key}=VALUE" if code == EMBD_META_MISSING else None
         if key in explicit:
             raise UsageError(f"--meta {key}: {message}", code=code)
-        raise FormatError(code, f"cannot write EMBD: {message}", field=key, hint=hint)
+        raise FormatError(code, f"cannot write EMBD: {message}", field=key)
     shapes = {i.name: i.shape for i in plan}
     for where, message in model_problems(meta, token_count, shapes):
         raise FormatError(
