@@ -151,17 +151,23 @@ STB = (
     + bytes([0, 0, 1, 0])  # 32 tensor_id 0, dtype float32, rank 1, layout ROW_MAJOR
     + u64(128)  # 36 offset
     + u64(8)  # 44 size_bytes
-    + u32(2) + u32(0) + u32(0)  # 52 dims
+    + u32(2)
+    + u32(0)
+    + u32(0)  # 52 dims
     # tensor 1: int8 [1, 3] at 192, 3 bytes
     + bytes([1, 2, 2, 0])  # 64 tensor_id 1, dtype int8, rank 2, ROW_MAJOR
     + u64(192)  # 68 offset
     + u64(3)  # 76 size_bytes
-    + u32(1) + u32(3) + u32(0)  # 84 dims
+    + u32(1)
+    + u32(3)
+    + u32(0)  # 84 dims
     # tensor 2: int32 [1, 1, 1, 1] (rank 4: dims[0] = shape table index 0) at 256, 4 bytes
     + bytes([2, 3, 4, 0])  # 96 tensor_id 2, dtype int32, rank 4, ROW_MAJOR
     + u64(256)  # 100 offset
     + u64(4)  # 108 size_bytes
-    + u32(0) + u32(0) + u32(0)  # 116 dims: shape_id 0
+    + u32(0)
+    + u32(0)
+    + u32(0)  # 116 dims: shape_id 0
     + bytes.fromhex("0000803f00000040")  # 128 tensor 0: 1.0, 2.0
     + bytes(56)  # 136 padding to 192
     + bytes.fromhex("01fe03")  # 192 tensor 1: 1, -2, 3

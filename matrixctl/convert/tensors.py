@@ -316,7 +316,7 @@ def _refusal_hint(info: TensorInfo, sink: TensorSink) -> str:
         )
     if d.name == "complex128":
         return "no destination dtype holds complex128 exactly; convert to .zt or .npy"
-    return "pass --dtype to cast it, or --select to leave it out"
+    return f"pass --dtype '{info.name}=D' to cast it, or --exclude '{info.name}' to leave it out"
 
 
 def plan_tensors(

@@ -755,6 +755,21 @@ class _StbReader(TensorSource):
         drop_pages(m.source.buf, m.entry.offset, m.entry.size_bytes)
 
 
+def check_crc(src: Source, entry: BinFile) -> None:
+    """The file's CRC-32 against the sidecar's record (one pass, mapped pages dropped)."""
+    from matrixctl.formats.embd import crc_range
+
+    got = crc_range(src.buf, 0, src.size)
+    if got != entry.crc32:
+        raise FormatError(
+            STB_SIDECAR_FILE,
+            f"the sidecar records CRC-32 0x{entry.crc32:08x} for {entry.path}, the file's is "
+            f"0x{got:08x}: the file was changed or damaged",
+            path=src.name,
+            field=f"bin_files[{entry.bin_file_id}].crc32",
+        )
+
+
 def _check_shape(entry: Entry, shape: tuple[int, ...], where: str, path: str) -> None:
     want = element_count(shape) * DTYPES[entry.dtype or "u8"].itemsize
     if want != entry.size_bytes:
@@ -787,6 +802,7 @@ class StbSource(_StbReader):
                 (b.bin_file_id for b in side.bin_files if os.path.basename(b.path) == base), None
             )
             if fid is not None:
+                check_crc(src, side.bin_files[fid])
                 named = {t.tensor_id: t for t in side.tensors if t.bin_file_id == fid}
                 if len(side.bin_files) == 1:
                     self.meta = dict(side.metadata)
@@ -824,6 +840,8 @@ class StbSidecarSource(_StbReader):
         self.subject = subject
         side: Sidecar = subject.sidecar
         self.meta = dict(side.metadata)
+        for opened in subject.files:
+            check_crc(opened.source, opened.entry)
         for t in sorted(
             side.tensors,
             key=lambda t: (t.bin_file_id, subject.files[t.bin_file_id].by_id[t.tensor_id].offset),
@@ -889,7 +907,8 @@ class StbSink(TensorSink):
         return None
 
     def begin(self, out: Outputs, plan: list[TensorInfo], metadata: Mapping[str, Any]) -> None:
-        per_file = self.options.get("per_file") or MAX_PER_FILE
+        per_file = self.options.get("per_file")
+        per_file = MAX_PER_FILE if per_file is None else per_file
         if not 1 <= per_file <= MAX_PER_FILE:
             raise UsageError(f"--per-file must be 1 to {MAX_PER_FILE}, got {per_file}")
         groups = [plan[i : i + per_file] for i in range(0, len(plan), per_file)] or [[]]
@@ -1067,8 +1086,28 @@ def sidecar_document(
         "shape_table": [list(s) for s in shape_table],
         "metadata": {str(k): metadata[k] for k in sorted(metadata, key=str)},
     }
-    text = json.dumps(doc, indent=1, ensure_ascii=False, default=_json_default)
-    return (text + "\n").encode("utf-8")
+    return (_layout_json(doc) + "\n").encode("utf-8")
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=_json_default)
+
+
+def _layout_json(doc: dict[str, Any]) -> str:
+    """One top-level key per line, one list item (bin file, tensor, shape) or metadata entry
+    per line: readable in a diff, and the same bytes for the same input."""
+    lines = []
+    for key, value in doc.items():
+        head = f" {_compact(key)}: "
+        if isinstance(value, list) and value:
+            items = ",\n".join(f"  {_compact(v)}" for v in value)
+            lines.append(f"{head}[\n{items}\n ]")
+        elif isinstance(value, dict) and value:
+            items = ",\n".join(f"  {_compact(k)}: {_compact(v)}" for k, v in value.items())
+            lines.append(f"{head}{{\n{items}\n }}")
+        else:
+            lines.append(head + _compact(value))
+    return "{\n" + ",\n".join(lines) + "\n}"
 
 
 TENSOR_IO = {FORMAT: (StbSource, StbSink), SIDECAR_FORMAT: (StbSidecarSource, None)}
