@@ -840,11 +840,12 @@ def _parse_vocab(f: EmbdFile, buf: Any, body_end: int) -> None:
             "vocab.token_count",
         )
         return
-    tokens: list[str] = []
-    offsets: list[int] = []
+    # First the entry positions (a tight loop: each length gives the next position), then
+    # the texts in one comprehension; a decoding error sends us to the slow path that names
+    # the token.
+    starts: list[int] = []
     pos = tokens_at
     stop = tokens_at + total
-    bad_utf8 = False
     for i in range(count):
         if pos + 2 > stop:
             f.add(
@@ -855,32 +856,39 @@ def _parse_vocab(f: EmbdFile, buf: Any, body_end: int) -> None:
                 f"token[{i}]",
             )
             return
-        n = raw[pos] | raw[pos + 1] << 8
-        if pos + 2 + n > stop:
+        end = pos + 2 + (raw[pos] | raw[pos + 1] << 8)
+        if end > stop:
             f.add(
                 R_VOCAB,
                 EMBD_VOCAB,
-                f"token {i} ({n} bytes) runs past the token data",
+                f"token {i} ({end - pos - 2} bytes) runs past the token data",
                 start + pos,
                 f"token[{i}]",
             )
             return
-        piece = raw[pos + 2 : pos + 2 + n]
-        try:
-            tokens.append(piece.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            if not bad_utf8:
-                f.add(
-                    R_VOCAB,
-                    EMBD_UTF8,
-                    f"token {i} is not UTF-8 ({exc.reason})",
-                    start + pos + 2 + exc.start,
-                    f"token[{i}]",
-                )
-            bad_utf8 = True
-            tokens.append(piece.decode("utf-8", "replace"))
-        offsets.append(start + pos)
-        pos += 2 + n
+        starts.append(pos)
+        pos = end
+    ends = [*starts[1:], pos]
+    bad_utf8 = False
+    try:
+        tokens = [raw[a + 2 : b].decode("utf-8") for a, b in zip(starts, ends, strict=True)]
+    except UnicodeDecodeError:
+        bad_utf8 = True
+        tokens = []
+        for i, (a, b) in enumerate(zip(starts, ends, strict=True)):
+            try:
+                tokens.append(raw[a + 2 : b].decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                if len(tokens) == i and not any(p.code == EMBD_UTF8 for p in f.problems):
+                    f.add(
+                        R_VOCAB,
+                        EMBD_UTF8,
+                        f"token {i} is not UTF-8 ({exc.reason})",
+                        start + a + 2 + exc.start,
+                        f"token[{i}]",
+                    )
+                tokens.append(raw[a + 2 : b].decode("utf-8", "replace"))
+    offsets = [start + a for a in starts]
     if pos != stop:
         f.add(
             R_VOCAB,
@@ -901,7 +909,7 @@ def _parse_vocab(f: EmbdFile, buf: Any, body_end: int) -> None:
                 special + 4 * i,
                 f"{name}_id",
             )
-    if bad_utf8:
+    if bad_utf8 or len(set(tokens)) == len(tokens):
         return
     seen: dict[str, int] = {}
     for i, tok in enumerate(tokens):
@@ -1373,19 +1381,46 @@ class EmbdSource(TensorSource):
 # Writing ------------------------------------------------------------------------------------
 
 
+def utf8(text: str, what: str) -> bytes:
+    """`text` as UTF-8; a lone surrogate (possible in JSON text) is EMBD_UTF8, not a crash."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise FormatError(
+            EMBD_UTF8, f"{what} {text[:40]!r} is not valid Unicode text (a lone surrogate)"
+        ) from None
+
+
 def metadata_bytes(entries: list[tuple[str, str]]) -> bytes:
-    body = b"".join(
-        struct.pack("<HH", len(k.encode()), len(v.encode())) + k.encode() + v.encode()
-        for k, v in entries
-    )
+    body = bytearray()
+    for key, value in entries:
+        k, v = utf8(key, "metadata key"), utf8(value, f"metadata value of {key!r}")
+        body += struct.pack("<HH", len(k), len(v)) + k + v
     return struct.pack("<II", len(entries), len(body)) + body
 
 
 def vocab_bytes(offset: int, tokens: list[str], special: Mapping[str, int]) -> bytes:
     """The vocabulary section at absolute `offset`: header, the five ids, then the tokens."""
-    body = b"".join(struct.pack("<H", len(t.encode())) + t.encode() for t in tokens)
+    body = bytearray()
+    try:
+        for raw in (t.encode("utf-8") for t in tokens):
+            body += len(raw).to_bytes(2, "little")
+            body += raw
+    except UnicodeEncodeError:
+        bad = next(i for i, t in enumerate(tokens) if not t.isascii() and _lone(t))
+        raise FormatError(
+            EMBD_UTF8, f"token {bad} is not valid Unicode text (a lone surrogate)"
+        ) from None
     ids = struct.pack("<5I", *(special.get(n, NO_TOKEN) for n in SPECIALS))
     return struct.pack("<III", len(tokens), len(body), offset + VOCAB_HEAD) + ids + body
+
+
+def _lone(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def index_bytes(plan: list[TensorInfo], offsets: list[int]) -> bytes:
@@ -1433,7 +1468,8 @@ def vocabulary_from(metadata: Mapping[str, Any]) -> tuple[list[str], dict[str, i
             field=TOKENS_KEY,
         )
     for i, tok in enumerate(tokens):
-        if len(tok.encode("utf-8", "surrogatepass")) > U16_MAX:
+        # A UTF-8 character takes at most 4 bytes: only long strings need encoding to check.
+        if len(tok) > U16_MAX // 4 and len(tok.encode("utf-8", "replace")) > U16_MAX:
             raise FormatError(
                 EMBD_VOCAB, f"token {i} is longer than 65,535 bytes", field=f"token[{i}]"
             )
@@ -1515,6 +1551,9 @@ def build_metadata(
         if key == TOKENS_KEY or key in SPECIAL_KEYS.values():
             continue  # the vocabulary section holds these
         text = _metadata_text(value)
+        if _lone(key) or _lone(text):
+            dropped.append(key.encode("utf-8", "backslashreplace").decode()[:40])
+            continue
         if not key or len(key.encode()) > U16_MAX or len(text.encode()) > U16_MAX:
             dropped.append(key[:40])
             continue
@@ -1525,8 +1564,8 @@ def build_metadata(
         notes.append(f"metadata {', '.join(converted[:8])} stored as JSON text (EMBD holds text)")
     if dropped:
         notes.append(
-            f"metadata {', '.join(dropped[:8])} left out: EMBD keys and values are at most "
-            "65,535 bytes"
+            f"metadata {', '.join(dropped[:8])} left out: EMBD keys and values are valid "
+            "UTF-8 of at most 65,535 bytes"
         )
     inferred: list[str] = []
     for found in (from_gguf(metadata), infer_from_tensors(plan)):
@@ -1637,7 +1676,9 @@ class EmbdSink(TensorSink):
             return f"EMBD holds ranks 1 to 4, this tensor has rank {len(info.shape)}"
         if any(d > U32_MAX for d in info.shape):
             return "a dimension is above 4,294,967,295 (EMBD stores u32 dimensions)"
-        raw = info.name.encode("utf-8", "surrogatepass")
+        if _lone(info.name):
+            return "its name is not valid Unicode text (a lone surrogate)"
+        raw = info.name.encode("utf-8")
         if not raw or len(raw) > U16_MAX:
             return "EMBD names are 1 to 65,535 UTF-8 bytes"
         return None
@@ -1717,8 +1758,10 @@ class EmbdSink(TensorSink):
             self.rel = at
         got = 0
         for piece in parts("data"):
-            self.fp.write(piece)
+            # CRC first: it faults a mapped source's pages in from user space, in batches,
+            # which makes the write after it ~1.5x faster than faulting inside write().
             self.data_crc = crc.crc32(piece, self.data_crc)
+            self.fp.write(piece)
             got += memoryview(piece).nbytes
         if got != info.nbytes:
             raise FormatError(

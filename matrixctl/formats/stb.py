@@ -980,8 +980,8 @@ class StbSink(TensorSink):
         return head + bytes(part.data_offset - len(head))
 
     def _write(self, part: _PartFile, data: Any) -> None:
+        part.crc = crc.crc32(data, part.crc)  # first: faults a mapped source in, in batches
         part.fp.write(data)
-        part.crc = crc.crc32(data, part.crc)
         part.pos += memoryview(data).nbytes
 
     def add(self, info: TensorInfo, parts: PartStreams) -> None:
