@@ -868,7 +868,7 @@ def _parse_vocab(f: EmbdFile, buf: Any, body_end: int) -> None:
             return
         starts.append(pos)
         pos = end
-    ends = [*starts[1:], pos]
+    ends = [*starts[1:], pos] if starts else []
     bad_utf8 = False
     try:
         tokens = [raw[a + 2 : b].decode("utf-8") for a, b in zip(starts, ends, strict=True)]
