@@ -462,8 +462,10 @@ def bert_layer(h: int, inter: int) -> dict[str, tuple[int, ...]]:
 
 
 def test_bert_shapes_are_checked_against_the_metadata(tmp_path: Path) -> None:
-    """A transposed FFN matrix, a missing tensor or an extra layer is EMBD_MODEL: the writer
-    refuses to write it, and the reader reports it."""
+    """Decision: when the file holds a BERT encoder (embeddings.word_embeddings.weight), the
+    spec's tensor list and shapes are checked against the metadata: a transposed FFN matrix, a
+    missing tensor or a layer past num_layers is EMBD_MODEL (error); the writer refuses to write
+    it. Other tensor sets are not judged."""
     h, inter = 4, 8
     arrays = {
         "embeddings.word_embeddings.weight": np.ones((7, h), np.float32),
@@ -588,7 +590,8 @@ def test_wrong_checksums(tmp_path: Path, offset: int, code: str) -> None:
 
 
 def test_damaged_data_is_caught_by_convert(tmp_path: Path) -> None:
-    """convert checks the data and file CRCs before reading (the structure alone is fine)."""
+    """Decision: convert from .weights checks the data and file CRC-32s first (one pass), so a
+    damaged file is refused with the code verify reports even when its structure is fine."""
     data = bytearray(ge.EMBD)
     data[450] ^= 1
     path = tmp_path / "d.weights"
@@ -616,6 +619,8 @@ def test_non_utf8_strings(tmp_path: Path) -> None:
 
 
 def test_duplicate_token_warning(tmp_path: Path) -> None:
+    """Decision: a token string that appears twice is a warning (EMBD_VOCAB_DUPLICATE): the
+    file is readable, but a tokenizer can never produce one of the two ids."""
     meta = dict(TINY_META, **{embd.TOKENS_KEY: json.dumps([*TINY_TOKENS[:6], "hi"])})
     out = tmp_path / "d.weights"
     assert run_cli("convert", str(tiny_source(tmp_path, meta)), str(out)).code == 0
@@ -700,3 +705,35 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     sub = run_sub("convert", str(bad), str(tmp_path / "x.npz"))
     assert sub.code == 1 and "Traceback" not in sub.stderr
     assert sub.stderr.startswith("matrixctl: error[EMBD_")
+
+
+def test_empty_vocabulary(tmp_path: Path) -> None:
+    meta = dict(TINY_META, **{embd.TOKENS_KEY: "[]"})
+    out = tmp_path / "e.weights"
+    assert run_cli("convert", str(tiny_source(tmp_path, meta)), str(out)).code == 0
+    f = embd.parse(out.read_bytes(), out.stat().st_size)
+    assert f.tokens == [] and f.special == dict.fromkeys(embd.SPECIALS, embd.NO_TOKEN)
+    assert examine(str(out), scan=True)[0].ok(strict=True)
+
+
+def test_descriptor_order_and_section_order() -> None:
+    """Decision: the writer lists descriptors in data order (the source's order) and puts the
+    sections in the spec's order; readers look names up by hash then compare names, so no
+    order is required of the index; a reader accepts the metadata, vocabulary and index
+    sections in any order as long as they do not overlap and the gaps are zero."""
+    f = embd.parse(ge.EMBD, len(ge.EMBD))
+    assert [t.offset for t in f.tensors] == sorted(t.offset for t in f.tensors)
+    # Move the vocabulary before the metadata: vocab at 64, metadata at 144 (64 + 77 -> 8).
+    body = bytearray(ge.EMBD[:448])
+    body[64:360] = bytes(296)
+    vocab = bytearray(ge.VOCAB)
+    struct.pack_into("<I", vocab, 8, 64 + 12)
+    body[64:141] = vocab
+    body[144:357] = ge.METADATA
+    data = bytearray(body + ge.EMBD[448:])
+    struct.pack_into("<I", data, 12, 144)
+    struct.pack_into("<I", data, 20, 64)
+    data = bytearray(refresh(data))
+    moved = embd.parse(bytes(data), len(data))
+    assert moved.problems == [] and moved.tokens == TINY_TOKENS
+    assert moved.meta == TINY_META

@@ -67,6 +67,10 @@ def test_golden_file_on_disk_is_the_hand_typed_bytes() -> None:
 
 
 def test_writer_reproduces_the_golden_file_and_sidecar(tmp_path: Path) -> None:
+    """Decision: the writer puts the table right after the header, data_offset at the next
+    multiple of 64, each tensor at a multiple of 64 with zero padding, tensor ids 0..N-1 in
+    the source's order, and ends the file at the last tensor's last byte; names, shapes, the
+    bin-file table and metadata go to the sidecar NAME.stb.json (same input, same bytes)."""
     out = write_tiny(tmp_path)
     assert out.read_bytes() == ge.STB
     sidecar = tmp_path / "tiny.stb.json"
@@ -289,6 +293,11 @@ def test_metadata_and_vocabulary_travel_in_the_sidecar(tmp_path: Path) -> None:
     ],
 )
 def test_rules(tmp_path: Path, fmt: str, offset: int, value: int, code: str) -> None:
+    """Decision: beyond section 7 (magic, version, data_offset bounds and alignment, each
+    tensor inside [data_offset, file_size) and 64-aligned), an unknown dtype or layout is an
+    error (unsupported), as are duplicate tensor ids, a tensor_count above 256, size_bytes
+    other than the dimensions' product times the itemsize, non-zero dims past the rank, and
+    overlapping tensors."""
     report = report_of(tmp_path, patched(fmt, offset, value))
     assert code in errors_of(report), report.findings
     result = run_cli("convert", str(tmp_path / "f.stb"), str(tmp_path / "o.npz"))
@@ -296,6 +305,8 @@ def test_rules(tmp_path: Path, fmt: str, offset: int, value: int, code: str) -> 
 
 
 def test_version_and_reserved(tmp_path: Path) -> None:
+    """Decision: a version other than 0x01 is not read at all; flags other than 0 are an error
+    (the spec says must be 0); non-zero reserved0/reserved1 are a warning."""
     report = report_of(tmp_path, patched("<B", 4, 2))
     assert errors_of(report) == {stb.STB_VERSION}
     report = report_of(tmp_path, patched("<I", 8, 1))
@@ -303,6 +314,8 @@ def test_version_and_reserved(tmp_path: Path) -> None:
 
 
 def test_padding_and_gaps(tmp_path: Path) -> None:
+    """Decision: bytes between the table and data_offset and between tensors must be zero
+    (STB_PADDING); 64 or more unreferenced bytes in the data region are a warning (STB_GAP)."""
     data = bytearray(ge.STB)
     data[150] = 1
     assert stb.STB_PADDING in errors_of(report_of(tmp_path, bytes(data)))
