@@ -737,3 +737,19 @@ def test_descriptor_order_and_section_order() -> None:
     moved = embd.parse(bytes(data), len(data))
     assert moved.problems == [] and moved.tokens == TINY_TOKENS
     assert moved.meta == TINY_META
+
+
+def test_convert_option_usage_errors(tmp_path: Path) -> None:
+    """--meta needs KEY=VALUE; --exclude that leaves nothing is CONVERT_EMPTY; both exit 2
+    before anything is written."""
+    src = tiny_source(tmp_path)
+    out = tmp_path / "u.weights"
+    bad = run_cli("convert", str(src), str(out), "--meta", "model_name")
+    assert bad.code == 2 and "KEY=VALUE" in bad.stderr
+    none = run_cli("convert", str(src), str(out), "--exclude", "*")
+    assert none.code == 2 and "CONVERT_EMPTY" in none.stderr
+    assert not out.exists()
+    meta_zt = tmp_path / "m.zt"
+    assert run_cli("convert", str(src), str(meta_zt), "--meta", "origin=test").code == 0
+    with open_source(str(meta_zt)) as s:
+        assert s.metadata()["origin"] == "test"

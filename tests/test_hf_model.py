@@ -250,6 +250,7 @@ def test_broken_folders(model: Path, change, code: str) -> None:
     change(model)
     report = examine(str(model), scan=True)[0]
     assert code in errors_of(report), report.findings
+    assert run_cli("verify", str(model)).code == 1
     out = model.parent / "o.weights"
     result = run_cli("convert", str(model), str(out))
     assert result.code == 1 and code in result.stderr and not out.exists()
