@@ -99,17 +99,6 @@ DTYPE_CODES: dict[int, str] = {
     8: "u8",
 }
 DTYPE_IDS = {name: code for code, name in DTYPE_CODES.items()}
-SPEC_DTYPE_NAMES = {
-    0: "FLOAT32",
-    1: "FLOAT16",
-    2: "BFLOAT16",
-    3: "INT32",
-    4: "INT16",
-    5: "INT8",
-    6: "UINT32",
-    7: "UINT16",
-    8: "UINT8",
-}
 MAX_RANK = 4
 
 REQUIRED_KEYS = (
@@ -320,10 +309,6 @@ def fnv1a_32(data: bytes) -> int:
 
 def align(n: int, to: int) -> int:
     return n + (-n) % to
-
-
-def sniff(head: bytes, size: int) -> bool:
-    return head.startswith(MAGIC)
 
 
 # Structures ---------------------------------------------------------------------------------
