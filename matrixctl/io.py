@@ -393,3 +393,25 @@ def write_all(fp: BinaryIO, data: bytes | memoryview, dest: str) -> None:
         fp.write(data)
     except OSError as exc:
         raise from_os_error(exc, dest, writing=True) from None
+
+
+class Folder:
+    """A folder input of a folder format (a Hugging Face model folder, ...): the format's own
+    module opens the files inside. Shares `path`, `name` and the context manager with
+    `Source`, so converters and error messages treat both alike."""
+
+    is_folder = True
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.name = path
+        self.size = 0
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self) -> Folder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

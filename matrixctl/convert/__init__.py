@@ -90,7 +90,8 @@ class TensorConverter(Converter):
         return fn
 
 
-TENSOR_OPTIONS = ("select", "dtype", "compress", "digest", "densify", "progress")
+TENSOR_OPTIONS: tuple[str, ...] = ("select", "dtype", "compress", "digest", "densify", "progress")
+TENSOR_OPTIONS += ("exclude", "meta", "per_file")
 
 CONVERTERS: list[Converter] = [
     Converter("svgt", "svg", "matrixctl.convert.svg:svgt_to_svg", options=("atoms",)),
@@ -103,6 +104,10 @@ TENSOR_CONTAINERS: list[Container] = [
     Container("npy", "matrixctl.formats.npy", (".npy",)),
     Container("npz", "matrixctl.formats.npy", (".npz",)),
     Container("ztensor-v2", "matrixctl.formats.ztensor2"),
+    Container("embd", "matrixctl.formats.embd", (".weights",)),
+    Container("stb", "matrixctl.formats.stb", (".stb",)),
+    Container("stb-sidecar", "matrixctl.formats.stb"),
+    Container("hf-model-dir", "matrixctl.formats.hf_model"),
 ]
 
 # Destination format by output extension (outputs only: inputs are always sniffed).

@@ -38,7 +38,7 @@ from matrixctl.tensors import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from matrixctl.io import Source
+    from matrixctl.io import Folder, Source
 
 G = "convert"
 CONVERT_REFUSED = codes.define(
@@ -53,17 +53,20 @@ CONVERT_CAST = codes.define(
     "a fraction or an imaginary part dropped, a bool other than 0/1); nothing was written.",
     group=G,
 )
-CONVERT_EMPTY = codes.define("CONVERT_EMPTY", "--select matched no tensor of the input.", group=G)
+CONVERT_EMPTY = codes.define(
+    "CONVERT_EMPTY", "--select (or --exclude) left no tensor of the input.", group=G
+)
 
 
-def open_checked(src: Source, fmt: str) -> Any:
+def open_checked(src: Source | Folder, fmt: str) -> Any:
     """Load `src` with its format's handler and run the structural rules; raise the first error
     as a FormatError (the same code `verify` reports). Returns the handler's subject."""
     from matrixctl.codes import Severity
     from matrixctl.validate.engine import handler, run_rules
     from matrixctl.validate.findings import FileReport
 
-    subject = handler(fmt).load(src)
+    mod = handler(fmt)
+    subject = mod.load_dir(src.path) if getattr(src, "is_folder", False) else mod.load(src)
     report = FileReport(src.name, fmt)
     run_rules(fmt, subject, report, scan=False)
     for f in report.findings:
@@ -109,10 +112,25 @@ def cast_target(info: TensorInfo, rules: list[CastRule]) -> str | None:
     return None if target == info.dtype else target
 
 
-def select(infos: list[TensorInfo], patterns: list[str] | None) -> list[TensorInfo]:
-    if not patterns:
-        return infos
-    return [i for i in infos if any(fnmatch.fnmatchcase(i.name, p) for p in patterns)]
+def select(
+    infos: list[TensorInfo], patterns: list[str] | None, exclude: list[str] | None = None
+) -> list[TensorInfo]:
+    if patterns:
+        infos = [i for i in infos if any(fnmatch.fnmatchcase(i.name, p) for p in patterns)]
+    if exclude:
+        infos = [i for i in infos if not any(fnmatch.fnmatchcase(i.name, p) for p in exclude)]
+    return infos
+
+
+def parse_meta(values: list[str] | None) -> dict[str, str]:
+    """`--meta KEY=VALUE` (repeatable; later ones win) -> {key: value}."""
+    out: dict[str, str] = {}
+    for text in values or []:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--meta {text!r}: expected KEY=VALUE")
+        out[key.strip()] = value
+    return out
 
 
 # Casting ------------------------------------------------------------------------------------
@@ -298,18 +316,24 @@ def _refusal_hint(info: TensorInfo, sink: TensorSink) -> str:
         )
     if d.name == "complex128":
         return "no destination dtype holds complex128 exactly; convert to .zt or .npy"
-    return "pass --dtype to cast it, or --select to leave it out"
+    return f"pass --dtype '{info.name}=D' to cast it, or --exclude '{info.name}' to leave it out"
 
 
 def plan_tensors(
-    source: TensorSource, sink: TensorSink, options: dict[str, Any]
+    source: TensorSource,
+    sink: TensorSink,
+    options: dict[str, Any],
+    left_out: list[tuple[str, str]] | None = None,
 ) -> tuple[list[Planned], int]:
+    """The tensors to write and how; `left_out` collects (name, note) for each tensor the
+    sink leaves out (`TensorSink.leave_out`)."""
     infos = source.tensors()
-    chosen = select(infos, options.get("select"))
-    if options.get("select") and not chosen:
+    chosen = select(infos, options.get("select"), options.get("exclude"))
+    if (options.get("select") or options.get("exclude")) and not chosen:
+        flags = [f"--select {p}" for p in options.get("select") or []]
+        flags += [f"--exclude {p}" for p in options.get("exclude") or []]
         raise UsageError(
-            f"--select {' '.join(options['select'])} matched none of the {len(infos)} tensors",
-            code=CONVERT_EMPTY,
+            f"{' '.join(flags)} left none of the {len(infos)} tensors", code=CONVERT_EMPTY
         )
     rules = parse_casts(options.get("dtype"))
     plan: list[Planned] = []
@@ -333,6 +357,12 @@ def plan_tensors(
                 replace(c, dtype=target) if c.role == "values" else c for c in item.out.components
             )
             item.out = replace(item.out, dtype=target, components=comps)
+        skip = sink.leave_out(item.out)
+        if skip is not None:
+            if left_out is not None:
+                note = f"left out {info.name!r} ({item.out.dtype} {list(item.out.shape)}): {skip}"
+                left_out.append((info.name, note))
+            continue
         why = sink.refuse(item.out)
         if why is not None:
             raise FormatError(
@@ -400,9 +430,12 @@ def convert(
     sink_cls: type[TensorSink],
 ) -> Result:
     sink_options = {k: v for k, v in options.items() if v is not None}
-    for opt in ("compress", "digest"):
+    for opt in ("compress", "digest", "per_file"):
         if options.get(opt) is not None and opt not in getattr(sink_cls, "accepts", ()):
-            raise UsageError(f"--{opt} applies to zTensor output only, not {dst_fmt}")
+            owner = "STB" if opt == "per_file" else "zTensor"
+            flag = "--" + opt.replace("_", "-")
+            raise UsageError(f"{flag} applies to {owner} output only, not {dst_fmt}")
+    sink_options["meta"] = parse_meta(options.get("meta"))
     if options.get("compress") is not None:
         from matrixctl.formats.ztensor import parse_compress
 
@@ -429,15 +462,17 @@ def _run(
     sink_cls: type[TensorSink],
 ) -> Result:
     sink = sink_cls(sink_options)
+    left_out: list[tuple[str, str]] = []
     try:
-        plan, total = plan_tensors(source, sink, options)
+        plan, total = plan_tensors(source, sink, options, left_out)
     except FormatError as err:
         raise err.with_path(src.name) from None
     ordered_out = sink.order([p.out for p in plan])
     by_name = {p.out.name: p for p in plan}
     plan = [by_name[i.name] for i in ordered_out]
-    metadata = source.metadata()
+    metadata = {**source.metadata(), **sink_options["meta"]}
     result = Result()
+    result.notes.extend(note for _, note in left_out)
     if metadata and not sink.keeps_metadata:
         result.notes.append(
             f"{dst_fmt} has no place for file metadata: dropped {', '.join(sorted(metadata))}"
@@ -476,6 +511,7 @@ def _run(
         "logical_bytes": logical,
         "cast": {p.out.name: p.cast for p in plan if p.cast},
         "densified": [p.out.name for p in plan if p.densify],
+        "left_out": [name for name, _ in left_out],
         **summary,
     }
     return result
@@ -491,10 +527,11 @@ def open_source(path: str) -> Iterator[TensorSource]:
     """
     from matrixctl.convert import TENSOR_CONTAINERS
     from matrixctl.formats import registry
-    from matrixctl.io import Source
+    from matrixctl.io import Folder, Source
 
-    with Source.open(path) as src:
-        fmt = registry.sniff(src)
+    folder = registry.sniff_dir(path) if path != STDIO else None
+    with Folder(path) if folder is not None else Source.open(path) as src:
+        fmt = folder.name if folder is not None else registry.sniff(src)  # type: ignore[arg-type]
         container = next((c for c in TENSOR_CONTAINERS if c.format == fmt), None)
         if container is None or container.io()[0] is None:
             raise FormatError(

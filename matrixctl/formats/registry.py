@@ -36,6 +36,18 @@ def _sniff_npz(head: bytes, size: int) -> bool:
     return sniff_npz(head, size)
 
 
+def _sniff_stb_sidecar(head: bytes, size: int) -> bool:
+    from matrixctl.formats.stb import sniff_sidecar
+
+    return sniff_sidecar(head, size)
+
+
+def _is_hf_model_dir(path: str) -> bool:
+    from matrixctl.formats.hf_model import is_model_dir
+
+    return is_model_dir(path)
+
+
 @dataclass(frozen=True)
 class Format:
     name: str
@@ -141,6 +153,33 @@ FORMATS: list[Format] = [
         "matrixctl.validate.scx_shard",
         magic=b"SCXSHARD",
         extensions=(".scxs",),
+    ),
+    Format(
+        "embd",
+        "EMBD model weights",
+        "matrixctl.validate.embd",
+        magic=b"EMBD",
+        extensions=(".weights",),
+    ),
+    Format(
+        "stb",
+        "SVG-Tensor binary (STB0)",
+        "matrixctl.validate.stb",
+        magic=b"STB0",
+        extensions=(".stb",),
+    ),
+    Format(
+        "stb-sidecar",
+        "STB sidecar (names, shapes, bin files)",
+        "matrixctl.validate.stb_sidecar",
+        sniff=_sniff_stb_sidecar,
+        doc="stb",
+    ),
+    Format(
+        "hf-model-dir",
+        "Hugging Face model folder",
+        "matrixctl.validate.hf_model",
+        directory=_is_hf_model_dir,
     ),
 ]
 
