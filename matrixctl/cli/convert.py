@@ -71,6 +71,14 @@ def convert(
             "needs memory for one dense tensor).",
         ),
     ] = False,
+    keep_quantized: Annotated[
+        bool,
+        typer.Option(
+            "--keep-quantized",
+            help="GGUF input: store quantized tensors as their raw ggml blocks (zTensor "
+            "quantized_group, lossless) instead of dequantizing them to f32.",
+        ),
+    ] = False,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -107,6 +115,7 @@ def convert(
             "compress": compress,
             "digest": digest,
             "densify": densify or None,
+            "keep_quantized": keep_quantized or None,
         }
         conv.check_options(converter, options)
         if "progress" in converter.options:

@@ -90,7 +90,7 @@ class TensorConverter(Converter):
         return fn
 
 
-TENSOR_OPTIONS = ("select", "dtype", "compress", "digest", "densify", "progress")
+TENSOR_OPTIONS = ("select", "dtype", "compress", "digest", "densify", "progress", "keep_quantized")
 
 CONVERTERS: list[Converter] = [
     Converter("svgt", "svg", "matrixctl.convert.svg:svgt_to_svg", options=("atoms",)),
@@ -103,6 +103,7 @@ TENSOR_CONTAINERS: list[Container] = [
     Container("npy", "matrixctl.formats.npy", (".npy",)),
     Container("npz", "matrixctl.formats.npy", (".npz",)),
     Container("ztensor-v2", "matrixctl.formats.ztensor2"),
+    Container("gguf", "matrixctl.formats.gguf"),
 ]
 
 # Destination format by output extension (outputs only: inputs are always sniffed).

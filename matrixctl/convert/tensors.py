@@ -411,11 +411,30 @@ def convert(
         digest = str(options["digest"]).lower()
         sink_options["digest"] = None if digest == "none" else digest
     parse_casts(options.get("dtype"))  # usage errors before reading anything
-    source = source_cls(src)  # type: ignore[call-arg]
+    source = open_with_options(source_cls, src, options, src_fmt)
     try:
         return _run(source, src, dst_path, options, sink_options, src_fmt, dst_fmt, sink_cls)
     finally:
         source.close()
+
+
+SOURCE_OPTIONS = ("keep_quantized",)  # options a source class may declare in `accepts`
+
+
+def open_with_options(
+    source_cls: type[TensorSource], src: Source, options: dict[str, Any], src_fmt: str
+) -> TensorSource:
+    """Construct the source, handing it the options it declares in `accepts` (refusing the
+    others with a usage error before anything is read)."""
+    accepts = getattr(source_cls, "accepts", ())
+    mine = {k: options[k] for k in SOURCE_OPTIONS if options.get(k) is not None}
+    for key in mine:
+        if key not in accepts:
+            flag = "--" + key.replace("_", "-")
+            raise UsageError(f"{flag} does not apply to {src_fmt} input")
+    if accepts:
+        return source_cls(src, mine)  # type: ignore[call-arg]
+    return source_cls(src)  # type: ignore[call-arg]
 
 
 def _run(

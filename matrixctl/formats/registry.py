@@ -121,6 +121,7 @@ FORMATS: list[Format] = [
         "matrixctl.validate.ztensor2",
         magic=b"\x89ZT2\r\n\x1a\n",
     ),
+    Format("gguf", "GGUF model", "matrixctl.validate.gguf", magic=b"GGUF", extensions=(".gguf",)),
 ]
 
 _BY_NAME = {f.name: f for f in FORMATS}
