@@ -337,12 +337,13 @@ class GgufArray:
         (n,) = _U64(buf, start - 8)
         return bytes(buf[start : start + n])
 
-    def strings(self, buf: Any) -> list[bytes]:
-        """Every string item as bytes (one pass; the lengths were checked when walking)."""
+    def strings(self, buf: Any, first: int = 0, stop: int | None = None) -> list[bytes]:
+        """String items `first`..`stop` (default: all) as bytes (the lengths were checked
+        when walking)."""
         assert self.starts is not None
         out: list[bytes] = []
         append = out.append
-        for start in self.starts:
+        for start in self.starts[first:stop]:
             (n,) = _U64(buf, start - 8)
             append(buf[start : start + n])
         return out
@@ -919,6 +920,8 @@ def metadata_value(gf: GgufFile, buf: Any, kv: GgufKV) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", "backslashreplace")
     if isinstance(value, GgufArray):
+        if value.item_type in SCALARS and value.item_type != BOOL:
+            return value.numpy(buf).tolist()  # exact: float32 -> the double it equals
         return _plain(value.values(buf))
     if kv.vtype == BOOL:
         return bool(value)

@@ -122,6 +122,13 @@ FORMATS: list[Format] = [
         magic=b"\x89ZT2\r\n\x1a\n",
     ),
     Format("gguf", "GGUF model", "matrixctl.validate.gguf", magic=b"GGUF", extensions=(".gguf",)),
+    Format(
+        "gguf-ingest",
+        "GGUF ingest folder (symbol map, tokenizer, embeddings)",
+        "matrixctl.validate.gguf_ingest",
+        directory=lambda p: os.path.isfile(os.path.join(p, "gguf_manifest.json")),
+        doc="gguf",
+    ),
 ]
 
 _BY_NAME = {f.name: f for f in FORMATS}
