@@ -147,7 +147,7 @@ GGML_TYPES: dict[int, GgmlType] = {
         GgmlType(6, "Q5_0", 32, 22),
         GgmlType(7, "Q5_1", 32, 24),
         GgmlType(8, "Q8_0", 32, 34),
-        GgmlType(9, "Q8_1", 32, 36),
+        GgmlType(9, "Q8_1", 32, 40),
         GgmlType(10, "Q2_K", 256, 84),
         GgmlType(11, "Q3_K", 256, 110),
         GgmlType(12, "Q4_K", 256, 144),
