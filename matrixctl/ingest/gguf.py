@@ -52,7 +52,8 @@ EMBEDDINGS = {
     "npy": ("npy", ".npy"),
 }
 HASH_CHUNK = 8 << 20
-BATCH = 8192  # tokens decoded or keyed per step (bounded temporary memory)
+BATCH = 8192  # tokens keyed per step (bounded temporary memory)
+JOIN_BATCH = 1 << 16  # tokens cut out of the file per step
 MAX_SYMBOL_KEY = pi.MAX_SYMBOL_BYTES
 # GGUF token types (llama.cpp `llama_token_type`).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -211,7 +212,9 @@ def build_vocab(gf: gg.GgufFile, buf: Any) -> VocabPlan:
     ids = np.flatnonzero(matched).tolist()
     mkeys = [keys[i] for i in ids]
     lowest = dict(zip(reversed(mkeys), reversed(ids), strict=True))  # key -> its lowest id
-    dups = {i for k, i in zip(mkeys, ids, strict=True) if lowest[k] != i}
+    dups: set[int] = set()
+    if len(lowest) < len(ids):
+        dups = {i for k, i in zip(mkeys, ids, strict=True) if lowest[k] != i}
     listed = np.ones(n, dtype=bool)
     if base is not None:
         listed[base : base + 256] = False  # the byte-fallback ids are not symbols
@@ -274,16 +277,16 @@ def _decode_all(arr: gg.GgufArray, buf: Any) -> tuple[list[str], dict[int, bytes
     backslash-escaped and returned apart as raw bytes."""
     texts: list[str] = []
     not_utf8: dict[int, bytes] = {}
-    for first in range(0, arr.count, BATCH):
-        raw = arr.strings(buf, first, first + BATCH)
-        joined = b"\x00".join(raw)
-        if joined.count(b"\x00") == len(raw) - 1:
+    for first in range(0, arr.count, JOIN_BATCH):
+        stop = min(arr.count, first + JOIN_BATCH)
+        joined = arr.joined(buf, first, stop)
+        if joined.count(b"\x00") == stop - first - 1:
             try:
                 texts.extend(joined.decode("utf-8").split("\x00"))
                 continue
             except UnicodeDecodeError:
                 pass
-        for i, b in enumerate(raw, first):
+        for i, b in enumerate(arr.strings(buf, first, stop), first):
             try:
                 texts.append(b.decode("utf-8"))
             except UnicodeDecodeError:
@@ -399,20 +402,29 @@ class _Hasher(threading.Thread):
     """SHA-256 of a mapped input on a helper thread (hashlib releases the GIL on big
     buffers, so it overlaps with the parse and the dequantization on a second core)."""
 
-    def __init__(self, buf: Any, size: int) -> None:
+    def __init__(self, buf: Any, size: int, path: str | None = None) -> None:
         super().__init__(name="matrixctl-sha256", daemon=True)
         self.buf = buf
         self.size = size
+        self.path = path
         self.digest: str | None = None
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
             h = hashlib.sha256()
-            view = memoryview(self.buf)
-            for start in range(0, self.size, HASH_CHUNK):
-                h.update(view[start : start + HASH_CHUNK])
-                drop_pages(self.buf, start, HASH_CHUNK)  # read once: keep RSS flat
+            if self.path is not None:
+                # read() into one reused buffer: no page faults on the mapping, flat RSS.
+                block = bytearray(HASH_CHUNK)
+                view = memoryview(block)
+                with open(self.path, "rb", buffering=0) as fp:
+                    while n := fp.readinto(block):
+                        h.update(view[:n])
+            else:
+                view = memoryview(self.buf)
+                for start in range(0, self.size, HASH_CHUNK):
+                    h.update(view[start : start + HASH_CHUNK])
+                    drop_pages(self.buf, start, HASH_CHUNK)  # read once: keep RSS flat
             view.release()
             self.digest = "sha256:" + h.hexdigest()
         except BaseException as exc:  # pragma: no cover - reported by result()
@@ -535,7 +547,8 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
     embd_sink = sink_for(opts.embeddings) if opts.embeddings != "none" else None
     check_destination(dest)
 
-    hasher = _Hasher(src.buf, src.size)
+    regular = src.path != "-" and os.path.isfile(src.path)
+    hasher = _Hasher(src.buf, src.size, src.path if regular else None)
     hasher.start()
     try:
         source = gg.GgufSource(src, {"keep_quantized": opts.keep_quantized})
