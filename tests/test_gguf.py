@@ -234,8 +234,9 @@ def test_written_model_agrees_with_gguf_reader(model) -> None:
 
 @pytest.mark.parametrize("ext", [".zt", ".safetensors", ".npz"])
 def test_convert_dequantizes_every_type(model, tmp_path: Path, ext: str) -> None:
-    """F32, F16 and BF16 keep their dtype (lossless by default); Q8_0, Q4_K, Q6_K and Q5_0
-    become f32 equal to gguf.quants.dequantize; shapes are outermost first."""
+    """Decision: F32, F16 and BF16 keep their dtype (lossless by default); Q8_0, Q4_K, Q6_K
+    and Q5_0 become f32 equal to gguf.quants.dequantize (exact: ggml computes in f32 too);
+    shapes are outermost first (numpy order, the reverse of GGUF's ne[])."""
     from matrixctl.convert.tensors import open_source
 
     path, expected = model
@@ -261,6 +262,24 @@ def test_convert_dequantizes_every_type(model, tmp_path: Path, ext: str) -> None
             assert dtype == "f32", name
         assert arr.shape == values.shape, name
         assert np.array_equal(arr.astype(np.float32), values), name
+
+
+def test_gguf_metadata_travels_as_file_metadata(model, tmp_path: Path) -> None:
+    """Decision: convert carries every GGUF metadata pair as file metadata (zTensor root
+    attributes, safetensors __metadata__): strings as text, numbers, bools and arrays as their
+    JSON text (the vocabulary included); NumPy files drop it with a warning."""
+    path, _ = model
+    out = tmp_path / "m.safetensors"
+    run = run_cli("convert", str(path), str(out))
+    assert run.code == 0 and "stored as JSON text" in run.stderr
+    header = json.loads(out.read_bytes()[8 : 8 + struct.unpack("<Q", out.read_bytes()[:8])[0]])
+    meta = header["__metadata__"]
+    assert meta["general.name"] == "tiny" and meta["tokenizer.ggml.model"] == "llama"
+    assert json.loads(meta["tokenizer.ggml.tokens"])[:3] == ["<unk>", "<s>", "</s>"]
+    assert json.loads(meta["tokenizer.ggml.bos_token_id"]) == 1
+    assert json.loads(meta["tokenizer.ggml.add_space_prefix"]) is True
+    npz = run_cli("convert", str(path), str(tmp_path / "m.npz"), "--select", "token_embd.weight")
+    assert npz.code == 0 and "no place for file metadata" in npz.stderr
 
 
 def test_keep_quantized_stores_the_raw_blocks(model, tmp_path: Path) -> None:
@@ -666,6 +685,24 @@ def test_hostile_and_broken_files_are_clean_findings(tmp_path: Path, name: str) 
     assert peak < 8 << 20, (name, peak)
     if code != "GGUF_KEY":
         assert not report.ok(), name
+
+
+def test_limits_are_refused_before_the_bytes_left(tmp_path: Path) -> None:
+    """Decision: beyond the bytes-left checks, matrixctl reads at most 65,536 metadata pairs,
+    262,144 tensors, 16 Mi items in a string array and 65,536 in an array of arrays, nested 8
+    deep, so that what a file can make the reader allocate stays bounded."""
+    head = b"GGUF" + struct.pack("<I", 3)
+    pad = bytes(1 << 10)
+    cases = {
+        "kv_count": head + struct.pack("<QQ", 0, (1 << 16) + 1) + pad,
+        "tensor_count": head + struct.pack("<QQ", (1 << 18) + 1, 0) + pad,
+        "string items": gc.gguf([gc.kv("x.y", gc.ARR, struct.pack("<IQ", gc.STR, (1 << 24) + 1))]),
+        "nested items": gc.gguf([gc.kv("x.y", gc.ARR, struct.pack("<IQ", gc.ARR, (1 << 16) + 1))]),
+    }
+    for what, data in cases.items():
+        report = report_of(tmp_path, data)
+        assert [f.code for f in report.findings] == ["GGUF_COUNT"], what
+        assert "matrixctl reads at most" in report.findings[0].message, what
 
 
 def test_big_endian_file_is_named_with_a_hint(tmp_path: Path) -> None:

@@ -605,6 +605,20 @@ def test_failures_leave_no_folder_and_never_replace_foreign_ones(tmp_path: Path)
     assert leftovers == []
 
 
+def test_embeddings_with_other_rows_are_written_with_a_warning(tmp_path: Path) -> None:
+    """Decision: a token_embd.weight with more (padded) or fewer rows than tokens is written as
+    it is, with a warning (verify of the GGUF warns too: GGUF_VOCAB_EMBD)."""
+    model = tmp_path / "m.gguf"
+    gc.write_model(model, extra=False, rows=300, embd_type="F16")
+    run = run_cli("ingest", "gguf", str(model), "-o", str(tmp_path / "out"))
+    assert run.code == 0 and "not one row per token" in run.stderr
+    info, _ = read_embeddings(tmp_path / "out", "token_embd.zt")
+    assert info.shape == (300, 256) and info.dtype == "f32"
+    verify = run_cli("verify", "--json", str(tmp_path / "out"))
+    assert verify.code == 0
+    assert "PACK_MISMATCH" in {f["code"] for f in verify.json()["files"][0]["findings"]}
+
+
 def test_usage_errors_exit_2(model, tmp_path: Path) -> None:
     path, _ = model
     out = str(tmp_path / "out")
