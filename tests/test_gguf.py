@@ -315,9 +315,9 @@ def test_keep_quantized_stores_the_raw_blocks(model, tmp_path: Path) -> None:
 
 
 def test_ztensor_verifier_checks_ggml_blocks(model, tmp_path: Path) -> None:
-    """The zTensor rule for raw ggml blocks: an unknown type, a wrong block geometry, rows that
-    are not whole blocks, a packed size other than the blocks' (exact, not the generic cap),
-    non-empty scales are all errors."""
+    """Decision (ztensor.md 20): the zTensor rule for raw ggml blocks: an unknown type, a
+    wrong block geometry, rows that are not whole blocks, a packed size other than the blocks'
+    (exact, not the generic cap), non-empty scales are all errors."""
     from matrixctl import cbor
 
     path, _ = model
@@ -673,7 +673,9 @@ def hostile_files() -> dict[str, tuple[bytes, str]]:
 @pytest.mark.parametrize("name", list(hostile_files()))
 def test_hostile_and_broken_files_are_clean_findings(tmp_path: Path, name: str) -> None:
     """Each is reported with its code, as a finding (no exception), and parsing it allocates
-    almost nothing: counts are checked against limits and the bytes left first."""
+    almost nothing: counts are checked against limits and the bytes left first. Decision:
+    what llama.cpp refuses and loses meaning (duplicate keys or tensor names, names of 64
+    bytes, more than 4 dimensions, a bool byte other than 0/1, a bad alignment) is an error."""
     data, code = hostile_files()[name]
     tracemalloc.start()
     try:
@@ -706,6 +708,8 @@ def test_limits_are_refused_before_the_bytes_left(tmp_path: Path) -> None:
 
 
 def test_big_endian_file_is_named_with_a_hint(tmp_path: Path) -> None:
+    """Decision: a byte-swapped file is recognised (the version's low 16 bits are zero, as
+    llama.cpp tests) and refused with a hint to gguf-convert-endian; it is not read."""
     data = b"GGUF" + struct.pack(">IQQ", 3, 0, 0)
     path = tmp_path / "be.gguf"
     path.write_bytes(data)

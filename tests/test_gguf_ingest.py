@@ -203,6 +203,7 @@ def test_decode_inverts_encode(maps, name: str, text: str) -> None:
     cuts=st.lists(st.integers(0, 60), max_size=4),
 )
 def test_streaming_with_a_prefix_space_equals_whole(maps, text: str, cuts: list[int]) -> None:
+    """Decision: the prefix space is added once per document, whatever the pieces."""
     tok = tokenizer(maps, "llama-spm")
     enc = tok.stream()
     parts, last = [], 0
@@ -215,6 +216,8 @@ def test_streaming_with_a_prefix_space_equals_whole(maps, text: str, cuts: list[
 
 
 def test_decoding_drops_each_documents_prefix(maps) -> None:
+    """Decision: the prefix space is per document; decoding drops it at the start of the
+    stream and after each eos_id."""
     tok = tokenizer(maps, "llama-spm")
     eos = tok.map.eos_id
     ids = [*tok.encode("Hello"), eos, *tok.encode(" two"), eos, eos, *tok.encode("x")]
@@ -225,6 +228,8 @@ def test_decoding_drops_each_documents_prefix(maps) -> None:
 
 
 def test_wordpiece_lowercases_strips_accents_and_splits_punctuation(maps) -> None:
+    """Decision: WordPiece lower-cases one character at a time (no Final_Sigma context, as
+    llama.cpp), strips accents after NFD, isolates punctuation and CJK characters."""
     tok = tokenizer(maps, "bert-bge")
     ids = tok.encode("The Café, déjà-vu! 東京 tokenization")
     pieces = [tok.decode_bytes([i]).decode("utf-8") for i in ids]
@@ -354,6 +359,8 @@ def test_bad_space_marking_is_an_error(marking, code: str) -> None:
 
 
 def test_special_symbols_skip_the_matching_rules_only() -> None:
+    """Decision: special symbols are listed, never matched; the matching rules (non-empty,
+    unique) do not apply to them, the id rules do."""
     symbols = [
         {"id": 1, "text": "", "special": True},
         {"id": 2, "text": "c", "special": True},
@@ -370,7 +377,8 @@ def test_special_symbols_skip_the_matching_rules_only() -> None:
 
 
 def test_symbols_that_match_the_same_bytes_collide() -> None:
-    """Under SentencePiece marking ▁a and ' a' both match ' a'."""
+    """Decision: space marking changes the matched bytes, not the texts: under SentencePiece
+    marking ▁a and ' a' both match ' a', a collision."""
     symbols = [{"id": 1, "text": "▁a"}, {"id": 2, "text": " a"}]
     marking = {"scheme": "sentencepiece", "marker": "▁", "prefix_space": False}
     smap, findings = pi.check_map(map_bytes(symbols=symbols, space_marking=marking))
@@ -380,7 +388,8 @@ def test_symbols_that_match_the_same_bytes_collide() -> None:
 
 
 def test_maps_without_the_extension_are_unchanged() -> None:
-    """The bundled map's file and canonical hash are what they were before the extension."""
+    """Decision: the extension is opt-in and hashed only when used: the bundled map's file and
+    canonical hash are what they were before it."""
     raw = Path(pi.default_map_path()).read_bytes()
     smap, _ = pi.check_map(raw)
     assert smap is not None and smap.space_marking is None and not smap.specials
@@ -617,6 +626,36 @@ def test_embeddings_with_other_rows_are_written_with_a_warning(tmp_path: Path) -
     verify = run_cli("verify", "--json", str(tmp_path / "out"))
     assert verify.code == 0
     assert "PACK_MISMATCH" in {f["code"] for f in verify.json()["files"][0]["findings"]}
+
+
+def test_an_interrupted_ingest_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
+    """Ctrl-C while the embeddings are being written on their helper thread: the writer is
+    stopped and joined, the temporary folder removed, no DIR appears."""
+    import threading
+
+    from matrixctl.ingest import gguf as ig
+
+    model = tmp_path / "m.gguf"
+    gc.write_model(model, extra=False, rows=4096, cols=512, embd_type="Q8_0")
+    started = threading.Event()
+    inner = ig.EmbeddingSource.stream
+
+    def slow_stream(self, info, role="data"):
+        for piece in inner(self, info, role):
+            started.set()
+            yield piece
+
+    def interrupted(gf, buf):
+        started.wait(10)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ig.EmbeddingSource, "stream", slow_stream)
+    monkeypatch.setattr(ig, "build_vocab", interrupted)
+    run = run_cli("ingest", "gguf", str(model), "-o", str(tmp_path / "out"))
+    assert run.code == 130 and "interrupted" in run.stderr
+    assert started.is_set()
+    assert sorted(os.listdir(tmp_path)) == ["m.gguf"]
+    assert not [t for t in threading.enumerate() if t.name == "matrixctl-embeddings"]
 
 
 def test_usage_errors_exit_2(model, tmp_path: Path) -> None:

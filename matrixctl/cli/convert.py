@@ -82,8 +82,9 @@ def convert(
     json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
-    """Convert between formats: tensor containers (zTensor, safetensors, NumPy .npy/.npz) into
-    one another, and SVG-Tensor to an SVG picture (`atoms.svgt atoms.svg`).
+    """Convert between formats: tensor containers (zTensor, safetensors, NumPy .npy/.npz; GGUF
+    models as a source) into one another, and SVG-Tensor to an SVG picture (`atoms.svgt
+    atoms.svg`).
 
     Tensor names, shapes and values are preserved; a tensor the output cannot hold exactly is
     refused (nothing is written) unless --dtype asks for a cast. Streams one tensor at a time.

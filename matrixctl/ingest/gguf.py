@@ -363,7 +363,10 @@ class EmbeddingSource(TensorSource):
         for piece in self.inner.stream(info, role):
             if self.stop is not None and self.stop.is_set():
                 raise _Cancelled()
-            yield piece
+            # A slice of the mapped model is copied: the output is written on a helper thread
+            # after the source has dropped the slice's pages, which would fault them back in
+            # and keep them resident. A copy (8 MiB at a time) keeps memory flat.
+            yield bytes(piece) if isinstance(piece, memoryview) else piece
 
     def release(self, info: TensorInfo) -> None:
         self.inner.release(info)
@@ -557,13 +560,14 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
         raise
     notes: list[str] = []
     stop = threading.Event()
-    worker: _Worker | None = None
     try:
         gf = source.gf
         tokens = gf.get("tokenizer.ggml.tokens")
         n_tokens = tokens.count if isinstance(tokens, gg.GgufArray) else 0
         embd = next((t for t in gf.tensors if t.name == EMBD_TENSOR), None)
-        with building(dest) as tmp:
+        # The slot exits before `building` removes the temporary folder on a failure: the
+        # embeddings writer is stopped and joined before its folder goes.
+        with building(dest) as tmp, _WorkerSlot(stop) as slot:
             known: dict[str, str] = {}  # file -> SHA-256 computed while it was written
             embeddings: dict[str, Any] | None = None
             if embd_sink is not None and embd is None:
@@ -575,8 +579,7 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
                 # The embeddings (numpy, hashing, writing: they release the GIL) are written
                 # on a helper thread while this one builds the symbol map (pure Python).
                 args = (source, src, embd, n_tokens, tmp, embd_sink, dtype, opts, stop)
-                worker = _Worker(lambda: _embeddings(*args, convert_source))
-                worker.start()
+                slot.start(_Worker(lambda: _embeddings(*args, convert_source)))
             try:
                 plan = build_vocab(gf, src.buf)
             except FormatError as err:
@@ -587,9 +590,8 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
             sidecar = tokenizer_sidecar(gf, src.buf, plan)
             _write(os.path.join(tmp, gi.TOKENIZER), (_json_lines(sidecar) + "\n").encode())
             canonical_hash = plan.smap.canonical_hash()
-            if worker is not None:
-                embeddings, embd_notes, embd_known = worker.outcome()
-                worker = None
+            if slot.worker is not None:
+                embeddings, embd_notes, embd_known = slot.outcome()
                 notes.extend(embd_notes)
                 known.update(embd_known)
             source_sha = hasher.result()
@@ -640,9 +642,6 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
             _write(os.path.join(tmp, gi.MANIFEST + ".partial"), _json_bytes(manifest))
             put_in_place(tmp, dest)
     finally:
-        if worker is not None:  # this thread failed first: stop the writer, then clean up
-            stop.set()
-            worker.join()
         hasher.join()
         source.close()
     manifest["notes"] = notes
@@ -651,6 +650,33 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
 
 class _Cancelled(Exception):
     """The main thread failed: the embeddings writer stops (its output is discarded)."""
+
+
+class _WorkerSlot:
+    """Holds the embeddings writer; leaving the block before its outcome was taken (this
+    thread failed, or was interrupted) stops the writer at its next chunk and waits for it."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.worker: _Worker | None = None
+        self._taken = False
+
+    def start(self, worker: _Worker) -> None:
+        self.worker = worker
+        worker.start()
+
+    def outcome(self) -> Any:
+        assert self.worker is not None
+        self._taken = True
+        return self.worker.outcome()
+
+    def __enter__(self) -> _WorkerSlot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.worker is not None and not self._taken:
+            self.stop.set()
+            self.worker.join()
 
 
 class _Worker(threading.Thread):
