@@ -689,10 +689,10 @@ def test_hostile_and_broken_files_are_clean_findings(tmp_path: Path, name: str) 
         assert not report.ok(), name
 
 
-def test_limits_are_refused_before_the_bytes_left(tmp_path: Path) -> None:
+def test_limits_are_refused_before_the_bytes_left(tmp_path: Path, monkeypatch) -> None:
     """Decision: beyond the bytes-left checks, matrixctl reads at most 65,536 metadata pairs,
-    262,144 tensors, 16 Mi items in a string array and 65,536 in an array of arrays, nested 8
-    deep, so that what a file can make the reader allocate stays bounded."""
+    262,144 tensors, 16 Mi string items and 65,536 items of arrays of arrays in the whole file,
+    nested 8 deep, so that what a file can make the reader allocate stays bounded."""
     head = b"GGUF" + struct.pack("<I", 3)
     pad = bytes(1 << 10)
     cases = {
@@ -705,6 +705,16 @@ def test_limits_are_refused_before_the_bytes_left(tmp_path: Path) -> None:
         report = report_of(tmp_path, data)
         assert [f.code for f in report.findings] == ["GGUF_COUNT"], what
         assert "matrixctl reads at most" in report.findings[0].message, what
+    # The item budgets hold for all arrays together (scaled down here: 100 strings).
+    monkeypatch.setattr(gg, "MAX_STRING_ITEMS", 100)
+    two = gc.gguf(
+        [
+            gc.kv("x.a", gc.ARR, gc.arr_str(["s"] * 60)),
+            gc.kv("x.b", gc.ARR, gc.arr_str(["s"] * 41)),
+        ]
+    )
+    report = report_of(tmp_path, two)
+    assert [f.code for f in report.findings] == ["GGUF_COUNT"] and report.findings[0].field == "x.b"
 
 
 def test_big_endian_file_is_named_with_a_hint(tmp_path: Path) -> None:
@@ -803,3 +813,13 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     assert conv.code == 1 and "GGUF_COUNT" in conv.stderr and not (tmp_path / "o.zt").exists()
     stdin = run_cli("verify", "-", stdin=small_model())
     assert stdin.code == 0
+
+
+def test_inspect_needs_neither_numpy_nor_gguf(tmp_path: Path) -> None:
+    """inspect (and the structural checks) of a GGUF import neither numpy nor the gguf
+    package: that is what keeps it well under a second on a 262,144-token model."""
+    from tests.test_startup import loaded_after
+
+    path = tmp_path / "m.gguf"
+    path.write_bytes(small_model())
+    assert loaded_after("inspect", "--json", str(path)) == []

@@ -74,8 +74,8 @@ MAX_KEY = (1 << 16) - 1  # the spec: a key is at most 2**16 - 1 bytes
 # Limits on what a file may make this reader create (each also bounded by the bytes left).
 MAX_KV = 1 << 16
 MAX_TENSORS = 1 << 18
-MAX_STRING_ITEMS = 1 << 24  # string array items (a 1 Mi-token vocabulary is ~ 2**20)
-MAX_NESTED_ITEMS = 1 << 16  # items of an array of arrays
+MAX_STRING_ITEMS = 1 << 24  # string array items, all arrays together (a vocabulary: ~2**18)
+MAX_NESTED_ITEMS = 1 << 16  # items of arrays of arrays, all together
 MAX_DEPTH = 8  # arrays of arrays of ...
 MAX_RANK_PARSED = 64  # n_dims above this cannot be a tensor: stop parsing there
 MIN_KV_BYTES = 8 + 4 + 1  # empty key, type, a one-byte value
@@ -511,6 +511,10 @@ class _Reader:
         self.buf = buf
         self.size = size
         self.pos = 0
+        # What the whole file may make the parser keep: string items (8 bytes each) and
+        # nested arrays (an object each), summed over every array.
+        self.strings_left = MAX_STRING_ITEMS
+        self.nested_left = MAX_NESTED_ITEMS
 
     def need(self, n: int, what: str, field_name: str) -> None:
         if n > self.size - self.pos:
@@ -586,7 +590,8 @@ def _array(r: _Reader, fld: str, problems: list[Problem], depth: int) -> GgufArr
     count = r.u64("an array's item count", fld)
     left = r.size - r.pos
     if item_type == STRING:
-        _count(count, MAX_STRING_ITEMS, 8, left, "the array's item count", count_at, fld)
+        _count(count, r.strings_left, 8, left, "the array's item count", count_at, fld)
+        r.strings_left -= count
         start = r.pos
         starts, r.pos = _walk_strings(r.buf, r.pos, count, r.size, fld)
         return GgufArray(STRING, count, start, r.pos, starts=starts)
@@ -598,7 +603,8 @@ def _array(r: _Reader, fld: str, problems: list[Problem], depth: int) -> GgufArr
                 offset=at,
                 field=fld,
             )
-        _count(count, MAX_NESTED_ITEMS, 12, left, "the array's item count", count_at, fld)
+        _count(count, r.nested_left, 12, left, "the array's item count", count_at, fld)
+        r.nested_left -= count
         start = r.pos
         items = [_array(r, f"{fld}[{i}]", problems, depth + 1) for i in range(count)]
         return GgufArray(ARRAY, count, start, r.pos, items=items)
