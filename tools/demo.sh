@@ -48,3 +48,15 @@ ids = atoms[int(rec["token_offset"]) : int(rec["token_offset"] + rec["token_leng
 print(f"document 0: {ids.size} tokens, source {json.load(open(f'{pack}/ingest_manifest.json'))['sources'][int(rec['source'])]['path']}")
 print(tok.decode(ids)[:400])
 PY
+
+gguf=../shared/fixtures/gguf/ggml-vocab-llama-spm.gguf
+if [ -f "$gguf" ]; then
+  say "ingest a GGUF vocabulary (llama SentencePiece): symbol map in GGUF order, manifest"
+  matrixctl inspect "$gguf"
+  matrixctl ingest gguf "$gguf" -o "$out/llama-spm"
+  matrixctl verify "$out/llama-spm"
+  say "tokenize English with it: whole words, not bytes"
+  echo "The quick brown dog is in the house." \
+    | matrixctl tokenize pi encode -s "$out/llama-spm/pi_symbol_map.json" \
+    | matrixctl tokenize pi decode -s "$out/llama-spm/pi_symbol_map.json"
+fi
