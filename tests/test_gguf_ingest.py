@@ -265,6 +265,9 @@ def test_vocabulary_above_65536_gives_uint32_tokens(maps, tmp_path: Path) -> Non
     assert max(ids) > 65_535
     dec = run_cli("tokenize", "pi", "decode", "-s", symbols, str(tmp_path / "t.mxt"))
     assert dec.code == 0 and dec.stdout == text
+    info = run_cli("inspect", "--json", symbols).json()["map"]
+    assert info["dtype"] == "uint32" and info["unused_ids"] == 0
+    assert info["space_marking"] == "byte_level" and info["special_symbols"] == 3
     packed = run_cli(
         "pack", "atoms", str(tmp_path / "t.mxt"), "-o", str(tmp_path / "a.bin"), "-n", "4", "--json"
     )
