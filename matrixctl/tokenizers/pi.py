@@ -357,17 +357,21 @@ class SymbolMap:
         marker = '"symbols":[]'
         at = text.index(marker) + len(marker) - 1
         yield text[:at].encode("utf-8")
-        specials = self.specials
         symbols = self.symbols
         for start in range(0, len(symbols), BATCH):
-            batch = ",".join(
-                f'{{"id":{i},"special":true,"text":{encode_basestring(t)}}}'
-                if i in specials
-                else f'{{"id":{i},"text":{encode_basestring(t)}}}'
-                for i, t in symbols[start : start + BATCH]
-            )
-            yield (("," if start else "") + batch).encode("utf-8")
+            batch = symbols[start : start + BATCH]
+            texts = list(map(encode_basestring, [t for _, t in batch]))
+            items = [f'{{"id":{i},"text":{e}}}' for (i, _), e in zip(batch, texts, strict=True)]
+            for k in self._special_positions(batch):
+                items[k] = f'{{"id":{batch[k][0]},"special":true,"text":{texts[k]}}}'
+            yield (("," if start else "") + ",".join(items)).encode("utf-8")
         yield text[at:].encode("utf-8")
+
+    def _special_positions(self, batch: tuple[tuple[int, str], ...]) -> list[int]:
+        if not self.specials:
+            return []
+        specials = self.specials
+        return [k for k, (i, _) in enumerate(batch) if i in specials]
 
     def canonical_head(self) -> dict[str, Any]:
         """The canonical fields without `symbols`."""
@@ -414,17 +418,18 @@ class SymbolMap:
             lines.append(f"  {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)},")
         lines.append('  "symbols": [\n')
         out = bytearray("\n".join(lines).encode("utf-8"))
-        specials = self.specials
         symbols = self.symbols
-        last = len(symbols) - 1
-        flag = ', "special": true'
         for start in range(0, len(symbols), BATCH):  # batches: memory stays ~ the output
-            batch = "".join(
-                f'    {{"id": {i}, "text": {encode_basestring(t)}{flag if i in specials else ""}}}'
-                f"{',' if start + n < last else ''}\n"
-                for n, (i, t) in enumerate(symbols[start : start + BATCH])
-            )
-            out += batch.encode("utf-8")
+            batch = symbols[start : start + BATCH]
+            texts = list(map(encode_basestring, [t for _, t in batch]))
+            lines = [
+                f'    {{"id": {i}, "text": {e}}},' for (i, _), e in zip(batch, texts, strict=True)
+            ]
+            for k in self._special_positions(batch):
+                lines[k] = f'    {{"id": {batch[k][0]}, "text": {texts[k]}, "special": true}},'
+            if start + BATCH >= len(symbols) and lines:
+                lines[-1] = lines[-1][:-1]  # no comma after the last symbol
+            out += ("\n".join(lines) + "\n").encode("utf-8")
         out += b"  ]\n}\n"
         return bytes(out)
 
