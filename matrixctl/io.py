@@ -277,6 +277,74 @@ class BackgroundWriter:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+class HashingWriter:
+    """A file object that writes, and SHA-256s what it writes, on a helper thread, in order.
+
+    For outputs whose digest is recorded (manifests): the hash costs no second read, and on
+    two cores it overlaps with the caller preparing the next chunk (`os.write` and hashlib
+    release the GIL). At most `depth` chunks are in flight; each chunk's buffer must stay
+    unchanged until written (fresh arrays and views of a read-only mapping do). A `seek`
+    (a writer that patches a header) drains the queue and voids the digest: `digest` is then
+    None and the caller hashes the finished file instead.
+    """
+
+    def __init__(self, fp: BinaryIO, depth: int = 3) -> None:
+        import hashlib
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.fp = fp
+        self._sha = hashlib.sha256()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="matrixctl-hash")
+        self._pending: list[Any] = []
+        self._depth = depth
+        self._valid = True
+        self._closed = False
+        self.digest: str | None = None
+
+    def _put(self, data: Any) -> None:
+        self._sha.update(data)
+        self.fp.write(data)
+
+    def write(self, data: Any) -> int:
+        n = len(data) if isinstance(data, bytes | bytearray) else memoryview(data).nbytes
+        self._pending.append(self._pool.submit(self._put, data))
+        while len(self._pending) > self._depth:
+            self._pending.pop(0).result()
+        return n
+
+    def drain(self) -> None:
+        while self._pending:
+            self._pending.pop(0).result()
+
+    def flush(self) -> None:
+        self.drain()
+        self.fp.flush()
+
+    def tell(self) -> int:
+        self.drain()
+        return self.fp.tell()
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.drain()
+        self._valid = False
+        return self.fp.seek(offset, whence)
+
+    def fileno(self) -> int:
+        return self.fp.fileno()
+
+    def close(self) -> None:
+        """Finish the writes (raising a write error) and set `digest`; the file stays open."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.drain()
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._valid:
+            self.digest = "sha256:" + self._sha.hexdigest()
+
+
 def stdout_is_terminal() -> bool:
     try:
         return os.isatty(sys.stdout.fileno())

@@ -104,12 +104,20 @@ def convert(
             "needs memory for one dense tensor).",
         ),
     ] = False,
+    keep_quantized: Annotated[
+        bool,
+        typer.Option(
+            "--keep-quantized",
+            help="GGUF input: store quantized tensors as their raw ggml blocks (zTensor "
+            "quantized_group, lossless) instead of dequantizing them to f32.",
+        ),
+    ] = False,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Convert between formats: tensor containers (zTensor, safetensors, NumPy .npy/.npz,
-    EMBD .weights, STB .stb) into one another, a Hugging Face model folder into any of them,
-    and SVG-Tensor to an SVG picture (`atoms.svgt atoms.svg`).
+    EMBD .weights, STB .stb) into one another, a Hugging Face model folder or a GGUF model into
+    any of them, and SVG-Tensor to an SVG picture (`atoms.svgt atoms.svg`).
 
     Tensor names, shapes and values are preserved; a tensor the output cannot hold exactly is
     refused (nothing is written) unless --dtype asks for a cast. Streams one tensor at a time.
@@ -146,6 +154,7 @@ def convert(
             "compress": compress,
             "digest": digest,
             "densify": densify or None,
+            "keep_quantized": keep_quantized or None,
         }
         conv.check_options(converter, options)
         if "progress" in converter.options:

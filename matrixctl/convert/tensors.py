@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from matrixctl import codes, tensors
 from matrixctl.convert import Result
 from matrixctl.errors import FormatError, UsageError
-from matrixctl.io import STDIO, atomic_output
+from matrixctl.io import STDIO, HashingWriter, atomic_output
 from matrixctl.tensors import (
     DTYPES,
     Outputs,
@@ -429,6 +429,33 @@ def convert(
     source_cls: type[TensorSource],
     sink_cls: type[TensorSink],
 ) -> Result:
+    sink_options = prepare_sink_options(options, sink_cls, dst_fmt)
+    source = open_with_options(source_cls, src, options, src_fmt)
+    try:
+        return _run(source, src, dst_path, options, sink_options, src_fmt, dst_fmt, sink_cls)
+    finally:
+        source.close()
+
+
+def convert_source(
+    source: TensorSource,
+    src: Source,
+    dst_path: str,
+    options: dict[str, Any],
+    *,
+    dst_fmt: str,
+    sink_cls: type[TensorSink],
+) -> Result:
+    """`convert` for a source the caller has already opened (library use, e.g. `ingest gguf`
+    writing one tensor of a model); the caller closes the source."""
+    sink_options = prepare_sink_options(options, sink_cls, dst_fmt)
+    return _run(source, src, dst_path, options, sink_options, source.format, dst_fmt, sink_cls)
+
+
+def prepare_sink_options(
+    options: dict[str, Any], sink_cls: type[TensorSink], dst_fmt: str
+) -> dict[str, Any]:
+    """The sink's options from the command's, with usage errors before anything is read."""
     sink_options = {k: v for k, v in options.items() if v is not None}
     for opt in ("compress", "digest", "per_file"):
         if options.get(opt) is not None and opt not in getattr(sink_cls, "accepts", ()):
@@ -444,11 +471,26 @@ def convert(
         digest = str(options["digest"]).lower()
         sink_options["digest"] = None if digest == "none" else digest
     parse_casts(options.get("dtype"))  # usage errors before reading anything
-    source = source_cls(src)  # type: ignore[call-arg]
-    try:
-        return _run(source, src, dst_path, options, sink_options, src_fmt, dst_fmt, sink_cls)
-    finally:
-        source.close()
+    return sink_options
+
+
+SOURCE_OPTIONS = ("keep_quantized",)  # options a source class may declare in `accepts`
+
+
+def open_with_options(
+    source_cls: type[TensorSource], src: Source, options: dict[str, Any], src_fmt: str
+) -> TensorSource:
+    """Construct the source, handing it the options it declares in `accepts` (refusing the
+    others with a usage error before anything is read)."""
+    accepts = getattr(source_cls, "accepts", ())
+    mine = {k: options[k] for k in SOURCE_OPTIONS if options.get(k) is not None}
+    for key in mine:
+        if key not in accepts:
+            flag = "--" + key.replace("_", "-")
+            raise UsageError(f"{flag} does not apply to {src_fmt} input")
+    if accepts:
+        return source_cls(src, mine)  # type: ignore[call-arg]
+    return source_cls(src)  # type: ignore[call-arg]
 
 
 def _run(
@@ -487,8 +529,15 @@ def _run(
     if bar is not None:
         bar.total(logical)
     tick: Callable[[int], None] = bar.advance if bar is not None else (lambda n: None)
+    hashing = None
     with contextlib.ExitStack() as stack:
         main = stack.enter_context(atomic_output(dst_path, what=f"a {dst_fmt} file"))
+        if options.get("sha256") and dst_path != STDIO:
+            # Library callers that record the output's SHA-256 (`ingest gguf`): written and
+            # hashed on a helper thread, overlapping the decoding of the next chunk.
+            hashing = HashingWriter(main)
+            stack.callback(hashing.close)
+            main = hashing  # type: ignore[assignment]
 
         def open_extra(path: str) -> BinaryIO:
             if dst_path == STDIO:
@@ -504,6 +553,10 @@ def _run(
                 raise err.with_path(src.name) from None
             source.release(item.src)
         summary = sink.finish()
+        if hashing is not None:
+            hashing.close()
+            if hashing.digest is not None:
+                summary = {**summary, "sha256": hashing.digest}
     result.notes.extend(sink.notes())
     result.summary = {
         "tensors": len(plan),

@@ -181,6 +181,14 @@ FORMATS: list[Format] = [
         "matrixctl.validate.hf_model",
         directory=_is_hf_model_dir,
     ),
+    Format("gguf", "GGUF model", "matrixctl.validate.gguf", magic=b"GGUF", extensions=(".gguf",)),
+    Format(
+        "gguf-ingest",
+        "GGUF ingest folder (symbol map, tokenizer, embeddings)",
+        "matrixctl.validate.gguf_ingest",
+        directory=lambda p: os.path.isfile(os.path.join(p, "gguf_manifest.json")),
+        doc="gguf",
+    ),
 ]
 
 _BY_NAME = {f.name: f for f in FORMATS}

@@ -572,9 +572,38 @@ def decoded_cap(obj: ZtObject, comp: ZtComponent) -> tuple[int, bool]:
     size = DTYPES[comp.dtype].itemsize
     if obj.layout == "dense":
         return obj.count * size, True
+    ggml = ggml_blocks(obj)
+    if ggml is not None and comp.dtype == "u8":
+        # Raw ggml blocks (GGUF --keep-quantized): the exact size, scales inside the blocks.
+        return (ggml if comp.role == "packed_weight" else 0), True
     if comp.role == "indptr" and obj.shape:
         return (obj.shape[0] + 1) * size, True
     return max(obj.count, 1) * size, False
+
+
+def ggml_blocks(obj: ZtObject) -> int | None:
+    """For a quantized_group object holding raw ggml blocks (attributes `quantization: ggml`,
+    a known `ggml_type` with its `block_size` and `type_size`, whole blocks along the last
+    axis): the byte size of its blocks. None for any other object, or when the attributes do
+    not describe valid blocks (the ggml rule of the validator reports those)."""
+    if obj.layout != "quantized_group" or obj.attributes.get("quantization") != "ggml":
+        return None
+    from matrixctl.formats.gguf import GGML_BY_NAME
+
+    gtype = GGML_BY_NAME.get(str(obj.attributes.get("ggml_type")))
+    if gtype is None or not gtype.quantized:
+        return None
+    for key, want in (
+        ("ggml_type_id", gtype.id),
+        ("block_size", gtype.block_size),
+        ("type_size", gtype.type_size),
+    ):
+        if obj.attributes.get(key, want) != want:
+            return None
+    row = obj.shape[-1] if obj.shape else 1
+    if row % gtype.block_size:
+        return None
+    return obj.count // gtype.block_size * gtype.type_size
 
 
 ZSTD_MAGIC = 0xFD2FB528

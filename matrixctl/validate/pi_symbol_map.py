@@ -54,17 +54,24 @@ def describe(s: MapSubject) -> dict[str, Any]:
         "unk_id": m.unk_id,
         "pad_id": m.pad_id,
         "eos_id": m.eos_id,
-        "unused_ids": m.vocab_size
-        - len(m.symbols)
-        - (256 if m.byte_fallback else 0)
-        - len(set(m.special_ids().values())),
+        "unused_ids": m.vocab_size - len(_used_ids(m)),
         "longest_symbol_chars": max(lengths, default=0),
         "multi_char_symbols": sum(1 for n in lengths if n > 1),
         "canonical_hash": m.canonical_hash(),
+        "space_marking": m.space_marking.scheme if m.space_marking else None,
+        "special_symbols": len(m.specials),
         "dtype": "uint16" if m.vocab_size <= 1 << 16 else "uint32",
     }
     out["preview"] = [{"id": i, "text": t} for i, t in m.symbols[:PREVIEW]]
     return out
+
+
+def _used_ids(m: pi.SymbolMap) -> set[int]:
+    """Ids with a meaning: symbols (special ones included), byte ids, unk/pad/eos."""
+    used = {i for i, _ in m.symbols} | set(m.special_ids().values())
+    if m.byte_fallback and m.byte_base_id is not None:
+        used.update(range(m.byte_base_id, m.byte_base_id + 256))
+    return used
 
 
 @rule(FMT, "fields, ids, texts, specials, byte ids, normalization")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from matrixctl import codes
 from matrixctl.errors import FormatError
 from matrixctl.formats import ztensor as zt
 from matrixctl.io import Source
@@ -432,6 +433,81 @@ def check_quantized(s: ZtSubject) -> Iterator[Finding]:
                         offset=c.offset,
                         field=f"{c.field}/length",
                     )
+
+
+ZT_QUANT_GGML = codes.define(
+    "ZT_QUANT_GGML",
+    "A quantized_group object marked `quantization: ggml` (raw GGUF blocks) names an unknown "
+    "ggml type or a wrong block geometry, has rows that are not whole blocks, a packed_weight "
+    "that is not u8 of exactly the blocks' size, or non-empty scales or zeros.",
+    group=FMT,
+)
+
+
+@rule(FMT, "ggml quantized blocks")
+def check_ggml_blocks(s: ZtSubject) -> Iterator[Finding]:
+    """quantized_group objects holding raw ggml blocks (docs/formats/ztensor.md decision 20)."""
+    from matrixctl.formats.gguf import GGML_BY_NAME
+
+    for o in s.zt.objects.values():
+        if o.layout != "quantized_group" or o.attributes.get("quantization") != "ggml":
+            continue
+        if any(r not in o.components for r in zt.LAYOUTS[o.layout]):
+            continue  # the layout rule reports it
+        at = o.components["packed_weight"]
+        name = o.attributes.get("ggml_type")
+        gtype = GGML_BY_NAME.get(str(name))
+        if gtype is None or not gtype.quantized:
+            yield finding(
+                ZT_QUANT_GGML,
+                f"{o.name}: ggml_type {name!r:.40} is not a quantized ggml type",
+                offset=s.zt.manifest_offset,
+                field=f"{o.field}/attributes/ggml_type",
+            )
+            continue
+        wrong = [
+            f"{key} {o.attributes.get(key)!r:.20} (the type's is {want})"
+            for key, want in (
+                ("ggml_type_id", gtype.id),
+                ("block_size", gtype.block_size),
+                ("type_size", gtype.type_size),
+            )
+            if o.attributes.get(key, want) != want
+        ]
+        if wrong:
+            yield finding(
+                ZT_QUANT_GGML,
+                f"{o.name}: {gtype.name} attributes disagree with the type: {', '.join(wrong)}",
+                offset=s.zt.manifest_offset,
+                field=f"{o.field}/attributes",
+            )
+            continue
+        row = o.shape[-1] if o.shape else 1
+        if row % gtype.block_size:
+            yield finding(
+                ZT_QUANT_GGML,
+                f"{o.name}: rows of {row:,} elements are not whole {gtype.name} blocks of "
+                f"{gtype.block_size}",
+                offset=s.zt.manifest_offset,
+                field=f"{o.field}/shape",
+            )
+            continue
+        for role, comp in o.components.items():
+            if role != "packed_weight" and comp.length:
+                yield finding(
+                    ZT_QUANT_GGML,
+                    f"{o.name}/{role}: ggml blocks carry their scales inline, so {role} must be "
+                    f"empty; it has {comp.length:,} bytes",
+                    offset=comp.offset,
+                    field=f"{comp.field}/length",
+                )
+        if at.dtype != "u8":
+            yield finding(
+                ZT_QUANT_GGML,
+                f"{o.name}/packed_weight: ggml blocks are stored as u8, not {at.dtype}",
+                offset=s.zt.manifest_offset,
+                field=f"{at.field}/dtype",
+            )
 
 
 # Scan rules ---------------------------------------------------------------------------------

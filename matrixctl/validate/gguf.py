@@ -1,0 +1,417 @@
+"""Load, describe and validate GGUF files (rules for `inspect` and `verify`).
+
+Structural rules read the header, the metadata and the tensor table only (string arrays are
+walked once by the parser; numeric arrays are not read): what the parser collected, tensor data
+alignment, bounds, overlaps and layout, and the tokenizer metadata. The scan rules read bytes:
+padding, strings that are not UTF-8, bool arrays and token types.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+from matrixctl.formats import gguf as gg
+from matrixctl.io import Source
+from matrixctl.tensors import human_bytes
+from matrixctl.validate.engine import rule
+from matrixctl.validate.findings import Finding, finding
+
+FMT = gg.FORMAT
+PREVIEW = 6  # array items shown by inspect
+STRING_PREVIEW = 160  # characters of a string value shown by inspect
+SCAN_CHUNK = 8 << 20
+
+TOKENS = "tokenizer.ggml.tokens"
+SCORES = "tokenizer.ggml.scores"
+TOKEN_TYPE = "tokenizer.ggml.token_type"
+# Special token ids (tokenizer.ggml.<key>): the spec's names, llama.cpp's spelling `seperator`,
+# and the short names inspect shows them under.
+SPECIALS = {
+    "bos_token_id": "bos_id",
+    "eos_token_id": "eos_id",
+    "unknown_token_id": "unk_id",
+    "separator_token_id": "sep_id",
+    "seperator_token_id": "sep_id",
+    "padding_token_id": "pad_id",
+    "cls_token_id": "cls_id",
+    "mask_token_id": "mask_id",
+    "eot_token_id": "eot_id",
+    "eom_token_id": "eom_id",
+}
+SPECIAL_KEYS = tuple(SPECIALS)
+TOKEN_TYPES = {1: "normal", 2: "unknown", 3: "control", 4: "user_defined", 5: "unused", 6: "byte"}
+
+
+class GgufSubject:
+    def __init__(self, src: Source, gf: gg.GgufFile) -> None:
+        self.src = src
+        self.gf = gf
+        self.buf = src.buf
+
+    def readable(self) -> list[gg.GgufTensor]:
+        """Tensors whose bytes can be located and sized: known type, valid shape, aligned
+        offset, inside the file (the data rules report the others)."""
+        gf = self.gf
+        if not gf.alignment_ok:
+            return []
+        return [
+            t
+            for t in gf.tensors
+            if t.nbytes is not None
+            and t.rel_offset % gf.alignment == 0
+            and t.offset + t.nbytes <= gf.size
+        ]
+
+
+def load(src: Source) -> GgufSubject:
+    return GgufSubject(src, gg.parse(src.buf, src.size))
+
+
+def _value_text(s: GgufSubject, kv: gg.GgufKV) -> Any:
+    value = kv.value
+    if isinstance(value, bytes):
+        return gg.show_bytes(value, STRING_PREVIEW)
+    if isinstance(value, gg.GgufArray):
+        head = value.head(s.buf, PREVIEW)
+        if value.item_type == gg.FLOAT32:
+            head = [gg.short_f32(v) for v in head]
+        shown = [gg.show_bytes(v, 40) if isinstance(v, bytes) else v for v in head]
+        if value.count > PREVIEW:
+            shown.append(f"... ({value.count:,} items)")
+        return shown
+    if kv.vtype == gg.BOOL:
+        return bool(value) if value in (0, 1) else f"0x{value:02x} (invalid bool)"
+    if kv.vtype == gg.FLOAT32:
+        return gg.short_f32(value)
+    return value
+
+
+def describe(s: GgufSubject) -> dict[str, Any]:
+    gf = s.gf
+    out: dict[str, Any] = {
+        "size": gf.size,
+        "version": gf.version,
+        "byte_order": "little-endian",
+        "tensor_count": gf.tensor_count,
+        "kv_count": gf.kv_count,
+        "alignment": gf.alignment,
+        "data_offset": gf.data_offset,
+    }
+    arch = gf.text("general.architecture")
+    if arch is not None:
+        out["architecture"] = gg.neutral(arch, 80)
+    name = gf.text("general.name")
+    if name is not None:
+        out["name"] = gg.neutral(name, 80)
+    tok = tokenizer_summary(s)
+    if tok:
+        out["tokenizer"] = tok
+    out["metadata"] = [
+        {
+            "key": gg.neutral(kv.name, 120),
+            "type": kv.type_name,
+            "count": kv.value.count if isinstance(kv.value, gg.GgufArray) else None,
+            "value": _value_text(s, kv),
+        }
+        for kv in gf.kvs.values()
+    ]
+    if gf.tensors:
+        total = sum(t.nbytes or 0 for t in gf.tensors)
+        out["tensor_bytes"] = human_bytes(total)
+        types: dict[str, int] = {}
+        for t in gf.tensors:
+            types[t.type_name] = types.get(t.type_name, 0) + 1
+        out["types"] = dict(sorted(types.items(), key=lambda kv: (-kv[1], kv[0])))
+        out["tensors"] = [
+            {
+                "name": gg.neutral(t.name, 120),
+                "type": t.type_name,
+                "shape": list(t.shape),
+                "offset": t.offset,
+                "bytes": t.nbytes,
+            }
+            for t in gf.tensors
+        ]
+    return out
+
+
+def tokenizer_summary(s: GgufSubject) -> dict[str, Any]:
+    gf = s.gf
+    tokens = gf.get(TOKENS)
+    out: dict[str, Any] = {}
+    model = gf.text("tokenizer.ggml.model")
+    if model is not None:
+        out["model"] = gg.neutral(model, 40)
+    pre = gf.text("tokenizer.ggml.pre")
+    if pre is not None:
+        out["pre"] = gg.neutral(pre, 40)
+    if isinstance(tokens, gg.GgufArray):
+        out["tokens"] = tokens.count
+        out["token_dtype"] = "uint16" if tokens.count <= 1 << 16 else "uint32"
+    for key, short in SPECIALS.items():
+        kv = gf.kvs.get(f"tokenizer.ggml.{key}")
+        if kv is not None and kv.vtype in gg.INTEGER_TYPES:
+            out[short] = kv.value
+    return out
+
+
+# Structural rules ---------------------------------------------------------------------------
+
+
+@rule(FMT, "header, metadata and tensor table")
+def check_table(s: GgufSubject) -> Iterator[Finding]:
+    for p in s.gf.problems:
+        yield finding(p.code, p.message, offset=p.offset, field=p.field)
+
+
+@rule(FMT, "tensor data: alignment, bounds, overlaps, layout")
+def check_data(s: GgufSubject) -> Iterator[Finding]:
+    gf = s.gf
+    if not gf.alignment_ok:
+        return  # reported by the table rule: the data section cannot be located
+    if gf.tensors and gf.data_offset > gf.size:
+        yield finding(
+            gg.GGUF_TENSOR_BOUNDS,
+            f"the data section would start at {gf.data_offset:,}, past the end of the "
+            f"{gf.size:,}-byte file, but the file lists {len(gf.tensors)} tensor(s)",
+            offset=gf.size,
+            field="data",
+        )
+        return
+    sized = [t for t in gf.tensors if t.nbytes is not None]
+    for t in sized:
+        assert t.nbytes is not None
+        if t.rel_offset % gf.alignment:
+            yield finding(
+                gg.GGUF_TENSOR_ALIGN,
+                f"tensor {t.name!r:.60} starts at data offset {t.rel_offset:,}, not a multiple "
+                f"of the alignment {gf.alignment}",
+                offset=t.info_offset,
+                field=f"{t.field}.offset",
+            )
+        if t.offset + t.nbytes > gf.size:
+            yield finding(
+                gg.GGUF_TENSOR_BOUNDS,
+                f"tensor {t.name!r:.60} ({t.type_name}, {t.nbytes:,} bytes) runs to "
+                f"{t.offset + t.nbytes:,}, past the end of the {gf.size:,}-byte file",
+                offset=t.info_offset,
+                field=f"{t.field}.offset",
+            )
+    ok = [t for t in s.readable() if t.nbytes]
+    prev: gg.GgufTensor | None = None
+    for t in sorted(ok, key=lambda t: (t.offset, t.end)):
+        if prev is not None and t.offset < prev.end:
+            yield finding(
+                gg.GGUF_TENSOR_OVERLAP,
+                f"tensor {t.name!r:.60} (bytes {t.offset:,}..{t.end:,}) overlaps "
+                f"{prev.name!r:.60} (bytes {prev.offset:,}..{prev.end:,})",
+                offset=t.info_offset,
+                field=f"{t.field}.offset",
+            )
+        if prev is None or t.end > prev.end:
+            prev = t
+    if len(sized) != len(gf.tensors):
+        return  # the layout cannot be judged with a tensor of unknown size
+    expected = 0
+    for t in gf.tensors:
+        assert t.nbytes is not None
+        if t.rel_offset != expected:
+            yield finding(
+                gg.GGUF_LAYOUT,
+                f"tensor {t.name!r:.60} is at data offset {t.rel_offset:,}; stored back to back "
+                f"in table order it would be at {expected:,} (llama.cpp refuses such a file)",
+                offset=t.info_offset,
+                field=f"{t.field}.offset",
+            )
+            break
+        expected += -(-t.nbytes // gf.alignment) * gf.alignment
+    else:
+        end = gf.data_offset + expected
+        if gf.tensors and gf.size > end:
+            yield finding(
+                gg.GGUF_TRAILING,
+                f"{gf.size - end:,} bytes after the last tensor's padding (from {end:,}) belong "
+                "to no tensor",
+                offset=end,
+                field="data",
+            )
+
+
+@rule(FMT, "tokenizer metadata")
+def check_tokenizer(s: GgufSubject) -> Iterator[Finding]:
+    gf = s.gf
+    tokens_kv = gf.kvs.get(TOKENS)
+    if tokens_kv is None:
+        return
+    tokens = tokens_kv.value
+    if not isinstance(tokens, gg.GgufArray) or tokens.item_type != gg.STRING:
+        yield finding(
+            gg.GGUF_TOKENIZER,
+            f"{TOKENS} is a {tokens_kv.type_name}, not an array of strings",
+            offset=tokens_kv.offset,
+            field=TOKENS,
+        )
+        return
+    n = tokens.count
+    for key, want in ((SCORES, gg.FLOAT32), (TOKEN_TYPE, gg.INT32)):
+        kv = gf.kvs.get(key)
+        if kv is None:
+            continue
+        value = kv.value
+        if not isinstance(value, gg.GgufArray) or value.item_type != want:
+            yield finding(
+                gg.GGUF_TOKENIZER,
+                f"{key} is a {kv.type_name}, not an array of {gg.TYPE_NAMES[want]}",
+                offset=kv.offset,
+                field=key,
+            )
+        elif value.count != n:
+            yield finding(
+                gg.GGUF_TOKENIZER,
+                f"{key} has {value.count:,} items for {n:,} tokens",
+                offset=kv.offset,
+                field=key,
+            )
+    for key in SPECIAL_KEYS:
+        kv = gf.kvs.get(f"tokenizer.ggml.{key}")
+        if kv is None:
+            continue
+        if kv.vtype not in gg.INTEGER_TYPES:
+            yield finding(
+                gg.GGUF_TOKENIZER,
+                f"{kv.name} is a {kv.type_name}, not an integer token id",
+                offset=kv.offset,
+                field=kv.name,
+            )
+        elif not 0 <= kv.value < n:
+            yield finding(
+                gg.GGUF_TOKENIZER,
+                f"{kv.name} is {kv.value:,}, outside the {n:,} tokens",
+                offset=kv.value_offset,
+                field=kv.name,
+            )
+    embd = next((t for t in gf.tensors if t.name == "token_embd.weight"), None)
+    if embd is not None and len(embd.dims) == 2 and embd.dims[1] != n:
+        yield finding(
+            gg.GGUF_VOCAB_EMBD,
+            f"token_embd.weight has {embd.dims[1]:,} rows for {n:,} tokens",
+            offset=embd.info_offset,
+            field=embd.field,
+        )
+
+
+# Scan rules ---------------------------------------------------------------------------------
+
+
+@rule(FMT, "padding bytes are zero", scan=True)
+def check_padding(s: GgufSubject) -> Iterator[Finding]:
+    import numpy as np
+
+    gf = s.gf
+    if not gf.alignment_ok:
+        return
+    spans = []
+    if gf.tensors:
+        spans.append((gf.info_end, min(gf.data_offset, gf.size)))
+    ends = sorted((t.offset, t.end) for t in s.readable())
+    for (_, end), (nxt, _) in itertools.pairwise(ends):
+        if nxt > end:
+            spans.append((end, nxt))
+    if ends:
+        last = ends[-1][1]
+        spans.append(
+            (
+                last,
+                min(
+                    gf.size,
+                    -(-(last - gf.data_offset) // gf.alignment) * gf.alignment + gf.data_offset,
+                ),
+            )
+        )
+    for start, stop in spans:
+        for pos in range(start, stop, SCAN_CHUNK):
+            block = np.frombuffer(
+                s.buf, dtype=np.uint8, count=min(stop, pos + SCAN_CHUNK) - pos, offset=pos
+            )
+            nz = np.flatnonzero(block)
+            if nz.size:
+                first = pos + int(nz[0])
+                yield finding(
+                    gg.GGUF_PADDING,
+                    f"padding byte at {first:,} is 0x{int(block[nz[0]]):02x} (padding "
+                    f"{start:,}..{stop:,})",
+                    offset=first,
+                    field="padding",
+                )
+                break
+
+
+@rule(FMT, "strings are UTF-8", scan=True)
+def check_utf8(s: GgufSubject) -> Iterator[Finding]:
+    for kv in s.gf.kvs.values():
+        value = kv.value
+        if isinstance(value, bytes):
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield finding(
+                    gg.GGUF_UTF8,
+                    f"{gg.neutral(kv.name, 80)}: the string is not UTF-8 at byte {exc.start} "
+                    "(kept as raw bytes)",
+                    offset=kv.value_offset + 8 + exc.start,
+                    field=kv.name,
+                )
+        elif isinstance(value, gg.GgufArray) and value.item_type == gg.STRING:
+            bad = 0
+            first: tuple[int, int] | None = None
+            for i, raw in enumerate(value.strings(s.buf)):
+                if not raw.isascii():
+                    try:
+                        bytes(raw).decode("utf-8")
+                    except UnicodeDecodeError:
+                        bad += 1
+                        if first is None:
+                            assert value.starts is not None
+                            first = (i, value.starts[i])
+            if first is not None:
+                yield finding(
+                    gg.GGUF_UTF8,
+                    f"{gg.neutral(kv.name, 80)}: {bad:,} of {value.count:,} strings are not UTF-8, "
+                    f"first item {first[0]:,} (kept as raw bytes)",
+                    offset=first[1],
+                    field=f"{kv.name}[{first[0]}]",
+                )
+
+
+@rule(FMT, "bool arrays and token types hold valid values", scan=True)
+def check_values(s: GgufSubject) -> Iterator[Finding]:
+    import numpy as np
+
+    for kv in s.gf.kvs.values():
+        value = kv.value
+        if not isinstance(value, gg.GgufArray):
+            continue
+        if value.item_type == gg.BOOL and value.count:
+            bad = np.flatnonzero(value.numpy(s.buf) > 1)
+            if bad.size:
+                i = int(bad[0])
+                yield finding(
+                    gg.GGUF_BOOL,
+                    f"{gg.neutral(kv.name, 80)}: item {i:,} is not 0 or 1 ({bad.size:,} such)",
+                    offset=value.offset + i,
+                    field=f"{kv.name}[{i}]",
+                )
+        if kv.name == TOKEN_TYPE and value.item_type == gg.INT32 and value.count:
+            types = value.numpy(s.buf)
+            bad = np.flatnonzero((types < 1) | (types > 6))
+            if bad.size:
+                i = int(bad[0])
+                yield finding(
+                    gg.GGUF_TOKENIZER,
+                    f"{TOKEN_TYPE}[{i}] is {int(types[i])}, not a token type (1-6: "
+                    f"{', '.join(TOKEN_TYPES.values())}); {bad.size:,} such",
+                    offset=value.offset + 4 * i,
+                    field=f"{TOKEN_TYPE}[{i}]",
+                )

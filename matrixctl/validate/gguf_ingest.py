@@ -1,0 +1,356 @@
+"""Load, describe and validate the folder `ingest gguf` writes (`verify DIR`).
+
+Structural rules: the manifest parses and has its fields; every file name stays inside the
+folder (a name that leaves it is reported, never opened); every listed file exists with its
+recorded size. Scan rules: the SHA-256 of every file; each file's own format checks (the map,
+the embeddings container); and consistency: the map's canonical hash and vocabulary against
+the manifest, the sidecar's arrays against the vocabulary, the embeddings' rows and dtype.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from matrixctl import codes
+from matrixctl.errors import FormatError
+from matrixctl.formats import gguf_ingest as gi
+from matrixctl.validate.engine import rule
+from matrixctl.validate.findings import Finding, finding
+from matrixctl.validate.ingest_pack import (
+    PACK_ARTIFACT,
+    PACK_HASH,
+    PACK_MISMATCH,
+    PACK_MISSING,
+    PACK_PATH_ESCAPE,
+    PACK_SIZE,
+)
+
+FMT = gi.FORMAT
+MAX_MANIFEST = 16 << 20
+MAX_SIDECAR = 256 << 20
+GGUF_MANIFEST = codes.define(
+    "GGUF_MANIFEST",
+    "gguf_manifest.json is not a JSON object with the v1 fields, or names files it does not list.",
+    group=FMT,
+)
+FIELDS: dict[str, type | tuple[type, ...]] = {
+    "version": int,
+    "kind": str,
+    "source": dict,
+    "tokenizer": dict,
+    "files": dict,
+}
+
+
+@dataclass
+class FolderSubject:
+    path: str
+    manifest: dict[str, Any] | None
+    findings: list[Finding] = field(default_factory=list)
+    safe: dict[str, str] = field(default_factory=dict)
+
+    def file(self, name: Any) -> str | None:
+        return self.safe.get(name) if isinstance(name, str) else None
+
+
+def _inside(folder: str, name: str) -> str | None:
+    """The path of `name` if it is a plain file name inside `folder` (no separators, no link
+    leading out)."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        return None
+    full = os.path.join(folder, name)
+    if os.path.dirname(os.path.realpath(full)) != os.path.realpath(folder):
+        return None
+    return full
+
+
+def load_dir(path: str) -> FolderSubject:
+    mpath = os.path.join(path, gi.MANIFEST)
+    try:
+        st = os.stat(mpath)
+        if st.st_size > MAX_MANIFEST:
+            raise FormatError(
+                GGUF_MANIFEST, f"manifest is {st.st_size} bytes, limit {MAX_MANIFEST}"
+            )
+        with open(mpath, "rb") as fp:
+            raw = fp.read(MAX_MANIFEST + 1)
+    except OSError as exc:
+        raise FormatError(GGUF_MANIFEST, f"cannot read {gi.MANIFEST}: {exc.strerror}") from None
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise FormatError(GGUF_MANIFEST, f"{gi.MANIFEST} is not UTF-8 JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise FormatError(GGUF_MANIFEST, f"{gi.MANIFEST} is not a JSON object")
+    subject = FolderSubject(path, doc)
+    out = subject.findings
+    for key, typ in FIELDS.items():
+        value = doc.get(key)
+        if not isinstance(value, typ) or isinstance(value, bool):
+            out.append(
+                finding(GGUF_MANIFEST, f"field {key!r} is missing or not a {typ}", field=key)
+            )
+    if out:
+        subject.manifest = None
+        return subject
+    if doc["version"] != gi.MANIFEST_VERSION or doc["kind"] != "gguf":
+        out.append(
+            finding(
+                GGUF_MANIFEST,
+                f"manifest version {doc['version']!r} kind {doc['kind']!r}: expected 1 and gguf",
+                field="version",
+            )
+        )
+    names: list[tuple[str, Any]] = [("tokenizer.file", doc["tokenizer"].get("file"))]
+    names.append(("tokenizer.sidecar", doc["tokenizer"].get("sidecar")))
+    embd = doc.get("embeddings")
+    if isinstance(embd, dict):
+        names.append(("embeddings.file", embd.get("file")))
+    names.extend((f"files.{n}", n) for n in doc["files"])
+    for where, name in names:
+        if not isinstance(name, str):
+            out.append(finding(GGUF_MANIFEST, f"{where} is not a file name", field=where))
+            continue
+        inside = _inside(path, name)
+        if inside is None:
+            out.append(
+                finding(
+                    PACK_PATH_ESCAPE,
+                    f"{where} names {name!r}, which is not a file inside the folder; not opened",
+                    field=where,
+                )
+            )
+        else:
+            subject.safe[name] = inside
+        if not where.startswith("files.") and name not in doc["files"]:
+            out.append(
+                finding(GGUF_MANIFEST, f"{where} {name!r} has no entry in files", field=where)
+            )
+    return subject
+
+
+def describe(s: FolderSubject) -> dict[str, Any]:
+    m = s.manifest or {}
+    out: dict[str, Any] = {}
+    src = m.get("source")
+    if isinstance(src, dict):
+        out["source"] = {k: src.get(k) for k in ("path", "bytes", "sha256")}
+    tok = m.get("tokenizer")
+    if isinstance(tok, dict):
+        keep = ("model", "vocab_size", "token_dtype", "byte_fallback", "unk_id", "eos_id")
+        out["tokenizer"] = {k: tok.get(k) for k in keep}
+        marking = tok.get("space_marking")
+        out["tokenizer"]["space_marking"] = (
+            marking.get("scheme") if isinstance(marking, dict) else None
+        )
+        out["tokenizer"]["special_symbols"] = tok.get("special_symbols")
+    embd = m.get("embeddings")
+    if isinstance(embd, dict):
+        out["embeddings"] = {
+            k: embd.get(k) for k in ("file", "format", "shape", "dtype", "source_type", "stored")
+        }
+    files = m.get("files")
+    if isinstance(files, dict):
+        out["files"] = [
+            {"file": k, "bytes": v.get("bytes"), "sha256": str(v.get("sha256", ""))[:23] + "..."}
+            for k, v in files.items()
+            if isinstance(v, dict)
+        ]
+    return out
+
+
+def _regular(path: str | None) -> bool:
+    try:
+        return path is not None and stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+@rule(FMT, "manifest fields, file names")
+def check_manifest(s: FolderSubject) -> Iterator[Finding]:
+    yield from s.findings
+
+
+@rule(FMT, "files present with recorded sizes")
+def check_present(s: FolderSubject) -> Iterator[Finding]:
+    m = s.manifest
+    if m is None:
+        return
+    for name, rec in m["files"].items():
+        path = s.file(name)
+        if path is None:
+            continue
+        try:
+            st = os.lstat(path)
+        except OSError:
+            yield finding(PACK_MISSING, f"{name} is missing", field=f"files.{name}")
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            yield finding(PACK_MISSING, f"{name} is not a regular file", field=f"files.{name}")
+        elif not isinstance(rec, dict) or rec.get("bytes") != st.st_size:
+            got = rec.get("bytes") if isinstance(rec, dict) else rec
+            yield finding(
+                PACK_SIZE,
+                f"{name} is {st.st_size} bytes, the manifest says {got!r:.40}",
+                field=f"files.{name}.bytes",
+            )
+
+
+@rule(FMT, "sha256 of every file", scan=True)
+def check_hashes(s: FolderSubject) -> Iterator[Finding]:
+    from matrixctl.ingest.gguf import sha256_file
+
+    m = s.manifest
+    if m is None:
+        return
+    for name, rec in m["files"].items():
+        path = s.file(name)
+        if not _regular(path) or not isinstance(rec, dict):
+            continue
+        assert path is not None
+        got = sha256_file(path)
+        if got != rec.get("sha256"):
+            yield finding(
+                PACK_HASH,
+                f"{name}: SHA-256 is {got}, the manifest says {rec.get('sha256')}",
+                field=f"files.{name}.sha256",
+            )
+
+
+@rule(FMT, "each file's own checks", scan=True)
+def check_files(s: FolderSubject) -> Iterator[Finding]:
+    from matrixctl.validate.engine import examine
+
+    m = s.manifest
+    if m is None:
+        return
+    for name in (m["tokenizer"].get("file"), (m.get("embeddings") or {}).get("file")):
+        path = s.file(name)
+        if not _regular(path):
+            continue
+        assert path is not None
+        report, _ = examine(path, scan=True)
+        for f in report.findings:
+            if f.severity is codes.Severity.INFO:
+                continue
+            yield finding(
+                PACK_ARTIFACT if f.severity is codes.Severity.ERROR else f.code,
+                f"{name}: [{f.code}] {f.message}",
+                offset=f.offset,
+                field=f"{name}:{f.field}" if f.field else name,
+                severity=f.severity,
+            )
+
+
+@rule(FMT, "consistency: map, tokenizer sidecar, embeddings", scan=True)
+def check_consistency(s: FolderSubject) -> Iterator[Finding]:
+    from matrixctl.tokenizers import pi
+
+    m = s.manifest
+    if m is None:
+        return
+    tok = m["tokenizer"]
+    path = s.file(tok.get("file"))
+    if not _regular(path):
+        return
+    assert path is not None
+    with open(path, "rb") as fp:
+        smap, _ = pi.check_map(fp.read(pi.MAX_MAP_BYTES + 1))
+    if smap is None:
+        return  # the map's own checks report it
+    want = {
+        "canonical_hash": smap.canonical_hash(),
+        "vocab_size": smap.vocab_size,
+        "unk_id": smap.unk_id,
+        "pad_id": smap.pad_id,
+        "eos_id": smap.eos_id,
+        "byte_fallback": smap.byte_fallback,
+        "byte_base_id": smap.byte_base_id,
+        "space_marking": smap.space_marking.to_json() if smap.space_marking else None,
+    }
+    for key, value in want.items():
+        if tok.get(key) != value:
+            yield finding(
+                PACK_MISMATCH,
+                f"tokenizer.{key} is {tok.get(key)!r:.80}, the map gives {value!r:.80}",
+                field=f"tokenizer.{key}",
+            )
+    yield from _sidecar(s, tok, smap.vocab_size)
+    embd = m.get("embeddings")
+    if isinstance(embd, dict):
+        yield from _embeddings(s, embd, smap.vocab_size)
+
+
+def _sidecar(s: FolderSubject, tok: dict[str, Any], vocab: int) -> Iterator[Finding]:
+    path = s.file(tok.get("sidecar"))
+    if not _regular(path):
+        return
+    assert path is not None
+    try:
+        if os.path.getsize(path) > MAX_SIDECAR:
+            raise ValueError(f"larger than {MAX_SIDECAR} bytes")
+        with open(path, "rb") as fp:
+            doc = json.loads(fp.read().decode("utf-8"))
+        if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict):
+            raise ValueError("not an object with a metadata object")
+    except (OSError, ValueError, RecursionError) as exc:
+        yield finding(
+            PACK_ARTIFACT, f"{tok.get('sidecar')}: not a tokenizer sidecar ({exc})", field="sidecar"
+        )
+        return
+    if doc.get("tokens") != vocab:
+        yield finding(
+            PACK_MISMATCH,
+            f"{tok.get('sidecar')} says {doc.get('tokens')!r:.20} tokens, the map has {vocab:,}",
+            field="sidecar.tokens",
+        )
+    for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
+        value = doc["metadata"].get(key)
+        if value is not None and (not isinstance(value, list) or len(value) != vocab):
+            got = len(value) if isinstance(value, list) else type(value).__name__
+            yield finding(
+                PACK_MISMATCH,
+                f"{tok.get('sidecar')}: {key} has {got} items for {vocab:,} tokens",
+                field=f"sidecar.{key}",
+            )
+
+
+def _embeddings(s: FolderSubject, embd: dict[str, Any], vocab: int) -> Iterator[Finding]:
+    from matrixctl.convert.tensors import open_source
+
+    path = s.file(embd.get("file"))
+    if not _regular(path):
+        return
+    assert path is not None
+    try:
+        with open_source(path) as source:
+            infos = source.tensors()
+    except FormatError:
+        return  # the file's own checks report it
+    if len(infos) != 1:
+        yield finding(
+            PACK_MISMATCH,
+            f"{embd.get('file')} holds {len(infos)} tensors, expected the embedding matrix alone",
+            field="embeddings.file",
+        )
+        return
+    info = infos[0]
+    if list(info.shape) != embd.get("shape") or info.dtype != embd.get("dtype"):
+        yield finding(
+            PACK_MISMATCH,
+            f"{embd.get('file')} holds {info.dtype} {list(info.shape)}, the manifest says "
+            f"{embd.get('dtype')!r:.20} {embd.get('shape')!r:.40}",
+            field="embeddings",
+        )
+    elif info.shape and info.shape[0] != vocab:
+        yield finding(
+            PACK_MISMATCH,
+            f"{embd.get('file')} has {info.shape[0]:,} rows for a {vocab:,}-token vocabulary",
+            field="embeddings.shape",
+            severity=codes.Severity.WARNING,
+        )
