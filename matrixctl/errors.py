@@ -97,5 +97,11 @@ def from_os_error(exc: OSError, path: str, *, writing: bool = False) -> MatrixEr
     if exc.errno == errno.EISDIR:
         code = codes.OUT_EXISTS_DIR if writing else codes.IO_IS_DIR
         return cls(code, "is a folder", path=path)
+    if exc.errno == errno.ENOENT and writing:
+        import os
+
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            return cls(codes.IO_WRITE, f"the output folder {folder} does not exist", path=path)
     code = codes.IO_WRITE if writing else codes.IO_READ
     return cls(code, reason, path=path)

@@ -679,20 +679,26 @@ def test_usage_errors_exit_2(model, tmp_path: Path) -> None:
     assert not Path(out).exists()
 
 
-def test_stb_embeddings_use_the_stb_writer_when_there_is_one(model, tmp_path: Path) -> None:
-    """--embeddings stb goes through the STB container of the convert registry; a build without
-    one says so (usage error, nothing written)."""
-    from matrixctl.convert import TENSOR_CONTAINERS
-
+def test_stb_embeddings_are_written_with_their_sidecar(model, tmp_path: Path) -> None:
+    """--embeddings stb writes token_embd.stb and its sidecar, both hashed in the manifest, with
+    the same values as the zTensor output; damaging the sidecar fails verify."""
     path, _ = model
-    out = tmp_path / "out"
+    out, ref = tmp_path / "out", tmp_path / "ref"
     run = run_cli("ingest", "gguf", str(path), "-o", str(out), "--embeddings", "stb")
-    stb = next((c for c in TENSOR_CONTAINERS if c.format == "stb"), None)
-    if stb is None or stb.io()[1] is None:
-        assert run.code == 2 and "no stb writer" in run.stderr and not out.exists()
-    else:
-        assert run.code == 0 and (out / "token_embd.stb").exists()
-        assert run_cli("verify", str(out)).code == 0
+    assert run.code == 0, run.stderr
+    assert run_cli("ingest", "gguf", str(path), "-o", str(ref)).code == 0
+    manifest = json.loads((out / "gguf_manifest.json").read_text())
+    assert manifest["embeddings"]["file"] == "token_embd.stb"
+    assert {"token_embd.stb", "token_embd.stb.json"} <= set(manifest["files"])
+    info, got = read_embeddings(out, "token_embd.stb.json")
+    _, want = read_embeddings(ref, "token_embd.zt")
+    assert info.name == "token_embd.weight" and got.dtype == np.float32
+    assert np.array_equal(got, want)
+    assert run_cli("verify", str(out)).code == 0
+    with open(out / "token_embd.stb.json", "a") as fh:
+        fh.write(" ")
+    bad = run_cli("verify", str(out))
+    assert bad.code == 1 and "PACK_HASH" in bad.stderr
 
 
 def test_exit_1_for_a_broken_model_and_json_summary(model, tmp_path: Path) -> None:

@@ -142,6 +142,8 @@ def test_output_into_a_missing_folder_is_an_output_error(tmp_path: Path) -> None
     with pytest.raises(OutputError) as info, atomic_output(str(tmp_path / "no" / "f")):
         pass
     assert info.value.exit_code == 2
+    assert info.value.code == "IO_WRITE"
+    assert f"the output folder {tmp_path / 'no'} does not exist" in str(info.value)
 
 
 def test_output_that_is_a_folder_is_refused(tmp_path: Path) -> None:
