@@ -285,7 +285,9 @@ def test_interrupted_ingest_leaves_no_pack(tmp_path: Path) -> None:
         cwd=ROOT,
         stderr=subprocess.PIPE,
     )
-    time.sleep(1.5)
+    deadline = time.time() + 60  # signal once the temporary pack folder exists
+    while time.time() < deadline and os.listdir(tmp_path) == ["src"] and proc.poll() is None:
+        time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     if proc.returncode == 0:  # finished before the signal: nothing to check on this machine
