@@ -406,3 +406,49 @@ def test_interrupted_pack_leaves_no_output(tmp_path: Path, sig: int) -> None:
     assert proc.returncode == 130, err
     assert b"Traceback" not in err and b"interrupted" in err
     assert os.listdir(tmp_path) == []
+
+
+def test_every_command_but_inspect_takes_quiet() -> None:
+    """--quiet is one flag with one meaning everywhere a command can print a success note."""
+    from matrixctl.cli.docgen import commands
+
+    missing = [
+        " ".join(path)
+        for path, cmd in commands()
+        if not getattr(cmd, "commands", None)
+        and path[-1] != "inspect"
+        and not any("--quiet" in p.opts for p in cmd.params)
+    ]
+    assert missing == []
+
+
+def test_quiet_prints_nothing_on_success_but_still_reports_failures(tmp_path: Path) -> None:
+    corpus = ROOT / "fixtures" / "corpus"
+    pack = tmp_path / "pack"
+    runs = [
+        run_cli("ingest", "docs", str(corpus), "-o", str(pack), "-q"),
+        run_cli("verify", "-q", str(pack)),
+        run_cli("pack", "atoms", "-", "-n", "4", "-o", str(tmp_path / "a.bin"), "-q", stdin=b"1 2"),
+        run_cli(
+            "pack",
+            "svgt",
+            str(tmp_path / "a.bin"),
+            "-o",
+            str(tmp_path / "a.svgt"),
+            "--grid",
+            "2x2",
+            "-q",
+        ),
+        run_cli("convert", str(tmp_path / "a.svgt"), str(tmp_path / "a.svg"), "-q"),
+        run_cli("tokenize", "pi", "encode", "-q", "-o", str(tmp_path / "t.mxt"), stdin=b"hi"),
+    ]
+    for run in runs:
+        assert (run.code, run.stderr) == (0, ""), run.stderr
+    loud = run_cli("verify", str(pack))
+    assert loud.code == 0 and "OK" in loud.stderr
+    data = bytearray((tmp_path / "a.bin").read_bytes())
+    data[-1] ^= 0xFF
+    (tmp_path / "bad.bin").write_bytes(bytes(data))
+    bad = run_cli("verify", "-q", str(pack), str(tmp_path / "bad.bin"))
+    assert bad.code == 1 and "ATOM_PAYLOAD_CRC" in bad.stderr
+    assert str(pack) not in bad.stderr  # the clean file stays silent

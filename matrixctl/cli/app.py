@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from matrixctl import __version__, codes
-from matrixctl.cli import convert, ingest, inspect_cmd, pack, tokenize, verify_cmd
+from matrixctl.cli import common, convert, ingest, inspect_cmd, pack, tokenize, verify_cmd
 from matrixctl.cli.common import PROG, print_error, write_err
 from matrixctl.errors import MatrixError, UsageError
 
@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(signal, "SIGTERM"):
         signal.signal(signal.SIGTERM, _on_sigterm)
     command = get_command(app)
+    common._set_quiet(False)  # main() may run more than once in a process (tests)
     try:
         try:
             # Not command.main(): it would swallow Ctrl-C and a closed stdout itself.

@@ -25,8 +25,23 @@ PROG = "matrixctl"
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Write one JSON document to stdout instead of a report.")
 ]
+_quiet = False
+
+
+def _set_quiet(value: bool) -> bool:
+    global _quiet
+    _quiet = bool(value)
+    return value
+
+
 QuietOption = Annotated[
-    bool, typer.Option("--quiet", "-q", help="No summary line on stderr when all went well.")
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        callback=_set_quiet,
+        help="Nothing on stderr when all went well (warnings and errors still print).",
+    ),
 ]
 
 
@@ -130,6 +145,9 @@ def warn(message: str) -> None:
 
 
 def note(message: str) -> None:
+    """A success or progress note; --quiet silences it (warnings and errors always print)."""
+    if _quiet:
+        return
     write_err(f"{PROG}: {safe(message)}")
 
 

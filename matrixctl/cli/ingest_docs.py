@@ -10,7 +10,14 @@ from typing import Annotated, Any
 
 import typer
 
-from matrixctl.cli.common import JsonOption, console, emit_json, note, stderr_is_terminal
+from matrixctl.cli.common import (
+    JsonOption,
+    QuietOption,
+    console,
+    emit_json,
+    note,
+    stderr_is_terminal,
+)
 
 
 class PackDtype(StrEnum):
@@ -145,6 +152,7 @@ def docs(
         ),
     ] = EncodingErrors.error,
     json_out: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Turn documents into a complete ingest pack: atoms, symbol map, document index,
     optional SVG-Tensor projection and a manifest with the SHA-256 of every artifact and source.
@@ -192,6 +200,7 @@ def merge(
         str, typer.Option("-o", "--output", metavar="PACKDIR", help="The merged pack folder.")
     ],
     json_out: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Combine shard packs (from `ingest docs --shard I/N`, all N shards) into one pack.
 

@@ -165,6 +165,7 @@ def shards(
         bool, typer.Option("--force", help="Replace an existing shard folder (or empty folder).")
     ] = False,
     json_out: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Align a binary file into SCX shards and write the AGL tokenizer manifest.
 

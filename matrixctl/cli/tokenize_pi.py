@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from matrixctl.cli.common import JsonOption, emit_json, note
+from matrixctl.cli.common import JsonOption, QuietOption, emit_json, note
 
 app = typer.Typer(
     help="The π symbol-map tokenizer: text to a token stream (encode) and back (decode).",
@@ -46,6 +46,7 @@ def encode(
         typer.Option("--label", help="Label of the document frame. Default: the input path."),
     ] = None,
     json_out: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Encode UTF-8 text into a token stream (`MXTOKENS`) that `pack atoms` reads.
 
@@ -89,6 +90,7 @@ def decode(
             "error naming the token. replace: they become U+FFFD.",
         ),
     ] = DecodeErrors.STRICT,
+    quiet: QuietOption = False,
 ) -> None:
     """Decode token ids back into UTF-8 text (the exact inverse of encode, after normalization).
 

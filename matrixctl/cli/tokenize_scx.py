@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from matrixctl.cli.common import JsonOption, emit_json, note, progress, warn
+from matrixctl.cli.common import JsonOption, QuietOption, emit_json, note, progress, warn
 
 app = typer.Typer(
     help="SCX-TOK-V1: the lane-packed, signed, replay-safe byte tokenizer.",
@@ -55,6 +55,7 @@ def keygen(
     ],
     force: Annotated[bool, typer.Option("--force", help="Replace existing key files.")] = False,
     json_out: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Create an Ed25519 pi key pair: OUTPUT (private, mode 0600, never printed) and OUTPUT.pub.
 
@@ -112,6 +113,7 @@ def sign(
         ),
     ] = None,
     json_out: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Sign an SCX config: build and sign a registry, add a signature, or rotate a manifest.
 
@@ -243,6 +245,7 @@ def encode(
         ),
     ] = 1,
     json_out: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Encode bytes into an SCX-TOK-V1 token stream (a matrixctl token stream, uint16).
 
@@ -341,6 +344,7 @@ def decode(
         ),
     ] = False,
     json_out: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Decode an SCX token stream back into the exact bytes (the strict inverse of encode).
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from matrixctl.cli.common import JsonOption, emit_json
+from matrixctl.cli.common import JsonOption, QuietOption, emit_json
 
 
 def verify(
@@ -20,9 +20,11 @@ def verify(
     strict: Annotated[
         bool, typer.Option("--strict", help="Treat warnings as failures too.")
     ] = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Check files completely: structure, sizes, offsets, padding, checksums, id ranges.
 
+    With --quiet only files with findings are reported, so a clean run prints nothing.
     Exit code 0 when every file is valid, 1 when a file was read but is invalid, 2 when a path
     cannot be read. `--json` prints {"ok", "files": [{"path", "format", "ok", "findings",
     "checks", "skipped"}]}.
@@ -42,6 +44,8 @@ def verify(
     else:
         from matrixctl.cli.render import render_verify
 
-        render_verify(reports, strict)
+        shown = [r for r in reports if r.findings or r.unreadable] if quiet else reports
+        if shown:
+            render_verify(shown, strict)
     if worst:
         raise typer.Exit(worst)
