@@ -282,3 +282,118 @@ def test_warnings_for_missing_vocabulary_and_special_tokens(model: Path) -> None
     result = run_cli("convert", str(model), str(out))
     assert result.code == 0 and "no vocabulary" in result.stderr
     assert embd.parse(out.read_bytes(), out.stat().st_size).tokens is None
+
+
+def shard_model(folder: Path, parts: int = 3) -> dict[str, str]:
+    """Turn the folder's model.safetensors into `parts` shards with an index, the way
+    transformers' save_pretrained lays them out; return the weight_map."""
+    weights = load_file(str(folder / "model.safetensors"))
+    (folder / "model.safetensors").unlink()
+    names = sorted(weights)
+    shard_of = {
+        n: f"model-{i % parts + 1:05d}-of-{parts:05d}.safetensors" for i, n in enumerate(names)
+    }
+    for i in range(parts):
+        shard = f"model-{i + 1:05d}-of-{parts:05d}.safetensors"
+        chunk = {n: weights[n] for n in names if shard_of[n] == shard}
+        save_file(chunk, str(folder / shard), metadata={"format": "pt"})
+    weight_map = {n: shard_of[n] for n in names}  # sorted by name, as transformers writes it
+    index = {"metadata": {"total_size": 0}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return weight_map
+
+
+def test_sharded_checkpoint_is_the_same_model(model: Path, tmp_path: Path) -> None:
+    """A sharded checkpoint (model.safetensors.index.json) is the same model: inspect lists the
+    shards, verify passes, every tensor converts to the same values. Decision: tensors come in
+    the weight_map's order, so the output does not depend on where the shards were cut."""
+    env = {"SOURCE_DATE_EPOCH": "0"}
+    weight_map = shard_model(model, parts=3)
+    assert not (model / "model.safetensors").exists()
+    report = examine(str(model), scan=True)[0]
+    assert report.format == "hf-model-dir" and report.ok() and not report.findings
+    inspected = run_cli("inspect", "--json", str(model)).json()
+    assert [s["file"] for s in inspected["shards"]] == [
+        f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)
+    ]
+    assert inspected["tensor_count"] == len(tiny_weights())
+    with open_source(str(model)) as src:
+        assert [t.name for t in src.tensors()] == list(weight_map)
+    back = tmp_path / "back.safetensors"
+    assert run_cli("convert", str(model), str(back)).code == 0
+    got = load_file(str(back))
+    assert got.keys() == tiny_weights().keys()
+    for name, arr in tiny_weights().items():
+        assert np.array_equal(got[name], arr), name
+    # Cut in two instead of three: the same .weights bytes.
+    first = tmp_path / "three.weights"
+    assert run_cli("convert", str(model), str(first), env=env).code == 0
+    other = make_model(tmp_path / "two")
+    shard_model(other, parts=2)
+    second = tmp_path / "two.weights"
+    assert run_cli("convert", str(other), str(second), env=env).code == 0
+    assert first.read_bytes() == second.read_bytes()
+
+
+def _rewrite_index(folder: Path, change) -> None:
+    path = folder / "model.safetensors.index.json"
+    doc = json.loads(path.read_text())
+    change(doc["weight_map"])
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        # a tensor moved to the wrong shard
+        (
+            lambda wm: (
+                wm.update({"pooler.dense.bias": "model-00001-of-00003.safetensors"})
+                if wm["pooler.dense.bias"] != "model-00001-of-00003.safetensors"
+                else wm.update({"pooler.dense.bias": "model-00002-of-00003.safetensors"})
+            ),
+            "weight_map/pooler.dense.bias",
+        ),
+        # a tensor the shards do not hold
+        (
+            lambda wm: wm.update({"ghost.weight": "model-00001-of-00003.safetensors"}),
+            "weight_map/ghost.weight",
+        ),
+        # a tensor of a shard the index forgot
+        (lambda wm: wm.pop("pooler.dense.bias"), "weight_map/pooler.dense.bias"),
+    ],
+)
+def test_sharded_index_that_disagrees_with_the_shards(model: Path, change, field: str) -> None:
+    shard_model(model)
+    _rewrite_index(model, change)
+    report = examine(str(model), scan=False)[0]
+    assert [(f.code, f.field) for f in report.findings] == [(hf.HF_INDEX, field)]
+    out = model.parent / "o.weights"
+    result = run_cli("convert", str(model), str(out))
+    assert result.code == 1 and "HF_INDEX" in result.stderr and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "shard", ["../outside.safetensors", "/etc/passwd", "sub/x.safetensors", "..", "missing.st"]
+)
+def test_sharded_index_never_leaves_the_folder(model: Path, shard: str) -> None:
+    """Decision: a shard name must be a plain file of the folder; anything else, or a missing
+    shard, is HF_INDEX and nothing outside the folder is opened."""
+    shard_model(model)
+    (model.parent / "outside.safetensors").write_bytes(b"")
+    _rewrite_index(model, lambda wm: wm.update({"pooler.dense.bias": shard}))
+    result = run_cli("verify", str(model))
+    assert result.code in (1, 2) and "HF_INDEX" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_tensor_in_two_shards_is_refused(model: Path) -> None:
+    weight_map = shard_model(model)
+    name = "pooler.dense.bias"
+    other = next(s for s in sorted(set(weight_map.values())) if s != weight_map[name])
+    extra = load_file(str(model / other))
+    extra[name] = tiny_weights()[name]
+    save_file(extra, str(model / other))
+    report = examine(str(model), scan=False)[0]
+    assert hf.HF_INDEX in errors_of(report)
+    assert any(f"{name!r} is in" in f.message for f in report.findings)

@@ -1,11 +1,14 @@
 """A Hugging Face model folder as a tensor source: `config.json` + `model.safetensors`
 (+ `vocab.txt`, and the sentence-transformers files when present).
 
-Recognised by its files, not its name: a folder holding `config.json` and `model.safetensors`.
-It is read, never written, and nothing in it is executed (no pickle, no custom code):
+Recognised by its files, not its name: a folder holding `config.json` and `model.safetensors`
+(or a sharded checkpoint's `model.safetensors.index.json`). It is read, never written, and
+nothing in it is executed (no pickle, no custom code):
 
     config.json                  JSON object; the architecture numbers become file metadata
     model.safetensors            the tensors, through matrixctl's safetensors reader
+    model.safetensors.index.json a sharded checkpoint (when there is no model.safetensors): its
+                                 weight_map names each tensor's shard, a file in this folder
     vocab.txt                    WordPiece vocabulary, one token per line, id = line number
                                  (the line's text without its "\\n", as transformers reads it)
     special_tokens_map.json      pad/unk/cls/sep/mask token strings (default: BERT's)
@@ -43,6 +46,8 @@ if TYPE_CHECKING:
 FORMAT = "hf-model-dir"
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+MAX_SHARDS = 10_000
 VOCAB = "vocab.txt"
 SPECIAL_MAP = "special_tokens_map.json"
 TOKENIZER = "tokenizer.json"
@@ -101,6 +106,13 @@ HF_MISMATCH = codes.define(
     "number of layers, a tensor's shape).",
     group=G,
 )
+HF_INDEX = codes.define(
+    "HF_INDEX",
+    "model.safetensors.index.json (a sharded checkpoint) cannot be read, names a shard that is "
+    "missing or outside the folder, or disagrees with the shards: a tensor missing from its "
+    "shard, found in two shards, or in a shard but not in the weight_map.",
+    group=G,
+)
 HF_TOKENIZER = codes.define(
     "HF_TOKENIZER",
     "vocab.txt and tokenizer.json give different ids for a token: the vocabulary is misordered "
@@ -110,17 +122,27 @@ HF_TOKENIZER = codes.define(
 
 
 def is_model_dir(path: str) -> bool:
-    """A folder is a Hugging Face model folder when it holds config.json and model.safetensors."""
-    return os.path.isfile(os.path.join(path, CONFIG)) and os.path.isfile(
-        os.path.join(path, WEIGHTS)
+    """A folder is a Hugging Face model folder when it holds config.json and model.safetensors
+    or model.safetensors.index.json."""
+    return os.path.isfile(os.path.join(path, CONFIG)) and (
+        os.path.isfile(os.path.join(path, WEIGHTS)) or os.path.isfile(os.path.join(path, INDEX))
     )
+
+
+@dataclass
+class Shard:
+    """One safetensors file of the folder: model.safetensors, or a shard of a sharded one."""
+
+    name: str  # file name inside the folder
+    source: Source
 
 
 @dataclass
 class HfModel:
     path: str
     config: dict[str, Any]
-    weights: Source
+    weights: list[Shard]
+    weight_map: dict[str, str] | None = None  # tensor -> shard file, for a sharded checkpoint
     tokens: list[str] | None = None
     special: dict[str, int] = field(default_factory=dict)
     special_text: dict[str, str] = field(default_factory=dict)
@@ -128,7 +150,12 @@ class HfModel:
     problems: list[tuple[str, str, str]] = field(default_factory=list)  # code, message, field
 
     def close(self) -> None:
-        self.weights.close()
+        for shard in self.weights:
+            shard.source.close()
+
+    @property
+    def weights_size(self) -> int:
+        return sum(shard.source.size for shard in self.weights)
 
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
@@ -257,16 +284,71 @@ def _extras(model: HfModel) -> None:
         model.extras["do_lower_case"] = "true" if tok_cfg["do_lower_case"] else "false"
 
 
-def load(path: str) -> HfModel:
-    """Read the folder's small files and open model.safetensors (mapped, not read)."""
+def read_index(path: str) -> dict[str, str]:
+    """model.safetensors.index.json's weight_map (tensor name -> shard file name), every shard
+    a plain file name inside the folder: a path that leaves it is refused, never followed."""
+    doc = read_json(os.path.join(path, INDEX), INDEX, HF_INDEX)
+    weight_map = doc.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise FormatError(
+            HF_INDEX, f"{INDEX} has no weight_map object", path=path, field="weight_map"
+        )
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str):
+            raise FormatError(
+                HF_INDEX,
+                f"{INDEX}: the shard of {name!r} is {shard!r:.40}, not a file name",
+                path=path,
+                field=f"weight_map/{name}",
+            )
+        if (
+            shard in ("", ".", "..")
+            or "/" in shard
+            or "\\" in shard
+            or "\0" in shard
+            or os.path.isabs(shard)
+        ):
+            raise FormatError(
+                HF_INDEX,
+                f"{INDEX}: shard {shard!r:.80} of {name!r} is not a file of this folder",
+                path=path,
+                field=f"weight_map/{name}",
+            )
+    if len(set(weight_map.values())) > MAX_SHARDS:
+        raise FormatError(HF_INDEX, f"{INDEX} names more than {MAX_SHARDS:,} shards", path=path)
+    return weight_map
+
+
+def _open_weights(path: str) -> tuple[list[Shard], dict[str, str] | None]:
     from matrixctl.io import Source
 
-    config = read_json(os.path.join(path, CONFIG), CONFIG, HF_CONFIG)
+    weight_map = None
+    if os.path.isfile(os.path.join(path, WEIGHTS)):
+        names = [WEIGHTS]  # transformers also prefers the single file when both exist
+    else:
+        weight_map = read_index(path)
+        names = sorted(set(weight_map.values()))
+    shards: list[Shard] = []
     try:
-        weights = Source.open(os.path.join(path, WEIGHTS))
-    except MatrixError as err:
-        raise FormatError(err.code, f"{WEIGHTS}: {err.message}", path=path) from None
-    model = HfModel(path, config, weights)
+        for name in names:
+            try:
+                shards.append(Shard(name, Source.open(os.path.join(path, name))))
+            except MatrixError as err:
+                code = HF_INDEX if weight_map is not None else err.code
+                raise FormatError(code, f"{name}: {err.message}", path=path, field=name) from None
+    except BaseException:
+        for shard in shards:
+            shard.source.close()
+        raise
+    return shards, weight_map
+
+
+def load(path: str) -> HfModel:
+    """Read the folder's small files and open model.safetensors or its shards (mapped, not
+    read)."""
+    config = read_json(os.path.join(path, CONFIG), CONFIG, HF_CONFIG)
+    shards, weight_map = _open_weights(path)
+    model = HfModel(path, config, shards, weight_map)
     try:
         for key in (*CONFIG_KEYS, "layer_norm_eps"):
             value = config.get(key)
@@ -298,14 +380,15 @@ def load(path: str) -> HfModel:
                 model.special[name] = first.get(text, embd.NO_TOKEN)
         _extras(model)
     except BaseException:
-        weights.close()
+        model.close()
         raise
     return model
 
 
 class HfSource(TensorSource):
-    """The folder opened for `convert`: its checks must pass (the safetensors file's rules
-    among them); tensors stream from the mapped model.safetensors."""
+    """The folder opened for `convert`: its checks must pass (the safetensors rules of every
+    shard and the index's consistency among them); tensors stream from the mapped files, in
+    model.safetensors' order, or for a sharded checkpoint in its weight_map's order."""
 
     format = FORMAT
 
@@ -315,30 +398,48 @@ class HfSource(TensorSource):
 
         subject = open_checked(folder, FORMAT)
         self.model: HfModel = subject.model
+        self.inner: list[StSource] = []
+        self._owner: dict[str, StSource] = {}
+        self._infos: list[TensorInfo] = []
         try:
-            self.inner: StSource = StSource(self.model.weights)
-        except FormatError as err:
+            for shard in self.model.weights:
+                try:
+                    st = StSource(shard.source)
+                except FormatError as err:
+                    raise err.with_path(os.path.join(folder.path, shard.name)) from None
+                self.inner.append(st)
+                for info in st.tensors():
+                    self._owner[info.name] = st  # duplicates were refused by the checks
+                    self._infos.append(info)
+            if self.model.weight_map is not None:
+                # Decision: a sharded checkpoint's tensors come in the index's weight_map order
+                # (transformers writes it sorted by name), whatever the shard boundaries.
+                rank = {name: i for i, name in enumerate(self.model.weight_map)}
+                self._infos.sort(key=lambda info: rank[info.name])
+        except BaseException:
             self.model.close()
-            raise err.with_path(os.path.join(folder.path, WEIGHTS)) from None
+            raise
 
     def tensors(self) -> list[TensorInfo]:
-        return self.inner.tensors()
+        return list(self._infos)
 
     def metadata(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self.inner.metadata())
+        out: dict[str, Any] = {}
+        for st in self.inner:
+            out.update(st.metadata())
         out.update(self.model.model_metadata())
         if self.model.tokens is not None:
             out.update(embd.vocabulary_metadata(self.model.tokens, self.model.special))
         return out
 
     def stream(self, info: TensorInfo, role: str = "data") -> Iterator[Any]:
-        return self.inner.stream(info, role)
+        return self._owner[info.name].stream(info, role)
 
     def array(self, info: TensorInfo, role: str = "data", *, verify: bool = True) -> Any:
-        return self.inner.array(info, role, verify=verify)
+        return self._owner[info.name].array(info, role, verify=verify)
 
     def release(self, info: TensorInfo) -> None:
-        self.inner.release(info)
+        self._owner[info.name].release(info)
 
     def close(self) -> None:
         self.model.close()

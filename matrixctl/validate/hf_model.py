@@ -1,8 +1,9 @@
 """Load, describe and validate Hugging Face model folders (`inspect MODEL_DIR`, `verify
 MODEL_DIR`, and the checks `convert MODEL_DIR ...` runs first).
 
-Structural rules: config.json and the small files; model.safetensors through the safetensors
-rules; special tokens against vocab.txt; config.json against the tensors and the vocabulary.
+Structural rules: config.json and the small files; model.safetensors (or each shard of a
+sharded checkpoint, and the index against the shards) through the safetensors rules;
+special tokens against vocab.txt; config.json against the tensors and the vocabulary.
 Scans: the safetensors payload rules, and vocab.txt against tokenizer.json token by token.
 """
 
@@ -23,23 +24,39 @@ from matrixctl.validate.findings import Finding, finding, from_error
 FMT = hf.FORMAT
 
 
-class HfSubject:
-    def __init__(self, model: hf.HfModel) -> None:
+class ShardSubject:
+    """One safetensors file of the folder, parsed (or the error that stopped its parse)."""
+
+    def __init__(self, shard: hf.Shard) -> None:
         from matrixctl.validate.st_container import StSubject
 
-        self.model = model
-        self.st_error: FormatError | None = None
+        self.name = shard.name
         self.st: StSubject | None = None
+        self.error: FormatError | None = None
         try:
-            self.st = StSubject(model.weights, stc.parse(model.weights.buf, model.weights.size))
+            self.st = StSubject(shard.source, stc.parse(shard.source.buf, shard.source.size))
         except FormatError as err:
-            self.st_error = err
+            self.error = err
+
+
+class HfSubject:
+    def __init__(self, model: hf.HfModel) -> None:
+        self.model = model
+        self.shards = [ShardSubject(shard) for shard in model.weights]
 
     def close(self) -> None:
         self.model.close()
 
+    @property
+    def parsed(self) -> bool:
+        """Every safetensors file parsed without a structural problem."""
+        return all(s.st is not None and not s.st.st.problems for s in self.shards)
+
+    def tensors(self) -> list[Any]:
+        return [t for s in self.shards if s.st is not None for t in s.st.st.tensors]
+
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {t.name: t.shape for t in self.st.st.tensors} if self.st else {}
+        return {t.name: t.shape for t in self.tensors()}
 
 
 def load_dir(path: str) -> HfSubject:
@@ -53,9 +70,13 @@ def describe(s: HfSubject) -> dict[str, Any]:
     for key in ("model_type", "architectures", "hidden_act", "layer_norm_eps", *hf.CONFIG_KEYS):
         if key in cfg:
             out[key] = cfg[key] if not isinstance(cfg[key], list) else ", ".join(map(str, cfg[key]))
-    out["weights"] = f"{hf.WEIGHTS}, {m.weights.size:,} bytes"
-    if s.st is not None:
-        out["tensor_count"] = len(s.st.st.tensors)
+    if m.weight_map is None:
+        out["weights"] = f"{hf.WEIGHTS}, {m.weights_size:,} bytes"
+    else:
+        out["weights"] = f"{len(m.weights)} shards ({hf.INDEX}), {m.weights_size:,} bytes"
+        out["shards"] = [{"file": sh.name, "bytes": sh.source.size} for sh in m.weights]
+    if all(sh.st is not None for sh in s.shards):
+        out["tensor_count"] = len(s.tensors())
     out["token_count"] = len(m.tokens) if m.tokens is not None else None
     out["metadata"] = m.model_metadata()
     if m.tokens is not None:
@@ -63,37 +84,37 @@ def describe(s: HfSubject) -> dict[str, Any]:
             name: {"id": None if i == embd.NO_TOKEN else i, "token": m.special_text.get(name)}
             for name, i in m.special.items()
         }
-    if s.st is not None:
+    if all(sh.st is not None for sh in s.shards):
         out["tensors"] = [
             {"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.nbytes}
-            for t in s.st.st.tensors
+            for t in s.tensors()
         ]
     return out
 
 
 def _st_findings(s: HfSubject, scan: bool) -> Iterator[Finding]:
-    if s.st is None:
-        if s.st_error is not None and not scan:
-            err = s.st_error
-            yield finding(
-                err.code, f"{hf.WEIGHTS}: {err.message}", offset=err.offset, field=err.field
-            )
-        return
-    for r in rules_for(stc.FORMAT):
-        if r.scan != scan:
+    for shard in s.shards:
+        name = shard.name
+        if shard.st is None:
+            if shard.error is not None and not scan:
+                err = shard.error
+                yield finding(err.code, f"{name}: {err.message}", offset=err.offset, field=name)
             continue
-        try:
-            found = list(r.fn(s.st))
-        except FormatError as err:
-            found = [from_error(err)]
-        for f in found:
-            yield finding(
-                f.code,
-                f"{hf.WEIGHTS}: {f.message}",
-                offset=f.offset,
-                field=f"{hf.WEIGHTS}/{f.field}" if f.field else hf.WEIGHTS,
-                severity=f.severity,
-            )
+        for r in rules_for(stc.FORMAT):
+            if r.scan != scan:
+                continue
+            try:
+                found = list(r.fn(shard.st))
+            except FormatError as err:
+                found = [from_error(err)]
+            for f in found:
+                yield finding(
+                    f.code,
+                    f"{name}: {f.message}",
+                    offset=f.offset,
+                    field=f"{name}/{f.field}" if f.field else name,
+                    severity=f.severity,
+                )
 
 
 @rule(FMT, "config.json and the folder's files")
@@ -102,9 +123,43 @@ def check_files(s: HfSubject) -> Iterator[Finding]:
         yield finding(code, message, field=where)
 
 
-@rule(FMT, "model.safetensors structure")
+@rule(FMT, "model.safetensors (or each shard) structure")
 def check_weights(s: HfSubject) -> Iterator[Finding]:
     yield from _st_findings(s, scan=False)
+
+
+@rule(FMT, "the shard index agrees with the shards")
+def check_index(s: HfSubject) -> Iterator[Finding]:
+    weight_map = s.model.weight_map
+    if weight_map is None or not s.parsed:
+        return
+    seen: dict[str, str] = {}
+    for shard in s.shards:
+        assert shard.st is not None
+        for t in shard.st.st.tensors:
+            if t.name in seen:
+                yield finding(
+                    hf.HF_INDEX,
+                    f"tensor {t.name!r} is in {seen[t.name]} and in {shard.name}",
+                    field=f"{shard.name}/{t.name}",
+                )
+                continue
+            seen[t.name] = shard.name
+            listed = weight_map.get(t.name)
+            if listed != shard.name:
+                where = "in no weight_map entry" if listed is None else f"listed under {listed}"
+                yield finding(
+                    hf.HF_INDEX,
+                    f"tensor {t.name!r} of {shard.name} is {where}",
+                    field=f"weight_map/{t.name}",
+                )
+    for name, shard_name in weight_map.items():
+        if name not in seen:
+            yield finding(
+                hf.HF_INDEX,
+                f"weight_map puts {name!r} in {shard_name}, which has no such tensor",
+                field=f"weight_map/{name}",
+            )
 
 
 @rule(FMT, "special tokens are in vocab.txt")
@@ -133,7 +188,7 @@ def check_special(s: HfSubject) -> Iterator[Finding]:
 @rule(FMT, "config.json agrees with the tensors and vocab.txt")
 def check_config(s: HfSubject) -> Iterator[Finding]:
     m = s.model
-    if s.st is None or s.st.st.problems:
+    if not s.parsed:
         return
     meta = m.model_metadata()
     cfg_vocab = m.config.get("vocab_size")
@@ -153,7 +208,7 @@ def check_config(s: HfSubject) -> Iterator[Finding]:
         yield finding(hf.HF_MISMATCH, message, field=where)
 
 
-@rule(FMT, "model.safetensors payload", scan=True)
+@rule(FMT, "model.safetensors (or each shard) payload", scan=True)
 def check_weights_payload(s: HfSubject) -> Iterator[Finding]:
     yield from _st_findings(s, scan=True)
 
