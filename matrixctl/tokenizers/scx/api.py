@@ -315,6 +315,10 @@ class _Tally:
 class Decoder:
     """Token arrays in, byte arrays out, window by window; strict inverse of `Encoder`."""
 
+    # The bundle kernel is an accelerator only: off, every window goes through `_fast` and
+    # `_segment` (the equivalence tests compare both ways).
+    use_bundle_kernel = True
+
     def __init__(self, tok: Tokenizer, *, strict_invertibility: bool = True) -> None:
         import numpy as np
 
@@ -501,6 +505,16 @@ class Decoder:
     def _body(self, t: np.ndarray, out: list[np.ndarray], *, final: bool) -> int:
         import numpy as np
 
+        if self._bundle_window_ok() and not final and t.size:
+            # Only bytes, active composites and bundle markers (spans > 0): no stop token, so
+            # the cut is after the last BUNDLE_END, as below; look for it near the end first.
+            spans = self.codec.spans.take(t)
+            if int(spans.min()) > 0:
+                tail = max(0, t.size - 2 * self.max_bundle_tokens)
+                ends = np.flatnonzero(t[tail:] == tk.BUNDLE_END)
+                cut = tail + int(ends[-1]) + 1 if ends.size else 0
+                if cut and self._bundles(t[:cut], out, spans[:cut]):
+                    return cut
         cls = self.codec.cls.take(t)
         stops = np.flatnonzero(cls >= ln.C_CONFIG)
         if stops.size:
@@ -558,6 +572,32 @@ class Decoder:
         if not self._fast(t[:cut], cls[:cut], out):
             self._segment(t[:cut], out, complete=False)
         return cut
+
+    def _bundle_window_ok(self) -> bool:
+        return (
+            self.use_bundle_kernel
+            and self.debug is False
+            and self.in_shard
+            and not self.closed_short
+            and not self.padded
+        )
+
+    def _bundles(self, t: np.ndarray, out: list[np.ndarray], spans: np.ndarray) -> bool:
+        """Accept `t` when it is whole canonical bundles that continue the current shard, in a
+        stream without debug markers (the common case, `LaneCodec.decode_bundles`); anything
+        else (shard markers, debug markers, a problem) goes to `_fast` and `_segment`."""
+        found = self.codec.decode_bundles(t, spans)
+        if found is None:
+            return False
+        data, nb = found
+        if self.shard_count + nb > self.tok.shard_bundles:
+            return False
+        self.bundles += nb
+        self.shard_count += nb
+        self.bytes_out += int(data.size)
+        out.append(data)
+        self._cursor += t.size
+        return True
 
     def _fast(self, t: np.ndarray, cls: np.ndarray, out: list[np.ndarray]) -> bool:
         """Accept `t` when it is exactly what the encoder makes of the bytes it holds.
