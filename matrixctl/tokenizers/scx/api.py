@@ -506,15 +506,13 @@ class Decoder:
         import numpy as np
 
         if self._bundle_window_ok() and not final and t.size:
-            # Only bytes, active composites and bundle markers (spans > 0): no stop token, so
-            # the cut is after the last BUNDLE_END, as below; look for it near the end first.
-            spans = self.codec.spans.take(t)
-            if int(spans.min()) > 0:
-                tail = max(0, t.size - 2 * self.max_bundle_tokens)
-                ends = np.flatnonzero(t[tail:] == tk.BUNDLE_END)
-                cut = tail + int(ends[-1]) + 1 if ends.size else 0
-                if cut and self._bundles(t[:cut], out, spans[:cut]):
-                    return cut
+            # Whole canonical bundles up to the last BUNDLE_END (looked for near the end) are
+            # what the code below would accept for this cut: the kernel refuses any window
+            # with another kind of token, which then takes the way below.
+            tail = max(0, t.size - 2 * self.max_bundle_tokens)
+            last = np.flatnonzero(t[tail:] == tk.BUNDLE_END)
+            if last.size and self._bundles(t[: tail + int(last[-1]) + 1], out):
+                return tail + int(last[-1]) + 1
         cls = self.codec.cls.take(t)
         stops = np.flatnonzero(cls >= ln.C_CONFIG)
         if stops.size:
@@ -582,11 +580,11 @@ class Decoder:
             and not self.padded
         )
 
-    def _bundles(self, t: np.ndarray, out: list[np.ndarray], spans: np.ndarray) -> bool:
+    def _bundles(self, t: np.ndarray, out: list[np.ndarray]) -> bool:
         """Accept `t` when it is whole canonical bundles that continue the current shard, in a
         stream without debug markers (the common case, `LaneCodec.decode_bundles`); anything
         else (shard markers, debug markers, a problem) goes to `_fast` and `_segment`."""
-        found = self.codec.decode_bundles(t, spans)
+        found = self.codec.decode_bundles(t)
         if found is None:
             return False
         data, nb = found

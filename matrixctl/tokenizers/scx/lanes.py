@@ -473,30 +473,33 @@ class LaneCodec:
             return np.zeros(data.size // w, dtype=np.uint16)
         return self.lookup(lane_keys(data.reshape(-1, w), w))
 
-    def decode_bundles(
-        self, t: np.ndarray, spans: np.ndarray | None = None
-    ) -> tuple[np.ndarray, int] | None:
+    def decode_bundles(self, t: np.ndarray) -> tuple[np.ndarray, int] | None:
         """The bytes of `t` and its bundle count when `t` is exactly whole bundles in canonical
         form without debug markers: BUNDLE_START, N lanes, BUNDLE_END, again and again, every
         lane the active composite of its bytes or, when it has none, its W byte tokens. None
         for anything else (the caller then finds and names the problem the slow way).
 
-        One table lookup gives every token its span in slots (a byte 1, a composite or a bundle
-        marker W, anything else 0: refused); a cumulative sum places each token at the last
-        slot of its span in an array of SKIP slots; then every bundle is a row of N + 2 units
-        of W slots: the first must end in BUNDLE_START, the last in BUNDLE_END, and each lane
-        unit must end in a composite or hold W bytes. A token that does not start a unit
-        leaves a SKIP or a non-byte where that check looks, so the rows prove the structure.
-        The lanes' bytes come from the byte slots or, for composites, from a table by id; the
-        encoder's lookup of those bytes must give back exactly the ids the stream used.
+        Every token gets a span in slots: a byte 1, any other id W. A cumulative sum places each
+        token at the last slot of its span in an array of SKIP slots; then every bundle must be
+        a row of N + 2 units of W slots: the first unit exactly (SKIPs and) BUNDLE_START, the
+        last (SKIPs and) BUNDLE_END, every lane unit W bytes or (SKIPs and) a composite. A
+        token that does not start a unit leaves a SKIP or a non-byte where a byte must be, or
+        a SKIP in a unit's last slot, so the rows prove the structure. A lane's bytes come from
+        its byte slots or, for a composite, from a table by id; the encoder's lookup of those
+        bytes must give back exactly the ids the stream used (which also refuses deprecated
+        and unassigned ids: the lookup returns only active composites).
         """
         import numpy as np
 
         w, n = self.width, self.lanes
-        if spans is None:
-            spans = self.spans.take(t)
-        if t.size == 0 or int(spans.min()) == 0:
+        if t.size == 0:
             return None
+        spans = (t >= 256).view(np.uint8)
+        if w > 1:
+            spans = spans * np.uint8(w - 1)
+            spans += np.uint8(1)
+        else:
+            spans = spans + np.uint8(1) - spans  # all ones
         ends = np.empty(t.size, dtype=np.intp)
         np.cumsum(spans, dtype=np.intp, out=ends)  # with out=: several times faster
         row = (n + 2) * w
@@ -507,31 +510,48 @@ class LaneCodec:
         buf = np.full(total + w, tk.SKIP, dtype="<u2")
         buf[w - 1 :][ends] = t  # token i ends at slot ends[i] - 1 of buf[w:]
         slots = buf[w:]
-        units = slots.reshape(nb, n + 2, w)
-        last = units[:, :, w - 1]
-        if not (last[:, 0] == tk.BUNDLE_START).all() or not (last[:, -1] == tk.BUNDLE_END).all():
-            return None
-        ids = last[:, 1:-1]
-        comp = ids >= tk.COMPOSITE_FIRST
+        low = slots.astype(np.uint8)
         if w in (1, 2, 4):
             word = np.dtype(f"<u{2 * w}")
+            top = 16 * (w - 1)
+            skips = sum(tk.SKIP << (16 * i) for i in range(w - 1))
+            units = slots.view(word)
+            rows = units.reshape(nb, n + 2)
+            if not (rows[:, 0] == word.type(skips | tk.BUNDLE_START << top)).all():
+                return None
+            if not (rows[:, -1] == word.type(skips | tk.BUNDLE_END << top)).all():
+                return None
+            comp_all = units >= word.type(tk.COMPOSITE_FIRST << top)
             high = word.type(int.from_bytes(b"\x00\xff" * w, "little"))
-            words = slots.view(word).reshape(nb, n + 2)[:, 1:-1]
-            bytes_ok = (words & high) == 0
-        else:
-            bytes_ok = (units[:, 1:-1, :] < 256).all(axis=2)
-        bytes_ok |= comp
-        if not bytes_ok.all():
-            return None
-        have = ids * comp  # the composite ids, 0 for byte lanes
-        low = slots.astype(np.uint8)
-        if self._pattern_fix is not None:
+            ok = (units & high) == 0
+            ok |= comp_all
+            if not ok.reshape(nb, n + 2)[:, 1:-1].all():
+                return None
+            have_all = (units >> word.type(top)).astype(np.uint16)
+            have_all *= comp_all
+            have = have_all.reshape(nb, n + 2)[:, 1:-1]
+            assert self._pattern_fix is not None
             # A composite's unit holds W-1 SKIPs and its id: its low bytes XOR _pattern_fix[id]
             # are its pattern; a byte lane's are its bytes (id 0: XOR 0).
             values = low.view(f"<u{w}").reshape(nb, n + 2)[:, 1:-1].copy()
             values ^= self._pattern_fix.take(have)
             data = values.view(np.uint8).reshape(-1)
         else:
+            units3 = slots.reshape(nb, n + 2, w)
+            last = units3[:, :, w - 1]
+            if not (last[:, 0] == tk.BUNDLE_START).all() or not (
+                last[:, -1] == tk.BUNDLE_END
+            ).all():
+                return None
+            if not (units3[:, [0, -1], : w - 1] == tk.SKIP).all():
+                return None
+            ids = last[:, 1:-1]
+            comp = ids >= tk.COMPOSITE_FIRST
+            bytes_ok = (units3[:, 1:-1, :] < 256).all(axis=2)
+            bytes_ok |= comp
+            if not bytes_ok.all():
+                return None
+            have = ids * comp
             lanes = low.reshape(nb, n + 2, w)[:, 1:-1, :].copy()
             np.copyto(lanes, self.expand.take(have, axis=0), where=comp[:, :, None])
             data = lanes.reshape(-1)
