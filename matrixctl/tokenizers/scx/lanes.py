@@ -264,6 +264,16 @@ def _cuckoo_insert(
     return keys[0], ids[0], keys[1], ids[1]
 
 
+def _drop_ends(a: np.ndarray, rows: int, width: int, head: int, keep: int) -> np.ndarray:
+    """Items head .. head + keep of each of the `rows` rows of `width` items of `a`, as one
+    contiguous array: one copy of `rows` runs (a 2-D slice copies item by item, slowly)."""
+    import numpy as np
+
+    runs = a.reshape(rows, width)[:, head : head + keep]
+    out = runs.view(np.dtype((np.void, keep * a.itemsize))).copy()
+    return out.view(a.dtype).reshape(-1)
+
+
 class LaneCodec:
     """The compiled tables of one config: encode lanes to slots, classify and expand tokens."""
 
@@ -512,6 +522,8 @@ class LaneCodec:
         slots = buf[w:]
         low = slots.astype(np.uint8)
         if w in (1, 2, 4):
+            # Whole-array operations on the units as integers (2-D slices of short rows are
+            # slow in numpy); the bundle markers' units are checked on their own and dropped.
             word = np.dtype(f"<u{2 * w}")
             top = 16 * (w - 1)
             skips = sum(tk.SKIP << (16 * i) for i in range(w - 1))
@@ -525,17 +537,19 @@ class LaneCodec:
             high = word.type(int.from_bytes(b"\x00\xff" * w, "little"))
             ok = (units & high) == 0
             ok |= comp_all
-            if not ok.reshape(nb, n + 2)[:, 1:-1].all():
+            # Marker units are never ok (their SKIP or marker slots are not bytes, their ids
+            # are below the composites): every other unit must be.
+            if int(np.count_nonzero(ok)) != nb * n:
                 return None
             have_all = (units >> word.type(top)).astype(np.uint16)
-            have_all *= comp_all
-            have = have_all.reshape(nb, n + 2)[:, 1:-1]
+            have_all *= comp_all  # the composite ids, 0 for byte lanes and markers
             assert self._pattern_fix is not None
             # A composite's unit holds W-1 SKIPs and its id: its low bytes XOR _pattern_fix[id]
             # are its pattern; a byte lane's are its bytes (id 0: XOR 0).
-            values = low.view(f"<u{w}").reshape(nb, n + 2)[:, 1:-1].copy()
-            values ^= self._pattern_fix.take(have)
-            data = values.view(np.uint8).reshape(-1)
+            values = low.view(f"<u{w}")
+            values ^= self._pattern_fix.take(have_all)
+            data = _drop_ends(low, nb, (n + 2) * w, w, n * w)
+            have = _drop_ends(have_all, nb, n + 2, 1, n)
         else:
             units3 = slots.reshape(nb, n + 2, w)
             last = units3[:, :, w - 1]
