@@ -547,7 +547,11 @@ class LaneCodec:
             # A composite's unit holds W-1 SKIPs and its id: its low bytes XOR _pattern_fix[id]
             # are its pattern; a byte lane's are its bytes (id 0: XOR 0).
             values = low.view(f"<u{w}")
-            values ^= self._pattern_fix.take(have_all)
+            comp_at = np.flatnonzero(comp_all)
+            if comp_at.size * 4 < units.size:  # few composites: fix only their units
+                values[comp_at] ^= self._pattern_fix.take(have_all.take(comp_at))
+            else:
+                values ^= self._pattern_fix.take(have_all)
             data = _drop_ends(low, nb, (n + 2) * w, w, n * w)
             have = _drop_ends(have_all, nb, n + 2, 1, n)
         else:
