@@ -424,7 +424,11 @@ class LaneCodec:
             j = np.arange(first_bundle, first_bundle + nb, dtype=np.int64)
             rows[:, 0] = np.where(j % chunk_bundles == 0, tk.CHUNK_MARK, tk.SKIP)
         rows[:, lead - 1] = tk.BUNDLE_START
-        rows[:, lead : lead + per_bundle] = slots.reshape(nb, per_bundle)
+        # One copy per row through a void view (a 2-D slice copies item by item, slowly).
+        row_bytes = np.dtype((np.void, 2 * per_bundle))
+        rows[:, lead : lead + per_bundle].view(row_bytes)[...] = (
+            np.ascontiguousarray(slots).reshape(nb, per_bundle).view(row_bytes)
+        )
         rows[:, -1] = tk.BUNDLE_END
         flat = rows.reshape(-1)
         if n_comp or debug:
