@@ -186,7 +186,15 @@ class Probe:
     backup: Cuckoo
 
     @classmethod
-    def build(cls, items: dict[int, int], width: int, backup: Cuckoo) -> Probe | None:
+    def build(
+        cls,
+        items: dict[int, int],
+        width: int,
+        backup: Cuckoo,
+        *,
+        min_bits: int = PROBE_MIN_BITS,
+        max_bits: int = PROBE_MAX_BITS,
+    ) -> Probe | None:
         import numpy as np
 
         if not items or len(items) > PROBE_MAX:
@@ -198,7 +206,7 @@ class Probe:
         keys = np.array(sorted(items), dtype=dtype)
         ids = np.array([items[int(k)] for k in keys], dtype=np.uint16)
         n = keys.size
-        bits = min(PROBE_MAX_BITS, max(PROBE_MIN_BITS, (n * n // 4).bit_length()))
+        bits = min(max_bits, max(min_bits, (n * n // 4).bit_length()))
         best: tuple[int, int, int, np.ndarray] | None = None
         while True:
             for mult in PROBE_MULTIPLIERS:
@@ -208,7 +216,7 @@ class Probe:
                     best = (clashes, bits, mult & mask, slots)
                 if clashes == 0:
                     break
-            if best[0] == 0 or bits == PROBE_MAX_BITS:
+            if best[0] == 0 or bits >= max_bits:
                 break
             bits += 1
         clashes, bits, mult, slots = best
@@ -569,8 +577,6 @@ class LaneCodec:
             if not (last[:, 0] == tk.BUNDLE_START).all() or not (
                 last[:, -1] == tk.BUNDLE_END
             ).all():
-                return None
-            if not (units3[:, [0, -1], : w - 1] == tk.SKIP).all():
                 return None
             ids = last[:, 1:-1]
             comp = ids >= tk.COMPOSITE_FIRST
