@@ -208,17 +208,17 @@ class Probe:
         n = keys.size
         bits = min(max_bits, max(min_bits, (n * n // 4).bit_length()))
         best: tuple[int, int, int, np.ndarray] | None = None
-        while True:
+        for size in range(bits, max_bits + 1):
             for mult in PROBE_MULTIPLIERS:
-                slots = np.multiply(keys, kt(mult & mask)) >> kt(kbits - bits)
-                clashes = n - np.unique(slots).size
+                slots = np.multiply(keys, kt(mult & mask)) >> kt(kbits - size)
+                clashes = n - int(np.unique(slots).size)
                 if best is None or clashes < best[0]:
-                    best = (clashes, bits, mult & mask, slots)
+                    best = (clashes, size, mult & mask, slots)
                 if clashes == 0:
                     break
-            if best[0] == 0 or bits >= max_bits:
+            if best is not None and best[0] == 0:
                 break
-            bits += 1
+        assert best is not None
         clashes, bits, mult, slots = best
         table = np.zeros(1 << bits, dtype=np.uint16)
         table[slots] = ids
@@ -345,14 +345,7 @@ class LaneCodec:
         length[(cls == C_COMP) | (cls == C_COMP_DEP)] = w
         self.length = length
         self.names = {c.token_id: c.semantics for c in reg.composites}
-        # The decoder's bundle kernel (`decode_bundles`): each token's span in slots (a raw
-        # byte 1; an active composite and BUNDLE_START / BUNDLE_END W; anything else 0, which
-        # that kernel does not accept), and each lane's canonical id by its key for W <= 2.
-        spans = np.zeros(tk.TOKEN_LIMIT, dtype=np.uint8)
-        spans[:256] = 1
-        spans[cls == C_COMP] = w
-        spans[[tk.BUNDLE_START, tk.BUNDLE_END]] = w
-        self.spans = spans
+        # Each lane's canonical id by its key, for W <= 2 (one gather per lane).
         self._canon: np.ndarray | None = None
         if w <= 2:
             canon = np.zeros(1 << (8 * w), dtype=np.uint16)
@@ -574,9 +567,9 @@ class LaneCodec:
         else:
             units3 = slots.reshape(nb, n + 2, w)
             last = units3[:, :, w - 1]
-            if not (last[:, 0] == tk.BUNDLE_START).all() or not (
-                last[:, -1] == tk.BUNDLE_END
-            ).all():
+            if not (last[:, 0] == tk.BUNDLE_START).all():
+                return None
+            if not (last[:, -1] == tk.BUNDLE_END).all():
                 return None
             ids = last[:, 1:-1]
             comp = ids >= tk.COMPOSITE_FIRST
