@@ -302,7 +302,8 @@ def test_bundle_kernel_takes_the_long_windows(width: int, kernel_calls: list[boo
     lanes = [*comps, b"xyzwvuts"[:w], b"qrstuvwx"[:w]]
     if w == 1:
         lanes = [*comps, b"x", b"q"]
-    whole = 400_000 // tok.bundle_bytes * tok.lanes  # whole bundles: no padded one at the end
+    # At least one token per lane, so four windows or more; whole bundles (no padded one).
+    whole = 4 * api.DECODE_WINDOW // tok.lanes * tok.lanes
     pick = np.random.default_rng(11).integers(0, len(lanes), whole)
     data = b"".join(lanes[i] for i in pick.tolist())
     toks = api.encode_bytes(tok, data)
