@@ -341,6 +341,7 @@ class Decoder:
         self.inside = np.array(_INSIDE, dtype=bool)
         self.outside = np.array(_OUTSIDE, dtype=bool)
         self.max_bundle_tokens = 2 + tok.lanes * (tok.width + 1) + 2
+        self.full_bundle_tokens = 2 + tok.lanes * tok.width  # the most a raw bundle takes
         self.carry_limit = self.max_bundle_tokens + 8
 
     # Warnings (lenient mode) and errors ----------------------------------------------------
@@ -511,8 +512,12 @@ class Decoder:
             # with another kind of token, which then takes the way below.
             tail = max(0, t.size - 2 * self.max_bundle_tokens)
             last = np.flatnonzero(t[tail:] == tk.BUNDLE_END)
-            if last.size and self._bundles(t[: tail + int(last[-1]) + 1], out):
-                return tail + int(last[-1]) + 1
+            cut = tail + int(last[-1]) + 1 if last.size else 0
+            # A window that must reach past the shard's end (it holds at least
+            # cut / (N*W + 2) bundles) is not tried: it holds shard markers.
+            fits = self.shard_count + cut // self.full_bundle_tokens <= self.tok.shard_bundles
+            if cut and fits and self._bundles(t[:cut], out):
+                return cut
         cls = self.codec.cls.take(t)
         stops = np.flatnonzero(cls >= ln.C_CONFIG)
         if stops.size:
