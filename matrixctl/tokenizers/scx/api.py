@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 BLOCK_BYTES = 1 << 16  # encoder work unit: small enough for the kernels to stay in L2
-DECODE_WINDOW = 1 << 16  # decoder work unit, in tokens
+DECODE_WINDOW = 1 << 17  # decoder work unit, in tokens (measured: 64K and 256K are slower)
 PREAMBLE_TOKENS = 1 + tk.HASH_BYTES
 TRAILER_TOKENS = 1 + 8
 
@@ -315,6 +315,10 @@ class _Tally:
 class Decoder:
     """Token arrays in, byte arrays out, window by window; strict inverse of `Encoder`."""
 
+    # The bundle kernel is an accelerator only: off, every window goes through `_fast` and
+    # `_segment` (the equivalence tests compare both ways).
+    use_bundle_kernel = True
+
     def __init__(self, tok: Tokenizer, *, strict_invertibility: bool = True) -> None:
         import numpy as np
 
@@ -337,6 +341,7 @@ class Decoder:
         self.inside = np.array(_INSIDE, dtype=bool)
         self.outside = np.array(_OUTSIDE, dtype=bool)
         self.max_bundle_tokens = 2 + tok.lanes * (tok.width + 1) + 2
+        self.full_bundle_tokens = 2 + tok.lanes * tok.width  # the most a raw bundle takes
         self.carry_limit = self.max_bundle_tokens + 8
 
     # Warnings (lenient mode) and errors ----------------------------------------------------
@@ -501,6 +506,18 @@ class Decoder:
     def _body(self, t: np.ndarray, out: list[np.ndarray], *, final: bool) -> int:
         import numpy as np
 
+        if self._bundle_window_ok() and not final and t.size:
+            # Whole canonical bundles up to the last BUNDLE_END (looked for near the end) are
+            # what the code below would accept for this cut: the kernel refuses any window
+            # with another kind of token, which then takes the way below.
+            tail = max(0, t.size - 2 * self.max_bundle_tokens)
+            last = np.flatnonzero(t[tail:] == tk.BUNDLE_END)
+            cut = tail + int(last[-1]) + 1 if last.size else 0
+            # A window that must reach past the shard's end (it holds at least
+            # cut / (N*W + 2) bundles) is not tried: it holds shard markers.
+            fits = self.shard_count + cut // self.full_bundle_tokens <= self.tok.shard_bundles
+            if cut and fits and self._bundles(t[:cut], out):
+                return cut
         cls = self.codec.cls.take(t)
         stops = np.flatnonzero(cls >= ln.C_CONFIG)
         if stops.size:
@@ -558,6 +575,32 @@ class Decoder:
         if not self._fast(t[:cut], cls[:cut], out):
             self._segment(t[:cut], out, complete=False)
         return cut
+
+    def _bundle_window_ok(self) -> bool:
+        return (
+            self.use_bundle_kernel
+            and self.debug is False
+            and self.in_shard
+            and not self.closed_short
+            and not self.padded
+        )
+
+    def _bundles(self, t: np.ndarray, out: list[np.ndarray]) -> bool:
+        """Accept `t` when it is whole canonical bundles that continue the current shard, in a
+        stream without debug markers (the common case, `LaneCodec.decode_bundles`); anything
+        else (shard markers, debug markers, a problem) goes to `_fast` and `_segment`."""
+        found = self.codec.decode_bundles(t)
+        if found is None:
+            return False
+        data, nb = found
+        if self.shard_count + nb > self.tok.shard_bundles:
+            return False
+        self.bundles += nb
+        self.shard_count += nb
+        self.bytes_out += int(data.size)
+        out.append(data)
+        self._cursor += t.size
+        return True
 
     def _fast(self, t: np.ndarray, cls: np.ndarray, out: list[np.ndarray]) -> bool:
         """Accept `t` when it is exactly what the encoder makes of the bytes it holds.

@@ -2,8 +2,9 @@
 
 Nothing here loops over bytes or tokens in Python. A lane of W bytes is read as one integer key
 (little-endian: byte 0 is the low byte). Lanes of 1 or 2 bytes look their slots up in a direct
-table; wider lanes go through a two-choice cuckoo hash table (two gathers per lane, whatever
-the number of composites).
+table; wider lanes go through a one-probe hash table (`Probe`: one gather for the slot, one to
+check the key) built for registries of up to PROBE_MAX composites, backed by a two-choice cuckoo
+hash table (exact for any number of composites) for the keys whose slot is shared.
 
 Encoder slots: every lane becomes W u16 slots. A raw lane is its W bytes (the RAW_BYTE ids); a
 composite lane is its id followed by W-1 SKIP slots. Rows of slots get BUNDLE_START and
@@ -57,6 +58,25 @@ MULTIPLIERS = (
     0xBF58476D1CE4E5B9,
 )
 
+
+# More odd multipliers for the one-probe table, from the splitmix64 sequence (fixed seed, so the
+# table layout is deterministic).
+def _splitmix(count: int) -> tuple[int, ...]:
+    out, x, mask = [], 0x5CA1AB1E, (1 << 64) - 1
+    for _ in range(count):
+        x = (x + 0x9E3779B97F4A7C15) & mask
+        z = x
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        out.append((z ^ (z >> 31)) | 1)
+    return tuple(out)
+
+
+PROBE_MULTIPLIERS = _splitmix(64)
+PROBE_MAX = 4096  # composites; above this the cuckoo table alone answers
+PROBE_MIN_BITS = 12
+PROBE_MAX_BITS = 20
+PROBE_SHARED = 1  # a slot id that no composite has: several keys hash to this slot
 
 # The three SKIP slots after a composite id, packed above it in a u64 of four u16 slots.
 COMPOSITE_SKIPS_4 = tk.SKIP << 16 | tk.SKIP << 32 | tk.SKIP << 48
@@ -149,6 +169,82 @@ class Cuckoo:
         return ids
 
 
+@dataclass
+class Probe:
+    """A one-probe hash table in front of the cuckoo table: slot(key) = (key * mult mod
+    2**kbits) >> (kbits - bits); `ids[slot]` is the only composite whose key hashes there (0: none,
+    PROBE_SHARED: several, the cuckoo table answers), and `keys[id]` is that composite's key, so
+    a lookup is two gathers and a compare. Built with 2**bits >= n**2 / 4 slots and the first
+    multiplier that gives every key a slot of its own (almost always one exists)."""
+
+    bits: int
+    kbits: int
+    mult: int
+    ids: np.ndarray
+    keys: np.ndarray
+    shared: bool
+    backup: Cuckoo
+
+    @classmethod
+    def build(
+        cls,
+        items: dict[int, int],
+        width: int,
+        backup: Cuckoo,
+        *,
+        min_bits: int = PROBE_MIN_BITS,
+        max_bits: int = PROBE_MAX_BITS,
+    ) -> Probe | None:
+        import numpy as np
+
+        if not items or len(items) > PROBE_MAX:
+            return None
+        kbits = 32 if width <= 4 else 64
+        dtype = np.dtype(key_dtype(width))
+        kt = dtype.type
+        mask = (1 << kbits) - 1
+        keys = np.array(sorted(items), dtype=dtype)
+        ids = np.array([items[int(k)] for k in keys], dtype=np.uint16)
+        n = keys.size
+        bits = min(max_bits, max(min_bits, (n * n // 4).bit_length()))
+        best: tuple[int, int, int, np.ndarray] | None = None
+        for size in range(bits, max_bits + 1):
+            for mult in PROBE_MULTIPLIERS:
+                slots = np.multiply(keys, kt(mult & mask)) >> kt(kbits - size)
+                clashes = n - int(np.unique(slots).size)
+                if best is None or clashes < best[0]:
+                    best = (clashes, size, mult & mask, slots)
+                if clashes == 0:
+                    break
+            if best is not None and best[0] == 0:
+                break
+        assert best is not None
+        clashes, bits, mult, slots = best
+        table = np.zeros(1 << bits, dtype=np.uint16)
+        table[slots] = ids
+        if clashes:
+            counts = np.bincount(slots.astype(np.intp), minlength=1 << bits)
+            table[counts > 1] = PROBE_SHARED
+        by_id = np.zeros(int(ids.max()) + 1, dtype=dtype)
+        by_id[ids] = keys
+        return cls(bits, kbits, mult, table, by_id, bool(clashes), backup)
+
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        """The id for each key, 0 where the key is not in the table (the cuckoo table's answer)."""
+        import numpy as np
+
+        kt = keys.dtype.type
+        slot = np.multiply(keys, kt(self.mult))
+        slot >>= kt(self.kbits - self.bits)
+        cand = self.ids.take(slot)
+        again = np.flatnonzero(cand == PROBE_SHARED) if self.shared else None
+        # keys[0] is 0: a key 0 in an empty slot "matches" id 0, which means "not found".
+        cand *= self.keys.take(cand) == keys
+        if again is not None and again.size:
+            cand[again] = self.backup.lookup(keys.take(again))
+        return cand
+
+
 def _hash(key: int, mult: int, bits: int, kbits: int) -> int:
     return ((key * mult) & ((1 << kbits) - 1)) >> (kbits - bits)
 
@@ -176,6 +272,16 @@ def _cuckoo_insert(
     return keys[0], ids[0], keys[1], ids[1]
 
 
+def _drop_ends(a: np.ndarray, rows: int, width: int, head: int, keep: int) -> np.ndarray:
+    """Items head .. head + keep of each of the `rows` rows of `width` items of `a`, as one
+    contiguous array: one copy of `rows` runs (a 2-D slice copies item by item, slowly)."""
+    import numpy as np
+
+    runs = a.reshape(rows, width)[:, head : head + keep]
+    out = runs.view(np.dtype((np.void, keep * a.itemsize))).copy()
+    return out.view(a.dtype).reshape(-1)
+
+
 class LaneCodec:
     """The compiled tables of one config: encode lanes to slots, classify and expand tokens."""
 
@@ -191,6 +297,7 @@ class LaneCodec:
         self.n_active = len(active)
         self._direct: np.ndarray | None = None
         self._cuckoo: Cuckoo | None = None
+        self._probe: Probe | None = None
         if w <= 2:
             # Slot table: the W u16 slots of every possible lane, packed in one integer.
             keys = np.arange(1 << (8 * w), dtype=np.uint32)
@@ -204,7 +311,9 @@ class LaneCodec:
                     table[pattern_key(pat)] = tid | (tk.SKIP << 16)
             self._direct = table
         elif active:
-            self._cuckoo = Cuckoo.build({pattern_key(p): t for p, t in active.items()}, w)
+            items = {pattern_key(p): t for p, t in active.items()}
+            self._cuckoo = Cuckoo.build(items, w)
+            self._probe = Probe.build(items, w, self._cuckoo)
         # Decoder tables.
         cls = np.full(tk.TOKEN_LIMIT, C_UNKNOWN, dtype=np.uint8)
         cls[:256] = C_RAW
@@ -236,6 +345,30 @@ class LaneCodec:
         length[(cls == C_COMP) | (cls == C_COMP_DEP)] = w
         self.length = length
         self.names = {c.token_id: c.semantics for c in reg.composites}
+        # Each lane's canonical id by its key, for W <= 2 (one gather per lane).
+        self._canon: np.ndarray | None = None
+        if w <= 2:
+            canon = np.zeros(1 << (8 * w), dtype=np.uint16)
+            for pat, tid in active.items():
+                canon[pattern_key(pat)] = tid
+            self._canon = canon
+        # For W in 1, 2, 4, by id: what turns the low bytes of a composite's unit in
+        # `decode_bundles` (W-1 SKIPs, then the id) into its pattern, as one integer; 0 for
+        # every other id.
+        self._pattern_fix: np.ndarray | None = None
+        if w in (1, 2, 4):
+            unit = np.full((tk.TOKEN_LIMIT, w), tk.SKIP & 0xFF, dtype=np.uint8)
+            unit[:, w - 1] = np.arange(tk.TOKEN_LIMIT) & 0xFF
+            fix = (expand ^ unit).reshape(-1).view(f"<u{w}").copy()
+            fix[cls != C_COMP] = 0
+            self._pattern_fix = fix
+
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        """For lane keys of W > 2 bytes: the active composite id of each, 0 where none."""
+        if self._probe is not None:
+            return self._probe.lookup(keys)
+        assert self._cuckoo is not None
+        return self._cuckoo.lookup(keys)
 
     # Encoding --------------------------------------------------------------------------------
 
@@ -254,13 +387,18 @@ class LaneCodec:
         lanes = data.reshape(-1, w)
         if self._cuckoo is None:
             return lanes.astype("<u2"), 0
-        ids = self._cuckoo.lookup(lane_keys(lanes, w))
+        ids = self.lookup(lane_keys(lanes, w))
         if w == 4:
-            # Four u16 slots fit one u64: choose whole lanes with one np.where.
-            raw = data.astype("<u2").view("<u8")
+            # Four u16 slots fit one u64: blend whole lanes, raw ^ ((raw ^ comp) & mask) with
+            # mask all ones on composite lanes (faster than np.where here).
+            packed = data.astype("<u2").view("<u8")
             comp = ids.astype("<u8")
             comp |= np.uint64(COMPOSITE_SKIPS_4)
-            packed = np.where(ids != 0, comp, raw)
+            mask = (ids != 0).view(np.uint8).astype("<u8")
+            np.negative(mask, out=mask)
+            comp ^= packed
+            comp &= mask
+            packed ^= comp
             return packed.view("<u2").reshape(-1, 4), int(np.count_nonzero(ids))
         slots = lanes.astype("<u2")
         hit = ids != 0
@@ -292,7 +430,11 @@ class LaneCodec:
             j = np.arange(first_bundle, first_bundle + nb, dtype=np.int64)
             rows[:, 0] = np.where(j % chunk_bundles == 0, tk.CHUNK_MARK, tk.SKIP)
         rows[:, lead - 1] = tk.BUNDLE_START
-        rows[:, lead : lead + per_bundle] = slots.reshape(nb, per_bundle)
+        # One copy per row through a void view (a 2-D slice copies item by item, slowly).
+        row_bytes = np.dtype((np.void, 2 * per_bundle))
+        rows[:, lead : lead + per_bundle].view(row_bytes)[...] = (
+            np.ascontiguousarray(slots).reshape(nb, per_bundle).view(row_bytes)
+        )
         rows[:, -1] = tk.BUNDLE_END
         flat = rows.reshape(-1)
         if n_comp or debug:
@@ -345,12 +487,100 @@ class LaneCodec:
         import numpy as np
 
         w = self.width
-        if self._direct is not None:
-            if w == 1:
-                slots = self._direct.take(data)
-                return np.where(slots != data, slots, 0).astype(np.uint16)
-            slots = self._direct.take(data.view("<u2"))
-            return np.where((slots >> 16) == tk.SKIP, slots & 0xFFFF, 0).astype(np.uint16)
+        if self._canon is not None:
+            return self._canon.take(data if w == 1 else data.view("<u2"))
         if self._cuckoo is None:
             return np.zeros(data.size // w, dtype=np.uint16)
-        return self._cuckoo.lookup(lane_keys(data.reshape(-1, w), w))
+        return self.lookup(lane_keys(data.reshape(-1, w), w))
+
+    def decode_bundles(self, t: np.ndarray) -> tuple[np.ndarray, int] | None:
+        """The bytes of `t` and its bundle count when `t` is exactly whole bundles in canonical
+        form without debug markers: BUNDLE_START, N lanes, BUNDLE_END, again and again, every
+        lane the active composite of its bytes or, when it has none, its W byte tokens. None
+        for anything else (the caller then finds and names the problem the slow way).
+
+        Every token gets a span in slots: a byte 1, any other id W. A cumulative sum places each
+        token at the last slot of its span in an array of SKIP slots; then every bundle must be
+        a row of N + 2 units of W slots: the first unit exactly (SKIPs and) BUNDLE_START, the
+        last (SKIPs and) BUNDLE_END, every lane unit W bytes or (SKIPs and) a composite. A
+        token that does not start a unit leaves a SKIP or a non-byte where a byte must be, or
+        a SKIP in a unit's last slot, so the rows prove the structure. A lane's bytes come from
+        its byte slots or, for a composite, from a table by id; the encoder's lookup of those
+        bytes must give back exactly the ids the stream used (which also refuses deprecated
+        and unassigned ids: the lookup returns only active composites).
+        """
+        import numpy as np
+
+        w, n = self.width, self.lanes
+        if t.size == 0:
+            return None
+        spans = (t >= 256).view(np.uint8)
+        if w > 1:
+            spans = spans * np.uint8(w - 1)
+            spans += np.uint8(1)
+        else:
+            spans = spans + np.uint8(1) - spans  # all ones
+        ends = np.empty(t.size, dtype=np.intp)
+        np.cumsum(spans, dtype=np.intp, out=ends)  # with out=: several times faster
+        row = (n + 2) * w
+        total = int(ends[-1])
+        nb = total // row
+        if nb == 0 or total != nb * row:
+            return None
+        buf = np.full(total + w, tk.SKIP, dtype="<u2")
+        buf[w - 1 :][ends] = t  # token i ends at slot ends[i] - 1 of buf[w:]
+        slots = buf[w:]
+        low = slots.astype(np.uint8)
+        if w in (1, 2, 4):
+            # Whole-array operations on the units as integers (2-D slices of short rows are
+            # slow in numpy); the bundle markers' units are checked on their own and dropped.
+            word = np.dtype(f"<u{2 * w}")
+            top = 16 * (w - 1)
+            skips = sum(tk.SKIP << (16 * i) for i in range(w - 1))
+            units = slots.view(word)
+            rows = units.reshape(nb, n + 2)
+            if not (rows[:, 0] == word.type(skips | tk.BUNDLE_START << top)).all():
+                return None
+            if not (rows[:, -1] == word.type(skips | tk.BUNDLE_END << top)).all():
+                return None
+            comp_all = units >= word.type(tk.COMPOSITE_FIRST << top)
+            high = word.type(int.from_bytes(b"\x00\xff" * w, "little"))
+            ok = (units & high) == 0
+            ok |= comp_all
+            # Marker units are never ok (their SKIP or marker slots are not bytes, their ids
+            # are below the composites): every other unit must be.
+            if int(np.count_nonzero(ok)) != nb * n:
+                return None
+            have_all = (units >> word.type(top)).astype(np.uint16)
+            have_all *= comp_all  # the composite ids, 0 for byte lanes and markers
+            assert self._pattern_fix is not None
+            # A composite's unit holds W-1 SKIPs and its id: its low bytes XOR _pattern_fix[id]
+            # are its pattern; a byte lane's are its bytes (id 0: XOR 0).
+            values = low.view(f"<u{w}")
+            comp_at = np.flatnonzero(comp_all)
+            if comp_at.size * 4 < units.size:  # few composites: fix only their units
+                values[comp_at] ^= self._pattern_fix.take(have_all.take(comp_at))
+            else:
+                values ^= self._pattern_fix.take(have_all)
+            data = _drop_ends(low, nb, (n + 2) * w, w, n * w)
+            have = _drop_ends(have_all, nb, n + 2, 1, n)
+        else:
+            units3 = slots.reshape(nb, n + 2, w)
+            last = units3[:, :, w - 1]
+            if not (last[:, 0] == tk.BUNDLE_START).all():
+                return None
+            if not (last[:, -1] == tk.BUNDLE_END).all():
+                return None
+            ids = last[:, 1:-1]
+            comp = ids >= tk.COMPOSITE_FIRST
+            bytes_ok = (units3[:, 1:-1, :] < 256).all(axis=2)
+            bytes_ok |= comp
+            if not bytes_ok.all():
+                return None
+            have = ids * comp
+            lanes = low.reshape(nb, n + 2, w)[:, 1:-1, :].copy()
+            np.copyto(lanes, self.expand.take(have, axis=0), where=comp[:, :, None])
+            data = lanes.reshape(-1)
+        if not np.array_equal(self.canonical_ids(data), have.reshape(-1)):
+            return None
+        return data, nb
