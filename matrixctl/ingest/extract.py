@@ -258,10 +258,74 @@ _SPACES = re.compile(" {2,}")
 _BLOCKS = re.compile(" ?\ue000[\ue000 ]*")
 
 
+_FF = "\ue004"
+_CR = "\ue005"
+_PRE_EXTRA = re.compile("[\ue004\ue005]")
+# The fast path marks breaks with private-use characters U+E000..U+E005 inside the tree; a page
+# that holds one of them itself (literally or as a numeric character reference) takes the walk.
+_MARKERS = tuple(chr(c) for c in range(0xE000, 0xE006))
+_MARKER_REF = re.compile(r"&#(?:[xX]0*[eE]00[0-5]|0*5734[4-9])(?![0-9])")
+# White space runs other than a single space (a single space is already collapsed).
+_WS_RUN = re.compile(r" [ \t\n\r\f]+|[\t\n\r\f][ \t\n\r\f]*")
+_PRE_WS = re.compile(r"[ \t\n\r\f]")
+_SKIP_CSS = ", ".join(sorted(t for t in SKIP_TAGS if not t.startswith("-")))
+_BLOCK_CSS = ", ".join(sorted(BLOCK_TAGS - {"html"}))
+_CELL_CSS = ", ".join(sorted(CELL_TAGS))
+
+
 def html_text(text: str) -> str:
     """Visible text: scripts, styles, comments dropped; entities decoded (by the parser); block
     elements and <br> become line breaks; white space collapsed as a browser does, except in
-    <pre>; table cells separated by a space."""
+    <pre>; table cells separated by a space.
+
+    Fast path: lexbor parses, its CSS engine finds the elements that matter, marker text nodes
+    go around them, and lexbor's own C walk joins the text; Python never visits every node.
+    The output is the same as `html_text_walk`'s (a test compares them on generated pages).
+    """
+    if any(m in text for m in _MARKERS) or _MARKER_REF.search(text):
+        return html_text_walk(text)
+    from selectolax.lexbor import LexborHTMLParser
+
+    tree = LexborHTMLParser(text)
+    root = tree.root
+    if root is None:
+        return ""
+    # Skipped elements go first, innermost first (reverse document order), so no node is
+    # touched after an ancestor took it away.
+    for node in reversed(root.css(_SKIP_CSS)):
+        node.decompose()
+    if root.tag in SKIP_TAGS:
+        return ""
+    for pre in root.css("pre"):
+        for node in [n for n in pre.traverse(include_text=True) if n.tag == "-text"]:
+            value = node.text_content or ""
+            if _PRE_WS.search(value):
+                node.replace_with(
+                    value.replace(" ", _SP)
+                    .replace("\n", _NL)
+                    .replace("\t", _TAB)
+                    .replace("\f", _FF)
+                    .replace("\r", _CR)
+                )
+    for node in root.css("br"):
+        node.insert_after(_NL)
+    for node in root.css(_CELL_CSS):
+        node.insert_after(" ")
+    for node in root.css(_BLOCK_CSS):
+        node.insert_before(_BLOCK)
+        node.insert_after(_BLOCK)
+    out = root.text(deep=True)
+    if root.tag in BLOCK_TAGS:
+        out = _BLOCK + out + _BLOCK
+    out = _finish(_WS_RUN.sub(" ", out))
+    if _PRE_EXTRA.search(out):  # form feeds and carriage returns kept inside <pre>
+        out = out.replace(_FF, "\f").replace(_CR, "\r")
+    return out
+
+
+def html_text_walk(text: str) -> str:
+    """`html_text` by a node-by-node walk in Python: the reference the fast path is tested
+    against, and the path for the rare page that holds the marker characters itself."""
     from selectolax.lexbor import LexborHTMLParser
 
     tree = LexborHTMLParser(text)
@@ -306,8 +370,11 @@ def html_text(text: str) -> str:
             child = child.next
         for child in reversed(children):
             stack.append((child, True, child_pre))
-    out = "".join(parts)
-    out = _SPACES.sub(" ", out)
+    out = _SPACES.sub(" ", "".join(parts))
+    return _finish(out)
+
+
+def _finish(out: str) -> str:
     out = _BLOCKS.sub("\n", out)
     out = out.replace(_NL, "\n").replace(_SP, " ").replace(_TAB, "\t")
     lines = [line.rstrip(" ") for line in out.split("\n")]
