@@ -256,8 +256,6 @@ _PRIVATE = re.compile("[\ue000-\ue003]")
 _HTML_WS = re.compile(r"[ \t\n\r\f]+")
 _SPACES = re.compile(" {2,}")
 _BLOCKS = re.compile(" ?\ue000[\ue000 ]*")
-
-
 _FF = "\ue004"
 _CR = "\ue005"
 _PRE_EXTRA = re.compile("[\ue004\ue005]")
@@ -265,8 +263,7 @@ _PRE_EXTRA = re.compile("[\ue004\ue005]")
 # that holds one of them itself (literally or as a numeric character reference) takes the walk.
 _MARKERS = tuple(chr(c) for c in range(0xE000, 0xE006))
 _MARKER_REF = re.compile(r"&#(?:[xX]0*[eE]00[0-5]|0*5734[4-9])(?![0-9])")
-# White space runs other than a single space (a single space is already collapsed).
-_WS_RUN = re.compile(r" [ \t\n\r\f]+|[\t\n\r\f][ \t\n\r\f]*")
+_SPACE_RUN = re.compile("  +")
 _PRE_WS = re.compile(r"[ \t\n\r\f]")
 _SKIP_CSS = ", ".join(sorted(t for t in SKIP_TAGS if not t.startswith("-")))
 _BLOCK_CSS = ", ".join(sorted(BLOCK_TAGS - {"html"}))
@@ -290,12 +287,12 @@ def html_text(text: str) -> str:
     root = tree.root
     if root is None:
         return ""
+    if root.tag not in BLOCK_TAGS:  # pragma: no cover - lexbor's document element is <html>
+        return html_text_walk(text)
     # Skipped elements go first, innermost first (reverse document order), so no node is
     # touched after an ancestor took it away.
     for node in reversed(root.css(_SKIP_CSS)):
         node.decompose()
-    if root.tag in SKIP_TAGS:
-        return ""
     for pre in root.css("pre"):
         for node in [n for n in pre.traverse(include_text=True) if n.tag == "-text"]:
             value = node.text_content or ""
@@ -314,13 +311,21 @@ def html_text(text: str) -> str:
     for node in root.css(_BLOCK_CSS):
         node.insert_before(_BLOCK)
         node.insert_after(_BLOCK)
-    out = root.text(deep=True)
-    if root.tag in BLOCK_TAGS:
-        out = _BLOCK + out + _BLOCK
-    out = _finish(_WS_RUN.sub(" ", out))
+    # White space collapsed as `html_text_walk` does it (every run of HTML white space to one
+    # space), with plain string operations; then each block boundary, with the spaces around
+    # it, becomes one line break.
+    out = root.text(deep=True).replace("\n", " ").replace("\t", " ")
+    if "\r" in out:
+        out = out.replace("\r", " ")
+    if "\f" in out:
+        out = out.replace("\f", " ")
+    out = _SPACE_RUN.sub(" ", out)
+    out = "\n".join([part for part in [seg.strip(" ") for seg in out.split(_BLOCK)] if part])
+    out = out.replace(_NL, "\n").replace(_SP, " ").replace(_TAB, "\t")
     if _PRE_EXTRA.search(out):  # form feeds and carriage returns kept inside <pre>
         out = out.replace(_FF, "\f").replace(_CR, "\r")
-    return out
+    lines = [line.rstrip(" ") for line in out.split("\n")]
+    return "\n".join(lines).strip("\n")
 
 
 def html_text_walk(text: str) -> str:
@@ -370,11 +375,8 @@ def html_text_walk(text: str) -> str:
             child = child.next
         for child in reversed(children):
             stack.append((child, True, child_pre))
-    out = _SPACES.sub(" ", "".join(parts))
-    return _finish(out)
-
-
-def _finish(out: str) -> str:
+    out = "".join(parts)
+    out = _SPACES.sub(" ", out)
     out = _BLOCKS.sub("\n", out)
     out = out.replace(_NL, "\n").replace(_SP, " ").replace(_TAB, "\t")
     lines = [line.rstrip(" ") for line in out.split("\n")]
