@@ -279,8 +279,15 @@ def html_text(text: str) -> str:
     go around them, and lexbor's own C walk joins the text; Python never visits every node.
     The output is the same as `html_text_walk`'s (a test compares them on generated pages).
     """
+    fast = html_text_fast(text)
+    return html_text_walk(text) if fast is None else fast
+
+
+def html_text_fast(text: str) -> str | None:
+    """`html_text` without a Python walk over the nodes; None for a page it cannot take (one
+    that holds the marker characters U+E000..U+E005 itself)."""
     if any(m in text for m in _MARKERS) or _MARKER_REF.search(text):
-        return html_text_walk(text)
+        return None
     from selectolax.lexbor import LexborHTMLParser
 
     tree = LexborHTMLParser(text)
@@ -288,7 +295,7 @@ def html_text(text: str) -> str:
     if root is None:
         return ""
     if root.tag not in BLOCK_TAGS:  # pragma: no cover - lexbor's document element is <html>
-        return html_text_walk(text)
+        return None
     # Skipped elements go first, innermost first (reverse document order), so no node is
     # touched after an ancestor took it away.
     for node in reversed(root.css(_SKIP_CSS)):
