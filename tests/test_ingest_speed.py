@@ -64,7 +64,7 @@ PIECES = st.one_of(
             "&#65;",
             "&#0;",
         ]
-    ),  # fmt: skip
+    ),
     st.text(alphabet=" \n\tab<>/&;", max_size=8),
 )
 SOUP = st.lists(PIECES, max_size=40).map("".join)
