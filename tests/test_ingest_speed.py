@@ -111,18 +111,20 @@ def test_odd_pages_by_hand(page: str, text: str) -> None:
         "x&#57345;y",
         "x&#X0000e005y",
         "<pre>a\ue004b\ue005</pre>",
+        "<td>\ue008</td>",
+        "<pre>&#xe006;</pre>&#57351;",
     ],
 )
 def test_pages_holding_marker_characters_take_the_walk(page: str) -> None:
-    """Decision: a page holding U+E000..U+E005 (the fast path's break markers), literally or as
-    a numeric character reference, is extracted by the node walk, so its text is unchanged:
-    U+E000..U+E003 are dropped as before, U+E004 and U+E005 kept."""
+    """Decision: a page holding U+E000..U+E008 (the fast path's markers), literally or as a
+    numeric character reference, is extracted by the node walk, so its text is unchanged:
+    U+E000..U+E003 are dropped as before, U+E004..U+E008 kept."""
     assert extract.html_text_fast(page) is None
     assert extract.html_text(page) == extract.html_text_walk(page)
 
 
 def test_marker_reference_lookalikes_stay_on_the_fast_path() -> None:
-    assert extract.html_text_fast("&#57350; &#xE0061; &#5734;") == "\ue006 \U000e0061 \u1666"
+    assert extract.html_text_fast("&#57353; &#xE0061; &#5734;") == "\ue009 \U000e0061 \u1666"
 
 
 # Work units -------------------------------------------------------------------------------------

@@ -256,18 +256,22 @@ _PRIVATE = re.compile("[\ue000-\ue003]")
 _HTML_WS = re.compile(r"[ \t\n\r\f]+")
 _SPACES = re.compile(" {2,}")
 _BLOCKS = re.compile(" ?\ue000[\ue000 ]*")
+# Markers of the fast path (private-use characters, never in a page it takes): _BLOCK, _NL,
+# _SP and _TAB above; form feed and carriage return inside <pre>; where a <pre> opens and
+# closes; a table cell's end.
 _FF = "\ue004"
 _CR = "\ue005"
+_PRE_OPEN = "\ue006"
+_PRE_CLOSE = "\ue007"
+_CELL = "\ue008"
 _PRE_EXTRA = re.compile("[\ue004\ue005]")
-# The fast path marks breaks with private-use characters U+E000..U+E005 inside the tree; a page
-# that holds one of them itself (literally or as a numeric character reference) takes the walk.
-_MARKERS = tuple(chr(c) for c in range(0xE000, 0xE006))
-_MARKER_REF = re.compile(r"&#(?:[xX]0*[eE]00[0-5]|0*5734[4-9])(?![0-9])")
+_PRE_SPLIT = re.compile("([\ue006\ue007])")
+# A page that holds a marker itself (literally or as a numeric character reference) takes
+# the walk.
+_MARKERS = tuple(chr(c) for c in range(0xE000, 0xE009))
+_MARKER_REF = re.compile(r"&#(?:[xX]0*[eE]00[0-8]|0*57(?:34[4-9]|35[0-2]))(?![0-9])")
 _SPACE_RUN = re.compile("  +")
-_PRE_WS = re.compile(r"[ \t\n\r\f]")
 _SKIP_CSS = ", ".join(sorted(t for t in SKIP_TAGS if not t.startswith("-")))
-_BLOCK_CSS = ", ".join(sorted(BLOCK_TAGS - {"html"}))
-_CELL_CSS = ", ".join(sorted(CELL_TAGS))
 
 
 def html_text(text: str) -> str:
@@ -275,17 +279,40 @@ def html_text(text: str) -> str:
     elements and <br> become line breaks; white space collapsed as a browser does, except in
     <pre>; table cells separated by a space.
 
-    Fast path: lexbor parses, its CSS engine finds the elements that matter, marker text nodes
-    go around them, and lexbor's own C walk joins the text; Python never visits every node.
-    The output is the same as `html_text_walk`'s (a test compares them on generated pages).
+    Fast path: lexbor parses and drops the skipped elements, one pass over the elements finds
+    the ones that matter, marker text nodes go around them, and lexbor's own C walk joins the
+    text; Python never visits the text nodes. The output is the same as `html_text_walk`'s
+    (tests compare them on generated tag soup and the benchmark compares every corpus page).
     """
     fast = html_text_fast(text)
     return html_text_walk(text) if fast is None else fast
 
 
+def _encode_pre(text: str) -> str:
+    """Protect the white space of <pre> content (between _PRE_OPEN/_PRE_CLOSE) from collapse."""
+    out: list[str] = []
+    depth = 0
+    for part in _PRE_SPLIT.split(text):
+        if part == _PRE_OPEN:
+            depth += 1
+        elif part == _PRE_CLOSE:
+            depth = max(0, depth - 1)
+        elif depth:
+            out.append(
+                part.replace(" ", _SP)
+                .replace("\n", _NL)
+                .replace("\t", _TAB)
+                .replace("\f", _FF)
+                .replace("\r", _CR)
+            )
+        else:
+            out.append(part)
+    return "".join(out)
+
+
 def html_text_fast(text: str) -> str | None:
-    """`html_text` without a Python walk over the nodes; None for a page it cannot take (one
-    that holds the marker characters U+E000..U+E005 itself)."""
+    """`html_text` without a Python walk over the text nodes; None for a page it cannot take
+    (one that holds a marker character U+E000..U+E008 itself)."""
     if any(m in text for m in _MARKERS) or _MARKER_REF.search(text):
         return None
     from selectolax.lexbor import LexborHTMLParser
@@ -296,36 +323,49 @@ def html_text_fast(text: str) -> str | None:
         return ""
     if root.tag not in BLOCK_TAGS:  # pragma: no cover - lexbor's document element is <html>
         return None
-    # Skipped elements go first, innermost first (reverse document order), so no node is
-    # touched after an ancestor took it away.
+    # Skipped elements go first, innermost first (reverse document order); removed nodes are
+    # detached, never visited again.
     for node in reversed(root.css(_SKIP_CSS)):
         node.decompose()
-    for pre in root.css("pre"):
-        for node in [n for n in pre.traverse(include_text=True) if n.tag == "-text"]:
-            value = node.text_content or ""
-            if _PRE_WS.search(value):
-                node.replace_with(
-                    value.replace(" ", _SP)
-                    .replace("\n", _NL)
-                    .replace("\t", _TAB)
-                    .replace("\f", _FF)
-                    .replace("\r", _CR)
-                )
-    for node in root.css("br"):
+    blocks = []
+    breaks = []
+    cells = []
+    pres = []
+    elements = root.traverse()
+    next(elements)  # the root itself: its breaks are added around the text below
+    for node in elements:
+        tag = node.tag
+        if tag in BLOCK_TAGS:
+            blocks.append(node)
+            if tag == "pre":
+                pres.append(node)
+        elif tag in CELL_TAGS:
+            cells.append(node)
+        elif tag == "br":
+            breaks.append(node)
+    for node in pres:
+        node.insert_before(_PRE_OPEN)
+        node.insert_after(_PRE_CLOSE)
+    for node in breaks:
         node.insert_after(_NL)
-    for node in root.css(_CELL_CSS):
-        node.insert_after(" ")
-    for node in root.css(_BLOCK_CSS):
+    for node in cells:
+        node.insert_after(_CELL)
+    for node in blocks:
         node.insert_before(_BLOCK)
         node.insert_after(_BLOCK)
+    out = root.text(deep=True)
+    if pres:
+        out = _encode_pre(out)
     # White space collapsed as `html_text_walk` does it (every run of HTML white space to one
     # space), with plain string operations; then each block boundary, with the spaces around
     # it, becomes one line break.
-    out = root.text(deep=True).replace("\n", " ").replace("\t", " ")
+    out = out.replace("\n", " ").replace("\t", " ")
     if "\r" in out:
         out = out.replace("\r", " ")
     if "\f" in out:
         out = out.replace("\f", " ")
+    if cells:
+        out = out.replace(_CELL, " ")
     out = _SPACE_RUN.sub(" ", out)
     out = "\n".join([part for part in [seg.strip(" ") for seg in out.split(_BLOCK)] if part])
     out = out.replace(_NL, "\n").replace(_SP, " ").replace(_TAB, "\t")
