@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -250,12 +251,18 @@ def _init_worker() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     state = _STATE
     if state is not None and state.tok is None and state.smap is not None:
-        state.tok = pi.Tokenizer(state.smap)  # each worker builds its automaton, in parallel
+        # Each worker builds its automaton, in parallel with the listing. A failure here
+        # would make the pool restart the worker forever: `_work` retries and reports it.
+        with contextlib.suppress(Exception):
+            state.tok = pi.Tokenizer(state.smap)
 
 
 def _work(unit: list[SourceFile], spill_dir: str) -> tuple[str, Any]:
     assert _STATE is not None
     _STATE.spill_dir = spill_dir
+    if _STATE.tok is None:
+        assert _STATE.smap is not None
+        _STATE.tok = pi.Tokenizer(_STATE.smap)
     try:
         return "ok", [process_file(sf, _STATE) for sf in unit]
     except MatrixError as err:
