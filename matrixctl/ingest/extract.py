@@ -280,8 +280,9 @@ def html_text(text: str) -> str:
     <pre>; table cells separated by a space.
 
     Fast path: lexbor parses and drops the skipped elements, one pass over the elements puts
-    marker text nodes around the ones that matter, and lexbor's own C walk joins the text; Python never visits the text nodes. The output is the same as `html_text_walk`'s
-    (tests compare them on generated tag soup and the benchmark compares every corpus page).
+    marker text nodes around the ones that matter, and lexbor's own C walk joins the text;
+    Python never visits the text nodes. The output is the same as `html_text_walk`'s (tests
+    compare them on generated tag soup and the benchmark compares every corpus page).
     """
     fast = html_text_fast(text)
     return html_text_walk(text) if fast is None else fast
