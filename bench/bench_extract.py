@@ -5,7 +5,10 @@
 Runs on the HTML pages of the benchmark corpus (bench/corpus.py), one process, and prints MB/s
 of HTML per library with the ratio against the standard library's html.parser (the anchor), and
 how many characters of visible text each one finds (a coarse quality check: script and style
-contents must not count). matrixctl uses the selectolax walk (matrixctl.ingest.extract).
+contents must not count). matrixctl has two paths over selectolax (lexbor): the fast one
+`ingest docs` uses (`html_text`: marker text nodes and lexbor's own text walk) and the Python
+node walk it replaced (`html_text_walk`, kept as its reference); the script checks that both
+give exactly the same text on every page.
 """
 
 from __future__ import annotations
@@ -56,16 +59,24 @@ def lxml_text(text: str) -> str:
     return " ".join(root.text_content().split())
 
 
-def selectolax_text(text: str) -> str:
-    sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent))
+
+
+def matrixctl_fast(text: str) -> str:
     from matrixctl.ingest.extract import html_text
 
-    return " ".join(html_text(text).split())
+    return html_text(text)
+
+
+def matrixctl_walk(text: str) -> str:
+    from matrixctl.ingest.extract import html_text_walk
+
+    return html_text_walk(text)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--limit-mb", type=int, default=20)
+    ap.add_argument("--limit-mb", type=int, default=20, help="HTML to read (0 = every page)")
     args = ap.parse_args()
     pages = []
     total = 0
@@ -73,24 +84,32 @@ def main() -> int:
         data = path.read_bytes()
         pages.append(data.decode("utf-8", "replace"))
         total += len(data)
-        if total >= args.limit_mb << 20:
+        if args.limit_mb and total >= args.limit_mb << 20:
             break
     rows = []
+    texts: dict[str, list[str]] = {}
     for name, fn in (
         ("html.parser (stdlib, anchor)", stdlib),
         ("lxml", lxml_text),
-        ("selectolax walk (matrixctl)", selectolax_text),
+        ("matrixctl node walk (before)", matrixctl_walk),
+        ("matrixctl html_text (ingest docs)", matrixctl_fast),
     ):
         t = time.perf_counter()
-        chars = sum(len(fn(p)) for p in pages)
-        rows.append((name, total / (time.perf_counter() - t), chars))
+        out = [fn(p) for p in pages]
+        rows.append(
+            (name, total / (time.perf_counter() - t), sum(len(" ".join(o.split())) for o in out))
+        )
+        texts[name] = out
     anchor = rows[0][1]
     print(f"HTML: {len(pages)} pages, {total / 1e6:.1f} MB\n")
     print("| extractor | MB/s | x html.parser | visible characters |")
     print("| --- | --- | --- | --- |")
     for name, rate, chars in rows:
         print(f"| {name} | {rate / 1e6:.1f} | {rate / anchor:.2f} | {chars:,} |")
-    return 0
+    a, b = texts["matrixctl node walk (before)"], texts["matrixctl html_text (ingest docs)"]
+    differ = sum(x != y for x, y in zip(a, b, strict=True))
+    print(f"\nmatrixctl pages whose text differs between the two paths: {differ} of {len(pages)}")
+    return 1 if differ else 0
 
 
 if __name__ == "__main__":

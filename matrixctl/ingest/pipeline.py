@@ -1,17 +1,22 @@
 """`ingest docs`: worker processes tokenize files; one ordered streaming writer builds the pack.
 
 - The inputs are listed in a fixed order (sources.py); `--shard I/N` keeps a stable subset.
-- With `--jobs 1` files are processed in this process; with N > 1, N forked worker processes
-  each take whole files (`Pool.apply_async`), at most 2N + 2 files in flight, and the writer
-  consumes the results strictly in input order. The output bytes therefore do not depend on
-  N or on which worker finishes first.
+- With `--jobs 1` files are processed in this process. With N > 1, N worker processes are
+  forked as soon as the symbol map is loaded; each builds its own automaton while this process
+  lists the inputs. The files are then handed out in work units: runs of consecutive files of
+  about the same number of bytes (`plan_units`), at most 2N + 2 units in flight, and the writer
+  consumes the results strictly in input order. The output bytes therefore do not depend on N,
+  on how the files are grouped into units, or on which worker finishes first.
 - A worker keeps a file's tokens in memory up to 1 Mi tokens / 64 Ki documents, then spills
   them to a temporary file in the pack's temporary folder, so memory does not grow with the
-  size of a file or of the corpus (a 5 GB text file streams through in 1 MiB pieces).
+  size of a file or of the corpus (a 5 GB text file streams through in 1 MiB pieces). Tokens
+  travel back already in the pack's dtype (uint16 when the map allows), and the writer appends
+  a unit's in-memory tokens with one write.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -34,6 +39,10 @@ INGEST_NO_INPUT = codes.define(
 )
 MEM_TOKENS = 1 << 20
 MEM_DOCS = 1 << 16
+UNIT_MAX_BYTES = 4 << 20  # a work unit: consecutive files up to this many bytes...
+UNIT_MIN_BYTES = 64 << 10
+UNIT_MAX_FILES = 256  # ...and at most this many files
+UNITS_PER_JOB = 32  # aim: this many units per worker, so the last ones end close together
 
 Tick = Callable[[int, int, int], None]  # files, bytes, tokens done so far
 
@@ -57,10 +66,12 @@ class FileResult:
 
 @dataclass
 class WorkerState:
-    tok: pi.Tokenizer
+    tok: pi.Tokenizer | None  # built in each worker when None (see _init_worker)
     eos_id: int | None
     opts: extract.Options
     spill_dir: str
+    smap: pi.SymbolMap | None = None
+    out_dtype: str = "<u4"  # the dtype in-memory tokens are returned in
 
 
 _STATE: WorkerState | None = None
@@ -69,8 +80,9 @@ _STATE: WorkerState | None = None
 class _Acc:
     """A file's tokens and records, in memory until they grow, then in spill files."""
 
-    def __init__(self, spill_dir: str, ordinal: int) -> None:
+    def __init__(self, spill_dir: str, ordinal: int, out_dtype: str = "<u4") -> None:
         self.spill_dir = spill_dir
+        self.out_dtype = out_dtype
         self.ordinal = ordinal
         self.parts: list[np.ndarray] = []
         self.n = 0
@@ -116,7 +128,7 @@ class _Acc:
                 self._spill_ids()
             result.spill_ids = self.ids_path
         elif self.parts:
-            result.ids = np.concatenate(self.parts).astype("<u4")
+            result.ids = np.concatenate(self.parts).astype(self.out_dtype)
         if self.recs_path is not None:
             if self.records:
                 self._spill_records()
@@ -153,6 +165,7 @@ def process_file(sf: SourceFile, state: WorkerState) -> FileResult:
     """Extract, tokenize and account one source file (runs in a worker)."""
     import numpy as np
 
+    assert state.tok is not None
     try:
         fp = open(sf.path, "rb")  # noqa: SIM115
     except OSError as exc:
@@ -176,7 +189,7 @@ def process_file(sf: SourceFile, state: WorkerState) -> FileResult:
                 )
             result.skip_reason = "binary"
             return result
-        acc = _Acc(state.spill_dir, sf.ordinal)
+        acc = _Acc(state.spill_dir, sf.ordinal, state.out_dtype)
         counters = extract.Counters()
         eos = None if state.eos_id is None else np.array([state.eos_id], dtype=np.int64)
         try:
@@ -210,15 +223,48 @@ def process_file(sf: SourceFile, state: WorkerState) -> FileResult:
 # Worker processes ---------------------------------------------------------------------------
 
 
+def plan_units(files: list[SourceFile], jobs: int) -> list[list[SourceFile]]:
+    """Consecutive runs of files of about equal size in bytes: the work units for N workers.
+
+    Small files are grouped (fewer, larger messages between processes), a file larger than a
+    unit is a unit alone, and the target size shrinks for small inputs so that every worker
+    gets many units and the workers finish close together.
+    """
+    total = sum(f.size for f in files)
+    target = min(UNIT_MAX_BYTES, max(UNIT_MIN_BYTES, total // max(1, jobs * UNITS_PER_JOB)))
+    units: list[list[SourceFile]] = []
+    unit: list[SourceFile] = []
+    size = 0
+    for sf in files:
+        if unit and (size + sf.size > target or len(unit) >= UNIT_MAX_FILES):
+            units.append(unit)
+            unit, size = [], 0
+        unit.append(sf)
+        size += sf.size
+    if unit:
+        units.append(unit)
+    return units
+
+
 def _init_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    state = _STATE
+    if state is not None and state.tok is None and state.smap is not None:
+        # Each worker builds its automaton, in parallel with the listing. A failure here
+        # would make the pool restart the worker forever: `_work` retries and reports it.
+        with contextlib.suppress(Exception):
+            state.tok = pi.Tokenizer(state.smap)
 
 
-def _work(sf: SourceFile) -> tuple[str, Any]:
+def _work(unit: list[SourceFile], spill_dir: str) -> tuple[str, Any]:
     assert _STATE is not None
+    _STATE.spill_dir = spill_dir
+    if _STATE.tok is None:
+        assert _STATE.smap is not None
+        _STATE.tok = pi.Tokenizer(_STATE.smap)
     try:
-        return "ok", process_file(sf, _STATE)
+        return "ok", [process_file(sf, _STATE) for sf in unit]
     except MatrixError as err:
         return "error", (
             type(err).__name__,
@@ -241,42 +287,62 @@ def _reraise(payload: tuple[Any, ...]) -> None:
     raise cls(code, message, path=path, offset=offset, field=fld, hint=hint)
 
 
-def ordered_results(files: list[SourceFile], state: WorkerState, jobs: int) -> Iterator[FileResult]:
-    """Each file's result, in input order, from `jobs` processes."""
-    global _STATE
-    if jobs <= 1 or len(files) <= 1:
-        for sf in files:
-            yield process_file(sf, state)
-        return
-    import multiprocessing
+class Workers:
+    """N forked worker processes, started before the inputs are listed (see module doc)."""
 
-    _STATE = state  # inherited by the forked workers
-    ctx = multiprocessing.get_context("fork")
-    pool = ctx.Pool(jobs, initializer=_init_worker)
-    ok = False
-    try:
+    def __init__(self, state: WorkerState, jobs: int) -> None:
+        import multiprocessing
+
+        global _STATE
+        self.jobs = jobs
+        _STATE = state  # inherited by the forked workers
+        try:
+            ctx = multiprocessing.get_context("fork")
+            self.pool = ctx.Pool(jobs, initializer=_init_worker)
+        finally:
+            _STATE = None
+        self.ok = False
+
+    def results(self, files: list[SourceFile], spill_dir: str) -> Iterator[FileResult]:
+        """Each file's result, in input order."""
         window: deque[Any] = deque()
-        pending = iter(files)
-        for sf in pending:
-            window.append(pool.apply_async(_work, (sf,)))
-            if len(window) >= 2 * jobs + 2:
+        pending = iter(plan_units(files, self.jobs))
+        for unit in pending:
+            window.append(self.pool.apply_async(_work, (unit, spill_dir)))
+            if len(window) >= 2 * self.jobs + 2:
                 break
         while window:
             status, payload = window.popleft().get()
             nxt = next(pending, None)
             if nxt is not None:
-                window.append(pool.apply_async(_work, (nxt,)))
+                window.append(self.pool.apply_async(_work, (nxt, spill_dir)))
             if status == "error":
                 _reraise(payload)
-            yield payload
-        ok = True
-    finally:
-        if ok:
-            pool.close()
+            yield from payload
+        self.ok = True
+
+    def close(self) -> None:
+        if self.ok:
+            self.pool.close()
         else:
-            pool.terminate()
-        pool.join()
-        _STATE = None
+            self.pool.terminate()
+        self.pool.join()
+
+
+def ordered_results(files: list[SourceFile], state: WorkerState, jobs: int) -> Iterator[FileResult]:
+    """Each file's result, in input order, from `jobs` processes."""
+    if jobs <= 1 or len(files) <= 1:
+        if state.tok is None:
+            assert state.smap is not None
+            state.tok = pi.Tokenizer(state.smap)
+        for sf in files:
+            yield process_file(sf, state)
+        return
+    workers = Workers(state, jobs)
+    try:
+        yield from workers.results(files, state.spill_dir)
+    finally:
+        workers.close()
 
 
 # The command --------------------------------------------------------------------------------
@@ -320,7 +386,6 @@ def ingest_docs(
     """Documents to a complete, verified-by-construction ingest pack. Returns a summary."""
     from matrixctl.formats import matrix_atom as ma
     from matrixctl.formats import svgt as svgt_fmt
-    from matrixctl.ingest.pack import PackBuilder, PackPlan
 
     if opts.jobs < 1:
         raise UsageError("--jobs must be at least 1")
@@ -346,6 +411,41 @@ def ingest_docs(
             "--svgt needs ids below 65536 (SVG-Tensor stores uint16) but the map's vocab_size "
             f"is {smap.vocab_size:,}"
         )
+    state = WorkerState(
+        None,
+        eos,
+        extract.Options(opts.text_field, opts.missing_field, opts.encoding_errors),
+        "",
+        smap,
+        "<u2" if dtype == "uint16" else "<u4",
+    )
+    # The workers start now and build their automata while this process lists the inputs.
+    workers = Workers(state, opts.jobs) if opts.jobs > 1 else None
+    try:
+        return _ingest(
+            srcs, out_dir, opts, shard, smap, map_raw, eos, dtype, grid, state, workers, tick
+        )
+    finally:
+        if workers is not None:
+            workers.close()
+
+
+def _ingest(
+    srcs: list[str],
+    out_dir: str,
+    opts: IngestOptions,
+    shard: tuple[int, int] | None,
+    smap: pi.SymbolMap,
+    map_raw: bytes,
+    eos: int | None,
+    dtype: str,
+    grid: tuple[int, int] | None,
+    state: WorkerState,
+    workers: Workers | None,
+    tick: Tick | None,
+) -> dict[str, Any]:
+    from matrixctl.ingest.pack import PackBuilder, PackPlan
+
     files, skipped = enumerate_sources(srcs, exclude=[out_dir])
     total = len(files)
     if shard is not None:
@@ -356,7 +456,6 @@ def ingest_docs(
             "no input files" + (f" in shard {shard[0]}/{shard[1]}" if shard else ""),
             path=", ".join(srcs),
         )
-    tok = pi.Tokenizer(smap)
     plan = PackPlan(
         atom_size=opts.atom_size,
         dtype=dtype,
@@ -371,13 +470,13 @@ def ingest_docs(
     started = time.monotonic()
     nbytes = ntokens = 0
     with PackBuilder(out_dir, plan) as pb:
-        state = WorkerState(
-            tok,
-            eos,
-            extract.Options(opts.text_field, opts.missing_field, opts.encoding_errors),
-            pb.spill_dir,
-        )
-        for n, res in enumerate(ordered_results(files, state, opts.jobs), 1):
+        state.spill_dir = pb.spill_dir
+        if workers is not None:
+            results = workers.results(files, pb.spill_dir)
+        else:
+            results = ordered_results(files, state, 1)
+        tokens = _TokenBuffer(pb)
+        for n, res in enumerate(results, 1):
             nbytes += res.source.size
             if res.skip_reason is not None:
                 pb.skipped.append(
@@ -389,9 +488,10 @@ def ingest_docs(
                 )
             else:
                 ntokens += res.tokens
-                _append(pb, res)
+                _append(pb, res, tokens)
             if tick:
                 tick(n, nbytes, ntokens)
+        tokens.flush()
         tail = {
             "sources": pb.sources,
             "skipped": [{"path": s.recorded, "reason": s.reason, "ordinal": None} for s in skipped]
@@ -423,7 +523,32 @@ def ingest_docs(
     }
 
 
-def _append(pb: Any, res: FileResult) -> None:
+class _TokenBuffer:
+    """In-memory token arrays of consecutive files, appended to the atoms in one write."""
+
+    LIMIT = 1 << 20
+
+    def __init__(self, pb: Any) -> None:
+        self.pb = pb
+        self.parts: list[np.ndarray] = []
+        self.n = 0
+
+    def add(self, ids: np.ndarray) -> None:
+        self.parts.append(ids)
+        self.n += ids.size
+        if self.n >= self.LIMIT:
+            self.flush()
+
+    def flush(self) -> None:
+        import numpy as np
+
+        if self.parts:
+            parts = self.parts
+            self.parts, self.n = [], 0
+            self.pb.add_tokens(parts[0] if len(parts) == 1 else np.concatenate(parts))
+
+
+def _append(pb: Any, res: FileResult, tokens: _TokenBuffer) -> None:
     import numpy as np
 
     index = len(pb.sources)
@@ -441,10 +566,11 @@ def _append(pb: Any, res: FileResult) -> None:
         }
     )
     if res.spill_ids is not None:
+        tokens.flush()
         pb.add_tokens_file(res.spill_ids)
         os.unlink(res.spill_ids)
     elif res.ids is not None:
-        pb.add_tokens(res.ids)
+        tokens.add(res.ids)
     if res.spill_records is not None:
         with open(res.spill_records, "rb") as fp:
             while True:

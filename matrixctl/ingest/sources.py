@@ -67,8 +67,8 @@ def enumerate_sources(
     skipped: list[Skipped] = []
     seen: set[str] = set()
 
-    def add(path: str, recorded: str, size: int, named: bool) -> None:
-        real = os.path.realpath(path)
+    def add(path: str, recorded: str, size: int, named: bool, real: str | None = None) -> None:
+        real = os.path.realpath(path) if real is None else real
         if real in seen:
             skipped.append(Skipped(_display(recorded), "duplicate of an earlier input"))
             return
@@ -90,13 +90,17 @@ def enumerate_sources(
         if not stat.S_ISDIR(st.st_mode):
             raise InputError(codes.IO_READ, "not a regular file or folder", path=src)
         base = src.rstrip("/") or "/"
+        # The walk neither follows nor takes symbolic links, so below the folder's own real
+        # path every file's real path is that path joined with its relative path.
+        real_src = os.path.realpath(src)
         for rel in _walk(src, excluded, skipped, base):
             full = os.path.join(src, rel)
             try:
                 size = os.lstat(full).st_size
             except OSError as exc:
                 raise from_os_error(exc, full) from None
-            add(full, f"{base}/{rel}" if base != "/" else f"/{rel}", size, False)
+            recorded = f"{base}/{rel}" if base != "/" else f"/{rel}"
+            add(full, recorded, size, False, os.path.join(real_src, rel))
     return files, skipped
 
 

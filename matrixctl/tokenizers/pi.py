@@ -29,6 +29,7 @@ import re
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from matrixctl import codes
@@ -784,6 +785,9 @@ def safe_cut(text: str) -> int:
     return 0
 
 
+_FIRST = itemgetter(0)  # the pattern index of an ahocorasick_rs match tuple
+
+
 class Tokenizer:
     """Encoder and decoder for one symbol map. Build once; encode many texts."""
 
@@ -834,7 +838,7 @@ class Tokenizer:
         import numpy as np
 
         matches = self._ac.find_matches_as_indexes(data)
-        return np.fromiter((m[0] for m in matches), dtype=np.int64, count=len(matches))
+        return np.fromiter(map(_FIRST, matches), dtype=np.int64, count=len(matches))
 
     def _ids_of(self, idx: np.ndarray) -> np.ndarray:
         ids = self._ids[idx]
