@@ -283,9 +283,182 @@ def html_text(text: str) -> str:
     marker text nodes around the ones that matter, and lexbor's own C walk joins the text;
     Python never visits the text nodes. The output is the same as `html_text_walk`'s (tests
     compare them on generated tag soup and the benchmark compares every corpus page).
+
+    A page whose parse tree would be hostile (more than MAX_TREE_TAGS tags, or elements nested
+    deeper than MAX_TREE_DEPTH, where lexbor's time grows with the square of the depth) is
+    read by `html_text_stream` instead: no tree, linear time, memory of the text.
     """
+    if tree_is_hostile(text):
+        return html_text_stream(text)
     fast = html_text_fast(text)
     return html_text_walk(text) if fast is None else fast
+
+
+# Guard against pages whose tree would exhaust time or memory. The largest page of the
+# benchmark corpus has 118,436 "<" and nests 17 elements deep.
+MAX_TREE_TAGS = 500_000  # "<" characters: ~160 MB of lexbor tree at most
+MAX_TREE_DEPTH = 4096  # nesting: lexbor parses 4,096 levels in milliseconds, 200,000 in minutes
+# Elements that never nest: void elements, and those whose end tag is optional (the parser
+# closes them itself), so a page need not close them.
+_FLAT_TAGS = frozenset(
+    [
+        *("area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta"),
+        *("param", "source", "track", "wbr", "keygen", "frame"),
+        *("p", "li", "dt", "dd", "tr", "td", "th", "option", "optgroup", "thead", "tbody"),
+        *("tfoot", "colgroup", "caption", "rb", "rt", "rtc", "rp", "html", "head", "body"),
+    ]
+)
+_NAME_BYTES = 8
+
+
+def _name_keys(names: list[str]) -> Any:
+    import numpy as np
+
+    rows = np.zeros((len(names), _NAME_BYTES), dtype=np.uint8)
+    for i, name in enumerate(names):
+        raw = name.encode("ascii")
+        rows[i, : len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    return rows.view("<u8").reshape(-1)
+
+
+def tree_is_hostile(text: str) -> bool:
+    """True when `text` has more than MAX_TREE_TAGS tags, or when its tags nest deeper than
+    MAX_TREE_DEPTH (counted over start and end tags, leaving out void elements and elements
+    whose end tag is optional; "<div/>" counts, as HTML nests it; an end tag never takes the
+    count below zero). Vectorized: milliseconds for a page of a hundred thousand tags; pages
+    with at most MAX_TREE_DEPTH "<" are not scanned."""
+    lt = text.count("<")
+    if lt > MAX_TREE_TAGS:
+        return True
+    if lt <= MAX_TREE_DEPTH:
+        return False
+    import numpy as np
+
+    raw = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    at = np.flatnonzero(raw == 0x3C)  # "<"
+    window = _NAME_BYTES + 2
+    index = at[:, None] + np.arange(1, window + 1)
+    grid = raw[np.minimum(index, raw.size - 1)]
+    grid[index >= raw.size] = 0
+    closing = grid[:, 0] == 0x2F  # "/"
+    names = np.where(closing[:, None], grid[:, 1:], grid[:, :-1])
+    lower = names | 0x20  # ASCII letters to lower case; digits keep their value
+    letter = (lower >= 0x61) & (lower <= 0x7A)
+    is_name = letter | ((names >= 0x30) & (names <= 0x39))
+    is_tag = letter[:, 0]
+    # Name length: the first byte that is not a letter or digit.
+    length = np.where(is_name.all(axis=1), window, np.argmin(is_name, axis=1))
+    keep = np.arange(_NAME_BYTES) < np.minimum(length, _NAME_BYTES)[:, None]
+    key = np.ascontiguousarray(np.where(keep, lower[:, :_NAME_BYTES], 0).astype(np.uint8))
+    flat = np.isin(key.view("<u8").reshape(-1), _name_keys(sorted(_FLAT_TAGS)))
+    flat &= length <= _NAME_BYTES
+    step = np.where(is_tag & ~flat, np.where(closing, -1, 1), 0)
+    level = np.concatenate([[0], np.cumsum(step, dtype=np.int64)])
+    depth = level - np.minimum.accumulate(level)  # the count, floored at zero at every step
+    return bool(depth.max() > MAX_TREE_DEPTH)
+
+
+class _StreamText:
+    """The extraction rules of `html_text_walk` over the standard library's event parser (no
+    tree): for pages `tree_is_hostile` turns away."""
+
+    def __init__(self) -> None:
+        from html.parser import HTMLParser
+
+        self.parts: list[str] = []
+        self.done: list[str] = []  # pieces already joined
+        self.skip = 0
+        self.pre = 0
+        self.pre_opened = False  # HTML drops one newline right after <pre>
+        outer = self
+
+        class Parser(HTMLParser):
+            def handle_starttag(self, tag: str, attrs: Any) -> None:
+                outer.start(tag, closed=False)
+
+            def handle_startendtag(self, tag: str, attrs: Any) -> None:
+                outer.start(tag, closed=True)
+
+            def handle_endtag(self, tag: str) -> None:
+                outer.end(tag)
+
+            def handle_data(self, data: str) -> None:
+                outer.data(data)
+
+            def handle_comment(self, data: str) -> None:
+                outer.pre_opened = False
+
+        self.parser = Parser(convert_charrefs=True)
+
+    def start(self, tag: str, *, closed: bool) -> None:
+        self.pre_opened = False
+        if tag in SKIP_TAGS:
+            if not closed and tag not in _FLAT_TAGS:
+                self.skip += 1
+            return
+        if self.skip:
+            return
+        if tag == "br":
+            self.parts.append(_NL)
+        elif tag in BLOCK_TAGS:
+            self.parts.append(_BLOCK)
+            if closed:
+                self.parts.append(_BLOCK)
+            elif tag == "pre":
+                self.pre += 1
+                self.pre_opened = True
+        elif tag in CELL_TAGS and closed:
+            self.parts.append(" ")
+
+    def end(self, tag: str) -> None:
+        self.pre_opened = False
+        if tag in SKIP_TAGS:
+            self.skip = max(0, self.skip - 1)
+            return
+        if self.skip:
+            return
+        if tag in BLOCK_TAGS:
+            self.parts.append(_BLOCK)
+            if tag == "pre":
+                self.pre = max(0, self.pre - 1)
+        elif tag in CELL_TAGS:
+            self.parts.append(" ")
+        elif tag == "br":
+            self.parts.append(_NL)
+
+    def data(self, value: str) -> None:
+        if self.skip or not value:
+            return
+        if self.pre_opened:
+            self.pre_opened = False
+            value = value[1:] if value.startswith("\n") else value
+            if not value:
+                return
+        if len(self.parts) >= 4096:  # keep memory that of the text, not of a list of pieces
+            self.done.append("".join(self.parts))
+            self.parts.clear()
+        if _PRIVATE.search(value):
+            value = _PRIVATE.sub("", value)
+        if self.pre:
+            self.parts.append(value.replace(" ", _SP).replace("\n", _NL).replace("\t", _TAB))
+        else:
+            self.parts.append(_HTML_WS.sub(" ", value))
+
+
+def html_text_stream(text: str) -> str:
+    """`html_text` without a tree, by the standard library's event parser: linear time and
+    memory for any nesting or tag count. Its text follows the same rules; on malformed markup
+    it can differ from lexbor's HTML5 tree (the parser does not repair mis-nested tags)."""
+    reader = _StreamText()
+    for start in range(0, len(text), PIECE):
+        reader.parser.feed(text[start : start + PIECE])
+    reader.parser.close()
+    out = "".join(reader.done) + "".join(reader.parts)
+    out = _SPACES.sub(" ", out)
+    out = _BLOCKS.sub("\n", out)
+    out = out.replace(_NL, "\n").replace(_SP, " ").replace(_TAB, "\t")
+    lines = [line.rstrip(" ") for line in out.split("\n")]
+    return "\n".join(lines).strip("\n")
 
 
 def _encode_pre(text: str) -> str:
