@@ -549,3 +549,67 @@ def test_blob_order_is_kept(tmp_path: Path) -> None:
     path.write_bytes(data)
     with Source.open(str(path)) as src:
         assert [i.name for i in zt.ZtSource(src).tensors()] == ["b", "i", "h"]
+
+
+# The writer's helper thread ------------------------------------------------------------------
+
+
+class _Recording(io.BytesIO):
+    """A file that records how many bytes had been written when each piece was asked for."""
+
+
+def test_background_writes_give_the_same_bytes_and_respect_piece_order() -> None:
+    """Pieces large enough for the helper thread (and sliced inside) give the same file as
+    small direct writes; with overlap_pieces=False every piece is in the file before the
+    stream is asked for the next one (what lets `convert` release a mapped piece's pages)."""
+    rng = np.random.default_rng(3)
+    big = rng.standard_normal(3 * zt.WRITE_SLICE // 4 + 17).astype(np.float32)
+    tensors = [("a", big), ("b", big[:1000].copy()), ("c", big[::-1].copy())]
+    plain = write(tensors)
+    old = zt.BACKGROUND_MIN
+    try:
+        zt.BACKGROUND_MIN = 1 << 62  # every write direct
+        assert write(tensors) == plain
+    finally:
+        zt.BACKGROUND_MIN = old
+    for overlap in (True, False):
+        fp = _Recording()
+        w = zt.ZtWriter(fp, overlap_pieces=overlap)
+        seen: list[tuple[int, int]] = []
+
+        def pieces(
+            arr: np.ndarray,
+            w: zt.ZtWriter = w,
+            fp: _Recording = fp,
+            seen: list[tuple[int, int]] = seen,
+        ):
+            raw = arr.tobytes()
+            step = len(raw) // 3 + 1
+            for i in range(0, len(raw), step):
+                if i:  # the stream resumed: the piece it gave last must be in the file
+                    seen.append((w.pos, len(fp.getbuffer())))
+                yield memoryview(raw)[i : i + step]
+
+        for name, arr in tensors:
+            w.add(name, arr.shape, "dense", [("data", "f32", arr.nbytes, pieces(arr))])
+        w.finish()
+        assert fp.getvalue() == plain
+        if not overlap:
+            assert seen and all(pos == written for pos, written in seen), seen
+
+
+def test_an_error_mid_tensor_waits_for_queued_writes() -> None:
+    """A stream that fails mid-tensor raises its own error after the queued writes finished
+    (none outlives the call), and the writer's thread is gone."""
+    big = np.zeros(2 * zt.WRITE_SLICE, dtype=np.uint8)
+
+    def failing():
+        yield big.data
+        raise RuntimeError("source went away")
+
+    fp = io.BytesIO()
+    w = zt.ZtWriter(fp)
+    with pytest.raises(RuntimeError, match="source went away"):
+        w.add("x", (4 * zt.WRITE_SLICE,), "dense", [("data", "u8", 4 * zt.WRITE_SLICE, failing())])
+    assert w._bg is None
+    assert len(fp.getvalue()) == w.pos

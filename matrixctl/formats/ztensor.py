@@ -23,6 +23,7 @@ and writes (`ZtWriter`, `ZtSink`). Judging a file is `matrixctl.validate.ztensor
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import struct
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from matrixctl import cbor, codes
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, UsageError
+from matrixctl.io import BackgroundWriter
 from matrixctl.tensors import (
     CHUNK_BYTES,
     DTYPES,
@@ -57,6 +59,8 @@ MAGIC = b"ZTEN1000"
 HEADER_SIZE = 8
 FOOTER_SIZE = 16  # manifest size (u64) + magic
 ALIGNMENT = 64
+BACKGROUND_MIN = 256 << 10  # pieces this large are written on a helper thread
+WRITE_SLICE = 1 << 20  # large raw pieces are digested and written in slices of this size
 MAX_MANIFEST = 1 << 30  # spec IV.1 step 4: abort above 1 GiB
 VERSION = "1.1.0"
 SUPPORTED_MAJOR = 1
@@ -884,7 +888,11 @@ class ZtWriter:
         digest: str | None = DEFAULT_DIGEST,
         level: int | None = None,
         attributes: Mapping[str, Any] | None = None,
+        overlap_pieces: bool = True,
     ) -> None:
+        """`overlap_pieces=False`: every piece is written before the next one is asked for, so
+        a stream over a mapped input may release a piece's pages as soon as it yields the next
+        (`convert` does); slices inside a piece still overlap."""
         if digest is not None and digest not in DIGESTS:
             raise UsageError(f"--digest must be one of {', '.join(DIGESTS)} or none")
         self.fp = fp
@@ -892,12 +900,36 @@ class ZtWriter:
         self.level = level
         self.attributes = dict(attributes or {})
         self.objects: dict[str, dict[str, Any]] = {}
+        self.overlap_pieces = overlap_pieces
         self.pos = 0
+        # Raw components are written on a helper thread while the next slice is digested (both
+        # release the GIL). Pieces are views of mapped inputs or fresh arrays, which stay
+        # unchanged until written, as BackgroundWriter requires; `add` waits for the thread
+        # before it returns an error, so no write outlives the call that queued it.
+        self._bg: BackgroundWriter | None = None
         self._write(MAGIC)
 
     def _write(self, data: Any) -> None:
-        self.fp.write(data)
-        self.pos += len(data) if isinstance(data, bytes) else memoryview(data).nbytes
+        n = len(data) if isinstance(data, bytes) else memoryview(data).nbytes
+        if n >= BACKGROUND_MIN:
+            if self._bg is None:
+                self._bg = BackgroundWriter(self.fp)
+            self._bg.write(data)
+        elif self._bg is not None:
+            self._bg.write(data)
+        else:
+            self.fp.write(data)
+        self.pos += n
+
+    def _drain(self) -> None:
+        if self._bg is not None:
+            bg, self._bg = self._bg, None
+            bg.close()
+
+    def _abort(self) -> None:
+        """Wait for queued writes after an error, keeping the error that stopped us."""
+        with contextlib.suppress(BaseException):
+            self._drain()
 
     def _align(self) -> None:
         pad = (-self.pos) % ALIGNMENT
@@ -919,10 +951,16 @@ class ZtWriter:
         if layout not in LAYOUTS:
             raise FormatError(ZT_WRITE, f"{name}: unknown layout {layout!r}", field=name)
         components: dict[str, dict[str, Any]] = {}
-        for role, dtype, nbytes, stream in parts:
-            if dtype not in DTYPES:
-                raise FormatError(ZT_WRITE, f"{name}/{role}: unknown dtype {dtype!r}", field=name)
-            components[role] = self._component(f"{name}/{role}", dtype, nbytes, stream)
+        try:
+            for role, dtype, nbytes, stream in parts:
+                if dtype not in DTYPES:
+                    raise FormatError(
+                        ZT_WRITE, f"{name}/{role}: unknown dtype {dtype!r}", field=name
+                    )
+                components[role] = self._component(f"{name}/{role}", dtype, nbytes, stream)
+        except BaseException:
+            self._abort()
+            raise
         obj: dict[str, Any] = {"shape": list(shape), "format": layout, "components": components}
         if attributes:
             obj["attributes"] = dict(attributes)
@@ -937,14 +975,20 @@ class ZtWriter:
         got = 0
         if self.level is None:
             for piece in stream:
-                if digester is not None:
-                    digester.update(piece)
-                got += memoryview(piece).nbytes
-                self._write(piece)
+                view = memoryview(piece).cast("B")
+                got += view.nbytes
+                for start in range(0, view.nbytes, WRITE_SLICE):
+                    part = view[start : start + WRITE_SLICE]
+                    if digester is not None:
+                        digester.update(part)
+                    self._write(part)
+                if not self.overlap_pieces and self._bg is not None:
+                    self._bg.drain()
             length = self.pos - offset
         else:
             import zstandard
 
+            self._drain()
             sink = _Counting(self.fp, digester)
             cctx = zstandard.ZstdCompressor(
                 level=self.level, write_content_size=True, write_checksum=True, threads=0
@@ -979,9 +1023,12 @@ class ZtWriter:
     def finish(self) -> int:
         """Write the manifest, its size and the footer magic; return the file size."""
         raw = cbor.dumps(self.manifest())
-        self._write(raw)
-        self._write(struct.pack("<Q", len(raw)))
-        self._write(MAGIC)
+        try:
+            self._write(raw)
+            self._write(struct.pack("<Q", len(raw)))
+            self._write(MAGIC)
+        finally:
+            self._drain()
         return self.pos
 
 
@@ -1033,7 +1080,10 @@ class ZtSink(TensorSink):
                 f"dtype {', '.join(foreign)} is valid zTensor v1.1 but ztensor 1.1.1 cannot "
                 "open files that use it"
             )
-        self.writer = ZtWriter(out.main, digest=digest, level=level, attributes=attributes)
+        # The source's pages are released as it streams: each piece is written before the next.
+        self.writer = ZtWriter(
+            out.main, digest=digest, level=level, attributes=attributes, overlap_pieces=False
+        )
         self.count = 0
 
     def add(self, info: TensorInfo, parts: PartStreams) -> None:
