@@ -17,6 +17,7 @@ from matrixctl.errors import FormatError, UsageError
 from matrixctl.formats import matrix_atom as ma
 from matrixctl.validate.engine import examine
 from tests import golden_bytes as gb
+from tests.conftest import run_cli
 
 
 def codes_of(report) -> set[str]:
@@ -275,6 +276,24 @@ def test_inspect_does_not_scan_the_payload(tmp_path: Path) -> None:
 
 
 # Hostile and damaged files -----------------------------------------------------------------
+
+
+def test_inspect_preview_stays_inside_the_file_when_fields_disagree(tmp_path: Path) -> None:
+    """Found by fuzzing: an atom_size far above token_count made the preview read past the
+    end of the file (an internal error); the preview now stops at the tokens and the bytes
+    there are, and the disagreement is a finding."""
+    path = tmp_path / "f.bin"
+    path.write_bytes(patch(gb.MATRIX_ATOM, 0x14, "<I", 0x10010))
+    report, desc = examine(str(path), scan=False, describe=True)
+    assert not report.ok()
+    assert desc is not None
+    token_count = struct.unpack_from("<Q", gb.MATRIX_ATOM, 0x20)[0]
+    for row in desc.get("preview", []):
+        assert row["tokens"].startswith("5 17 99 0")
+        assert len(row["tokens"].removesuffix(" ...").split()) <= token_count
+    run = run_cli("inspect", str(path))
+    assert run.code == 1, run.stderr
+    assert "internal error" not in run.stderr and "Traceback" not in run.stderr
 
 
 def test_truncation_at_every_length_is_reported(tmp_path: Path) -> None:

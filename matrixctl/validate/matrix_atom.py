@@ -135,6 +135,11 @@ def preview(s: AtomSubject) -> list[dict[str, Any]]:
     for atom in range(min(PREVIEW_ATOMS, h.atom_count)):
         n = min(PREVIEW_TOKENS, h.atom_size)
         off = h.data_offset + atom * h.atom_size * (h.itemsize or 0)
+        # Header fields can disagree (atom_size x atom_count != token_count is its own
+        # finding): show only ids that are inside both the token count and the file.
+        n = min(n, h.token_count - atom * h.atom_size, (s.src.size - off) // (h.itemsize or 1))
+        if n <= 0:
+            break
         ids = struct.unpack_from(f"<{n}{code}", s.src.buf, off)
         more = " ..." if n < h.atom_size else ""
         rows.append({"atom": atom, "tokens": " ".join(map(str, ids)) + more})
