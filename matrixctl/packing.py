@@ -39,7 +39,8 @@ class TokenInput:
 
     kind: str  # "token-stream" or "text"
     vocab_size: int | None
-    chunks: Iterator[tuple[np.ndarray, int | None]]  # ids, and their max when already known
+    # ids, their max and the CRC-32 of their bytes when already known
+    chunks: Iterator[tuple[np.ndarray, int | None, int | None]]
     docs: list[int]  # running count of documents (DOC frames), filled while reading
 
 
@@ -69,15 +70,16 @@ def read_token_input(fp: Any) -> TokenInput:
         header = ts.StreamHeader.parse(head + rest)
         docs = [0]
 
-        def stream_chunks() -> Iterator[tuple[np.ndarray, int | None]]:
+        def stream_chunks() -> Iterator[tuple[np.ndarray, int | None, int | None]]:
             for event in ts.iter_events(fp, header):
                 if event.kind == ts.KIND_TOKENS:
-                    yield event.tokens, event.max_id
+                    yield event.tokens, event.max_id, event.crc
                 elif event.kind == ts.KIND_DOC:
                     docs[0] += 1
 
         return TokenInput("token-stream", header.vocab_size or None, stream_chunks(), docs)
-    return TokenInput("text", None, ((ids, None) for ids in ts.iter_text_ids(fp, head)), [0])
+    text_ids = ((ids, None, None) for ids in ts.iter_text_ids(fp, head))
+    return TokenInput("text", None, text_ids, [0])
 
 
 def pack_atoms(
@@ -108,8 +110,8 @@ def pack_atoms(
                 out, atom_size=atom_size, dtype=dtype, vocab_size=vocab, pad_id=pad_id
             )
             try:
-                for chunk, max_id in tokens.chunks:
-                    writer.write(chunk, max_id)
+                for chunk, max_id, crc in tokens.chunks:
+                    writer.write(chunk, max_id, crc=crc)
                 header = writer.finish()
             except FormatError as err:
                 raise err.with_path("<stdin>" if input_path == STDIO else input_path) from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +64,12 @@ def test_short_reads_give_the_same_frames() -> None:
     for seed in range(20):
         fp = ShortReader(gb.TOKEN_STREAM, seed)
         got = read_token_input(fp)
-        assert [c.tolist() for c, _ in got.chunks] == [[5, 17, 99], [0, 42]]
+        chunks = list(got.chunks)
+        assert [c.tolist() for c, _, _ in chunks] == [[5, 17, 99], [0, 42]]
+        # Each frame's CRC of its ids alone, which pack atoms combines instead of re-reading.
+        assert [crc for _, _, crc in chunks] == [
+            zlib.crc32(np.array(ids, "<u2").tobytes()) for ids in ([5, 17, 99], [0, 42])
+        ]
         assert got.vocab_size == 100 and got.docs == [2]
 
 
@@ -88,6 +94,37 @@ def test_round_trip_property(docs: list[list[int]], dtype: str) -> None:
     assert [rest[0] for kind, *rest in got if kind == "doc"] == [
         f"doc{i}" for i in range(len(docs))
     ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    docs=st.lists(st.lists(st.integers(0, 70000), max_size=40), max_size=6),
+    dtype=st.sampled_from(["uint16", "uint32"]),
+    atom_dtype=st.sampled_from(["auto", "uint32"]),
+)
+def test_pack_atoms_payload_crc_combined_from_frames(
+    tmp_path_factory: pytest.TempPathFactory, docs: list[list[int]], dtype: str, atom_dtype: str
+) -> None:
+    """pack atoms re-uses the stream's per-frame CRCs (crc32_combine) when the ids are written
+    unchanged, and computes them when they are converted; either way the header's
+    payload_crc32 is the CRC-32 of the payload bytes, computed here by zlib."""
+    from matrixctl.formats import matrix_atom as ma
+    from matrixctl.packing import pack_atoms
+
+    limit = 1 << 16 if dtype == "uint16" else 1 << 32
+    docs = [[i % limit for i in d] for d in docs]
+    tmp = tmp_path_factory.mktemp("crc")
+    src, dst = tmp / "t.mxt", tmp / "a.bin"
+    with open(src, "wb") as fp:
+        w = ts.TokenStreamWriter(fp, dtype=dtype)
+        for d in docs:
+            w.write(np.array(d, dtype=np.int64))  # odd counts: frames with padding
+            w.end_document()
+        w.close()
+    pack_atoms(str(src), str(dst), atom_size=3, dtype=atom_dtype)
+    data = dst.read_bytes()
+    header = ma.AtomHeader.parse(data[: ma.HEADER_SIZE])
+    assert header.payload_crc32 == zlib.crc32(data[ma.HEADER_SIZE :])
 
 
 def test_a_stream_cut_anywhere_is_rejected() -> None:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl import codes
 from matrixctl.codes import Severity
-from matrixctl.crc import crc32
+from matrixctl.crc import crc32, crc32_combine
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.io import BackgroundWriter
 
@@ -310,10 +310,12 @@ class AtomWriter:
     def _np_dtype(self) -> str:
         return DTYPES[DTYPE_IDS[self.dtype]][1]
 
-    def write(self, ids: np.ndarray, max_id: int | None = None) -> None:
+    def write(self, ids: np.ndarray, max_id: int | None = None, *, crc: int | None = None) -> None:
         """Append ids (any integer dtype). Raises FormatError naming the first bad token.
 
-        `max_id` may pass the chunk's largest id when the caller has computed it already.
+        `max_id` may pass the chunk's largest id, and `crc` the CRC-32 of `ids`' bytes, when
+        the caller has computed them already (the token stream reader has: its frame CRCs);
+        the CRC is used only when the ids are written as they are, without a conversion.
         """
         import numpy as np
 
@@ -342,9 +344,13 @@ class AtomWriter:
                     code=ATOM_ID_OVERFLOW,
                 )
             self._widen()
-        out = ids if ids.dtype == np.dtype(self._np_dtype) else ids.astype(self._np_dtype)
+        same = ids.dtype == np.dtype(self._np_dtype)
+        out = ids if same else ids.astype(self._np_dtype)
         data = out.data.cast("B")
-        self.crc = crc32(data, self.crc)
+        if same and crc is not None:
+            self.crc = crc32_combine(self.crc, crc, len(data))
+        else:
+            self.crc = crc32(data, self.crc)
         self._write(data)
         self.tokens += ids.size
         self.max_id = max(self.max_id, hi)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl import codes
-from matrixctl.crc import crc32
+from matrixctl.crc import crc32, crc32_combine
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.io import Readable, Releaser, read_exact
 
@@ -164,6 +164,7 @@ class Event:
     label: str | None = None
     end: EndInfo | None = None
     max_id: int = -1  # TOKENS: the largest id in the frame (already checked against vocab)
+    crc: int | None = None  # TOKENS: CRC-32 of the ids' bytes alone (what a writer re-uses)
 
 
 class TokenStreamWriter:
@@ -298,8 +299,11 @@ def iter_events(fp: Readable, header: StreamHeader, *, start: int = HEADER_SIZE)
                     offset=body + bad * itemsize,
                     field=f"token[{tokens + bad}]",
                 )
-            crc = crc32(data, crc)
-            yield Event(KIND_TOKENS, pos, tokens=ids, max_id=hi)
+            ids_crc = crc32(memoryview(data)[:nbytes])
+            crc = crc32_combine(crc, ids_crc, nbytes)
+            if len(data) > nbytes:
+                crc = crc32(memoryview(data)[nbytes:], crc)
+            yield Event(KIND_TOKENS, pos, tokens=ids, max_id=hi, crc=ids_crc)
             tokens += count
             pos = body + nbytes + _pad(nbytes)
         elif kind == KIND_DOC:

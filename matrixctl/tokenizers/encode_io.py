@@ -86,7 +86,7 @@ def decode_file(input_path: str, output: str, *, symbols: str | None, errors: st
 
 def _decode_to(out: Any, chunks: Any, dec: pi.StreamDecoder, name: str) -> None:
     try:
-        for chunk, _max_id in chunks:
+        for chunk, _max_id, _crc in chunks:
             text = dec.feed(chunk)
             if text:
                 out.write(text.encode("utf-8", "surrogatepass"))
