@@ -361,24 +361,67 @@ def refuse_binary_to_terminal(path: str, what: str = "binary output") -> None:
         )
 
 
+def sibling_temp_name(dest: str) -> str:
+    """A fresh hidden name beside `dest` (`.NAME.XXXXXXXXXXXX.tmp`) for a temporary file or
+    folder. Callers record the name *before* creating it, so an interruption at any point
+    (a signal handled right after the creating call) can still remove what was created."""
+    folder = os.path.dirname(os.path.abspath(dest))
+    base = os.path.basename(os.path.abspath(dest))
+    return os.path.join(folder, f".{base}.{os.urandom(6).hex()}.tmp")
+
+
+def make_temp_dir(dest: str, holder: list[str]) -> str:
+    """Create a temporary folder beside `dest`; its name is appended to `holder` before it is
+    created, so the caller's cleanup (over `holder`) covers an interruption inside this call."""
+    for _ in range(16):
+        name = sibling_temp_name(dest)
+        holder.append(name)
+        try:
+            os.mkdir(name, 0o700)
+        except FileExistsError:
+            holder.remove(name)
+            continue
+        except OSError as exc:
+            holder.remove(name)
+            raise from_os_error(exc, dest, writing=True) from None
+        return name
+    raise OutputError(codes.IO_WRITE, "no free temporary name beside the output", path=dest)
+
+
 class AtomicFile:
-    """A temporary file beside the destination that becomes the destination on `commit`."""
+    """A temporary file beside the destination that becomes the destination on `commit`.
+
+    Constructing it creates nothing; `create` makes the file. `atomic_output` calls `create`
+    inside the block that discards on failure, so no signal can leave a temporary file behind.
+    """
 
     def __init__(self, dest: str) -> None:
         self.dest = dest
-        folder = os.path.dirname(os.path.abspath(dest))
         if os.path.isdir(dest):
             raise OutputError(codes.OUT_EXISTS_DIR, "output path is a folder", path=dest)
-        try:
-            fd, self.tmp = tempfile.mkstemp(
-                prefix=f".{os.path.basename(dest)}.", suffix=".tmp", dir=folder
-            )
-        except OSError as exc:
-            raise from_os_error(exc, dest, writing=True) from None
-        self.fp: BinaryIO = os.fdopen(fd, "w+b")
+        self.tmp: str | None = None
+        self.fp: BinaryIO | None = None
         self._done = False
 
+    def create(self) -> BinaryIO:
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        for _ in range(16):
+            self.tmp = sibling_temp_name(self.dest)  # recorded before the file exists
+            try:
+                fd = os.open(self.tmp, flags, 0o600)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                self.tmp = None
+                raise from_os_error(exc, self.dest, writing=True) from None
+            self.fp = os.fdopen(fd, "w+b")
+            return self.fp
+        raise OutputError(
+            codes.IO_WRITE, "no free temporary name beside the output", path=self.dest
+        )
+
     def commit(self) -> None:
+        assert self.fp is not None and self.tmp is not None
         try:
             self.fp.flush()
             if durable():
@@ -399,10 +442,12 @@ class AtomicFile:
         if self._done:
             return
         self._done = True
-        with contextlib.suppress(OSError):
-            self.fp.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.tmp)
+        if self.fp is not None:
+            with contextlib.suppress(OSError):
+                self.fp.close()
+        if self.tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.tmp)
 
 
 def durable() -> bool:
@@ -445,7 +490,7 @@ def atomic_output(path: str, *, what: str = "binary output") -> Iterator[BinaryI
         return
     target = AtomicFile(path)
     try:
-        yield target.fp
+        yield target.create()
     except BaseException:
         target.discard()
         raise

@@ -160,3 +160,37 @@ def test_output_path_equal_to_input_path_is_safe(tmp_path: Path) -> None:
         fp.write(bytes(src.buf[: len(gb.MATRIX_ATOM)]) + b"")
         assert path.read_bytes() == gb.MATRIX_ATOM  # untouched until commit
     assert path.read_bytes() == gb.MATRIX_ATOM
+
+
+def test_a_signal_right_after_the_temporary_is_created_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The temporary's name is recorded before it is created, so an interruption handled just
+    after the creating call (found under load: `ingest docs` left `.pack.XXXX.tmp` behind when
+    SIGTERM came right after mkdtemp) still removes it."""
+    import matrixctl.io as mio
+
+    real_fdopen = os.fdopen
+
+    def interrupted_fdopen(fd: int, *args: object, **kwargs: object) -> object:
+        os.close(fd)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mio.os, "fdopen", interrupted_fdopen)
+    with pytest.raises(KeyboardInterrupt), atomic_output(str(tmp_path / "out.bin")):
+        pass
+    assert os.listdir(tmp_path) == []
+    monkeypatch.setattr(mio.os, "fdopen", real_fdopen)
+
+    real_mkdir = os.mkdir
+
+    def interrupted_mkdir(path: str, mode: int = 0o777) -> None:
+        real_mkdir(path, mode)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mio.os, "mkdir", interrupted_mkdir)
+    made: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        mio.make_temp_dir(str(tmp_path / "pack"), made)
+    assert len(made) == 1 and os.path.isdir(made[0])  # the caller can remove it: it has the name
+    assert os.path.basename(made[0]).startswith(".pack.") and made[0].endswith(".tmp")

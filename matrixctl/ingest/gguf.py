@@ -458,22 +458,21 @@ def check_destination(dest: str) -> None:
 @contextlib.contextmanager
 def building(dest: str) -> Iterator[str]:
     """A temporary sibling folder; removed on any failure (Ctrl-C included)."""
-    parent = os.path.dirname(os.path.abspath(dest))
-    name = os.path.basename(os.path.abspath(dest))
-    try:
-        tmp = tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent)
-    except OSError as exc:
-        raise from_os_error(exc, dest, writing=True) from None
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)
+    from matrixctl.io import make_temp_dir
+
+    made: list[str] = []  # the folder's name, recorded before it exists
     done = False
     try:
+        tmp = make_temp_dir(dest, made)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)
         yield tmp
         done = True
     finally:
         if not done:
-            shutil.rmtree(tmp, ignore_errors=True)
+            for path in made:
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def put_in_place(tmp: str, dest: str) -> None:

@@ -27,6 +27,7 @@ from matrixctl.formats import doc_index as di
 from matrixctl.formats import ingest_pack as ip
 from matrixctl.formats import matrix_atom as ma
 from matrixctl.formats import svgt
+from matrixctl.io import make_temp_dir
 
 if TYPE_CHECKING:
     import numpy as np
@@ -111,32 +112,44 @@ class PackBuilder:
         check_destination(dest)
         self.dest = dest
         self.plan = plan
-        parent = os.path.dirname(os.path.abspath(dest))
-        name = os.path.basename(os.path.abspath(dest))
-        try:
-            self.tmp = tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent)
-        except OSError as exc:
-            raise from_os_error(exc, dest, writing=True) from None
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(self.tmp, 0o777 & ~umask)
-        self.spill_dir = os.path.join(self.tmp, ".spill")
-        os.mkdir(self.spill_dir)
-        flags = ma.FLAG_INDEX | (ma.FLAG_SVG_TENSOR if plan.grid else 0)
-        self._atoms_fp = open(os.path.join(self.tmp, ip.ATOMS), "w+b")  # noqa: SIM115
-        self.atoms = ma.AtomWriter(
-            self._atoms_fp,
-            atom_size=plan.atom_size,
-            dtype=plan.dtype,
-            vocab_size=plan.vocab_size,
-            pad_id=plan.pad_id,
-            flags=flags,
-        )
-        self._index_fp = open(os.path.join(self.tmp, ip.DOC_INDEX), "w+b")  # noqa: SIM115
-        self.index = di.IndexWriter(self._index_fp, eos_id=plan.eos_id)
         self.sources: list[dict[str, Any]] = []
         self.skipped: list[dict[str, Any]] = []
         self.done = False
+        self._made: list[str] = []  # the temporary folder, recorded before it exists
+
+    def _create(self) -> None:
+        """Make the temporary folder and open its files. Called by `__enter__`; a failure or a
+        signal anywhere in here removes what was made (the `with` block is not entered yet)."""
+        plan = self.plan
+        opened: list[Any] = []
+        try:
+            self.tmp = make_temp_dir(self.dest, self._made)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(self.tmp, 0o777 & ~umask)
+            self.spill_dir = os.path.join(self.tmp, ".spill")
+            os.mkdir(self.spill_dir)
+            flags = ma.FLAG_INDEX | (ma.FLAG_SVG_TENSOR if plan.grid else 0)
+            self._atoms_fp = open(os.path.join(self.tmp, ip.ATOMS), "w+b")  # noqa: SIM115
+            opened.append(self._atoms_fp)
+            self.atoms = ma.AtomWriter(
+                self._atoms_fp,
+                atom_size=plan.atom_size,
+                dtype=plan.dtype,
+                vocab_size=plan.vocab_size,
+                pad_id=plan.pad_id,
+                flags=flags,
+            )
+            self._index_fp = open(os.path.join(self.tmp, ip.DOC_INDEX), "w+b")  # noqa: SIM115
+            opened.append(self._index_fp)
+            self.index = di.IndexWriter(self._index_fp, eos_id=plan.eos_id)
+        except BaseException:
+            for fp in opened:
+                with contextlib.suppress(OSError):
+                    fp.close()
+            for made in self._made:
+                shutil.rmtree(made, ignore_errors=True)
+            raise
 
     # Streaming ----------------------------------------------------------------------------
 
@@ -259,6 +272,7 @@ class PackBuilder:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def __enter__(self) -> PackBuilder:
+        self._create()
         return self
 
     def __exit__(self, *exc: object) -> None:
