@@ -1,4 +1,4 @@
-"""Shared test helpers: run the CLI in-process or as a subprocess, paths to shared fixtures."""
+"""Shared test helpers: run the CLI in-process or as a subprocess, paths to the bundled fixtures."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-FIXTURES = SHARED / "fixtures"
+# Everything the tests read is in the repository (fixtures/README.md says where it came from).
+FIXTURES = ROOT / "fixtures"
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
 

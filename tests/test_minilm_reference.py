@@ -2,7 +2,7 @@
 
 This pins the reference implementation the weight-container tests rely on: with the weights
 straight from the model's own safetensors file, it must match
-shared/fixtures/minilm/reference_embeddings.json to 1e-5.
+fixtures/minilm/reference_embeddings.json to 1e-5.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Recipe (docs/formats/pi-symbol-map.md, "The bundled default map"):
 - ids 0 = unk and pad, 1 = end of document (eos), 2..257 = the 256 byte-fallback tokens;
 - then, from id 258, every token of the GPT-2 vocabulary (OpenAI's GPT-2 tokenizer, released
   under a modified MIT license; read from the llama.cpp vocabulary-only test file
-  ggml-vocab-gpt-2.gguf in shared/fixtures) that decodes to valid UTF-8 and is unchanged by
+  ggml-vocab-gpt-2.gguf in fixtures/gguf) that decodes to valid UTF-8 and is unchanged by
   NFKC, in GPT-2 id order (so frequent pieces such as " the", "ing", "\n\n" come first);
 - then single characters of other scripts, so they cost one token instead of two or three
   bytes: whole Unicode blocks for alphabets (Latin-1 and Latin Extended, Greek, Cyrillic,
@@ -30,7 +30,7 @@ import unicodedata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_GGUF = ROOT.parent / "shared" / "fixtures" / "gguf" / "ggml-vocab-gpt-2.gguf"
+DEFAULT_GGUF = ROOT / "fixtures" / "gguf" / "ggml-vocab-gpt-2.gguf"
 DEFAULT_OUT = ROOT / "matrixctl" / "data" / "pi_symbol_map.json"
 UNICODE_VERSION = "14.0.0"
 VOCAB_LIMIT = 1 << 16

@@ -56,14 +56,12 @@ matrixctl verify "$out/minilm.weights"
 matrixctl convert "$out/minilm.weights" "$out/minilm.stb" --per-file 16
 matrixctl verify "$out/minilm.stb.json"
 
-gguf=../shared/fixtures/gguf/ggml-vocab-llama-spm.gguf
-if [ -f "$gguf" ]; then
-  say "ingest a GGUF vocabulary (llama SentencePiece): symbol map in GGUF order, manifest"
-  matrixctl inspect "$gguf"
-  matrixctl ingest gguf "$gguf" -o "$out/llama-spm"
-  matrixctl verify "$out/llama-spm"
-  say "tokenize English with it: whole words, not bytes"
-  echo "The quick brown dog is in the house." \
-    | matrixctl tokenize pi encode -s "$out/llama-spm/pi_symbol_map.json" \
-    | matrixctl tokenize pi decode -s "$out/llama-spm/pi_symbol_map.json"
-fi
+gguf=fixtures/gguf/ggml-vocab-llama-spm.gguf
+say "ingest a GGUF vocabulary (llama SentencePiece): symbol map in GGUF order, manifest"
+matrixctl inspect "$gguf"
+matrixctl ingest gguf "$gguf" -o "$out/llama-spm"
+matrixctl verify "$out/llama-spm"
+say "tokenize English with it: whole words, not bytes"
+echo "The quick brown dog is in the house." \
+  | matrixctl tokenize pi encode -s "$out/llama-spm/pi_symbol_map.json" \
+  | matrixctl tokenize pi decode -s "$out/llama-spm/pi_symbol_map.json"
