@@ -39,29 +39,51 @@ def encode(
     symbols: SymbolsOption = None,
     output: Annotated[
         str,
-        typer.Option("-o", "--output", help="Token stream output; - is stdout (not a terminal)."),
+        typer.Option(
+            "-o",
+            "--output",
+            help="Output; - is stdout (a binary token stream is refused on a terminal).",
+        ),
     ] = "-",
+    ids: Annotated[
+        bool,
+        typer.Option(
+            "--ids",
+            help="Write the ids as text instead of a token stream: decimal, space-separated, "
+            "one line per document (the whole input is one document); `decode` and `pack "
+            "atoms` read it back.",
+        ),
+    ] = False,
     label: Annotated[
         str | None,
         typer.Option("--label", help="Label of the document frame. Default: the input path."),
     ] = None,
-    json_out: JsonOption = False,
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON document on stdout: the summary (map hash, counts) and, when "
+            "the output is stdout, the ids themselves (`ids`, last).",
+        ),
+    ] = False,
     quiet: QuietOption = False,
 ) -> None:
-    """Encode UTF-8 text into a token stream (`MXTOKENS`) that `pack atoms` reads.
+    """Encode UTF-8 text into a token stream (`MXTOKENS`) that `pack atoms` reads, or into ids
+    a person can read (--ids, --json).
 
     Streams: memory stays flat whatever the input size. The text is normalized with the
     map's normalization, then matched greedily (leftmost-longest) against the symbols;
     characters no symbol covers become byte tokens (byte fallback) or unk_id. The whole
     input is one document, closed by a DOC frame labelled with --label or the input path.
     """
-    from matrixctl.errors import UsageError
     from matrixctl.io import STDIO
     from matrixctl.tokenizers.encode_io import encode_file
 
-    if json_out and output == STDIO:
-        raise UsageError("--json needs stdout, so the output cannot be - as well; use -o FILE")
-    summary = encode_file(input_path, output, symbols=symbols, label=label)
+    in_json = json_out and output == STDIO  # stdout carries one document: the ids go in it
+    form = "json" if in_json else "text" if ids else "stream"
+    summary = encode_file(input_path, output, symbols=symbols, label=label, form=form)
+    if in_json:
+        return
     if json_out:
         emit_json(summary)
     else:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
-from typing import Any
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, BinaryIO
 
 from matrixctl.errors import FormatError, from_os_error
 from matrixctl.io import STDIO, atomic_output, display_name, open_input_stream
@@ -19,15 +24,24 @@ def load_tokenizer(symbols: str | None) -> tuple[pi.SymbolMap, bytes, pi.Tokeniz
 
 
 def encode_file(
-    input_path: str, output: str, *, symbols: str | None, label: str | None = None
+    input_path: str,
+    output: str,
+    *,
+    symbols: str | None,
+    label: str | None = None,
+    form: str = "stream",
 ) -> dict[str, Any]:
-    """Stream UTF-8 text into a token stream with one document. Returns a summary."""
-    from matrixctl.formats.token_stream import TokenStreamWriter
+    """Stream UTF-8 text into token ids of one document. Returns a summary.
 
+    `form` is `stream` (a token stream, binary), `text` (the ids as one line of
+    whitespace-separated decimals, which `decode` and `pack atoms` read) or `json` (one JSON
+    document on `output`: the summary with the ids last). Memory stays flat in every form: text
+    and JSON are spooled to a temporary file and appear only once the whole input is encoded.
+    """
     smap, _, tok = load_tokenizer(symbols)
     name = display_name(input_path)
     nbytes = 0
-    with open_input_stream(input_path) as raw, atomic_output(output, what="a token stream") as out:
+    with open_input_stream(input_path) as raw, _output(output, form) as out:
 
         class Counting:
             def read(self, n: int = -1) -> bytes:
@@ -39,25 +53,114 @@ def encode_file(
                 nbytes += len(data)
                 return data
 
-        writer = TokenStreamWriter(out, dtype=tok.dtype, vocab_size=smap.vocab_size)
+        sink: _IdSink = (
+            _StreamSink(out, tok.dtype, smap.vocab_size)
+            if form == "stream"
+            else _TextSink(out, ", " if form == "json" else " ")
+        )
         enc = tok.stream()
         for text in pi.iter_text(Counting(), name, READ_CHUNK):
-            writer.write(enc.feed(text))
-        writer.write(enc.finish())
-        writer.end_document(name if label is None else label)
-        end = writer.close()
-    return {
-        "input": input_path,
-        "output": output,
-        "bytes": nbytes,
-        "tokens": end.token_count,
-        "documents": end.doc_count,
-        "dtype": tok.dtype,
-        "vocab_size": smap.vocab_size,
-        "symbol_map": symbols or "(bundled default)",
-        "symbol_map_hash": smap.canonical_hash(),
-        "crc32": f"0x{end.crc32:08x}",
-    }
+            sink.write(enc.feed(text))
+        sink.write(enc.finish())
+        sink.end_document(name if label is None else label)
+        crc = sink.close()
+        summary: dict[str, Any] = {
+            "input": input_path,
+            "output": output,
+            "bytes": nbytes,
+            "tokens": sink.tokens,
+            "documents": 1,
+            "dtype": tok.dtype,
+            "vocab_size": smap.vocab_size,
+            "symbol_map": symbols or "(bundled default)",
+            "symbol_map_hash": smap.canonical_hash(),
+        }
+        if crc is not None:
+            summary["crc32"] = f"0x{crc:08x}"
+        if form == "json":
+            assert isinstance(sink, _TextSink)
+            sink.finish_json(summary)
+    return summary
+
+
+class _IdSink:
+    tokens = 0
+
+    def write(self, ids: Any) -> None:
+        raise NotImplementedError
+
+    def end_document(self, label: str) -> None:
+        raise NotImplementedError
+
+    def close(self) -> int | None:
+        raise NotImplementedError
+
+
+class _StreamSink(_IdSink):
+    def __init__(self, out: Any, dtype: str, vocab_size: int) -> None:
+        from matrixctl.formats.token_stream import TokenStreamWriter
+
+        self.writer = TokenStreamWriter(out, dtype=dtype, vocab_size=vocab_size)
+
+    def write(self, ids: Any) -> None:
+        self.writer.write(ids)
+        self.tokens = self.writer.tokens
+
+    def end_document(self, label: str) -> None:
+        self.writer.end_document(label)
+
+    def close(self) -> int:
+        return self.writer.close().crc32
+
+
+class _TextSink(_IdSink):
+    """Decimal ids, `sep`-separated; for JSON they go to a spool first (the counts lead)."""
+
+    def __init__(self, out: Any, sep: str) -> None:
+        self.out = out
+        self.sep = sep.encode()
+        self.json = sep != " "
+        self.spool: Any = tempfile.TemporaryFile(prefix="matrixctl-ids-") if self.json else None
+        self.target = self.spool if self.json else out
+
+    def write(self, ids: Any) -> None:
+        if ids.size == 0:
+            return
+        text = self.sep.join(b"%d" % i for i in ids.tolist())
+        self.target.write(self.sep + text if self.tokens else text)
+        self.tokens += int(ids.size)
+
+    def end_document(self, label: str) -> None:
+        if not self.json:
+            self.target.write(b"\n")  # one line per document
+
+    def close(self) -> None:
+        return None
+
+    def finish_json(self, summary: dict[str, Any]) -> None:
+        """Write the document: the summary's fields, then `"ids": [...]` copied from the spool."""
+        head = json.dumps(summary, indent=2, ensure_ascii=False)
+        self.out.write(head[: head.rindex("\n}")].encode("utf-8") + b',\n  "ids": [')
+        self.spool.seek(0)
+        shutil.copyfileobj(self.spool, self.out, READ_CHUNK)
+        self.spool.close()
+        self.out.write(b"]\n}\n")
+
+
+@contextmanager
+def _output(path: str, form: str) -> Iterator[BinaryIO]:
+    """Binary streams go through `atomic_output` (refused on a terminal); text and JSON may go
+    to a terminal, but are spooled there too, so a failed run prints nothing to stdout."""
+    if form == "stream" or path != STDIO:
+        with atomic_output(path, what="a token stream" if form == "stream" else "token ids") as out:
+            yield out
+        return
+    with tempfile.TemporaryFile(prefix="matrixctl-out-") as tmp:
+        yield tmp
+        tmp.seek(0)
+        out = sys.stdout.buffer
+        shutil.copyfileobj(tmp, out, READ_CHUNK)
+        out.flush()
 
 
 def decode_file(input_path: str, output: str, *, symbols: str | None, errors: str) -> None:
