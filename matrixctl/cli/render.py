@@ -100,6 +100,8 @@ def render_description(report: FileReport, doc: dict[str, Any] | None) -> None:
             elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
                 if key == "fields":
                     continue  # the byte map is for --json readers and docs
+                if key == "id_text":
+                    value = [_quoted_text(row) for row in value]
                 con.print(_list_table(key, value))
     if report.findings:
         con.print(findings_table(report))
@@ -113,6 +115,16 @@ def render_description(report: FileReport, doc: dict[str, Any] | None) -> None:
             )
         )
     con.print()
+
+
+def _quoted_text(row: dict[str, Any]) -> dict[str, Any]:
+    """A token's text in quotes with escapes, so leading spaces and controls can be seen."""
+    import json
+
+    text = row.get("text")
+    if text is None or row.get("kind") == "byte":
+        return row
+    return {**row, "text": json.dumps(text, ensure_ascii=False)}
 
 
 def render_verify(reports: list[FileReport], strict: bool) -> None:

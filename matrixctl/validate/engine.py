@@ -79,12 +79,14 @@ def _load(load: Callable[[Any], Any], arg: Any, report: FileReport) -> Any:
 
 
 def examine(
-    path: str, *, scan: bool, describe: bool = False, fmt: str | None = None
+    path: str, *, scan: bool, describe: bool = False, fmt: str | None = None, ids: Any = None
 ) -> tuple[FileReport, dict[str, Any] | None]:
     """Open, sniff and check one path; with `describe`, also return the format's description.
 
     `scan=True` runs every rule (verify); `scan=False` only the structural ones (inspect).
     Unreadable inputs give a report marked unreadable (exit code 2), never an exception.
+    `ids` (a `matrixctl.validate.ids.IdPreview`) adds an id preview to the description of a
+    format whose handler has `describe_ids` (token streams, MATRIX-ATOM).
     """
     from matrixctl.formats import registry
 
@@ -95,7 +97,7 @@ def examine(
             report = FileReport(name, entry.name)
             mod = importlib.import_module(entry.handler)
             subject = _load(mod.load_dir, path, report)
-            return _finish(mod, entry.name, subject, report, scan=scan, describe=describe)
+            return _finish(mod, entry.name, subject, report, scan=scan, describe=describe, ids=ids)
         src = Source.open(path)
     except MatrixError as err:
         report = FileReport(name, None, unreadable=isinstance(err, InputError))
@@ -117,17 +119,29 @@ def examine(
         report = FileReport(src.name, fmt)
         mod = handler(fmt)
         subject = _load(mod.load, src, report)
-        return _finish(mod, fmt, subject, report, scan=scan, describe=describe)
+        return _finish(mod, fmt, subject, report, scan=scan, describe=describe, ids=ids)
 
 
 def _finish(
-    mod: Any, fmt: str, subject: Any, report: FileReport, *, scan: bool, describe: bool
+    mod: Any,
+    fmt: str,
+    subject: Any,
+    report: FileReport,
+    *,
+    scan: bool,
+    describe: bool,
+    ids: Any = None,
 ) -> tuple[FileReport, dict[str, Any] | None]:
     if subject is None:
         return report, None
     try:
         run_rules(fmt, subject, report, scan=scan)
-        return report, (mod.describe(subject) if describe else None)
+        if not describe:
+            return report, None
+        desc = mod.describe(subject)
+        if ids is not None and hasattr(mod, "describe_ids"):
+            desc.update(mod.describe_ids(subject, ids))
+        return report, desc
     finally:
         close = getattr(subject, "close", None)
         if close is not None:
