@@ -100,9 +100,8 @@ def render_description(report: FileReport, doc: dict[str, Any] | None) -> None:
             elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
                 if key == "fields":
                     continue  # the byte map is for --json readers and docs
-                if key == "id_text":
-                    value = [_quoted_text(row) for row in value]
-                con.print(_list_table(key, value))
+                rows = [_quoted_text(r) for r in value] if key == "id_text" else value
+                con.print(_list_table(key, rows))
     if report.findings:
         con.print(findings_table(report))
     else:
@@ -118,13 +117,15 @@ def render_description(report: FileReport, doc: dict[str, Any] | None) -> None:
 
 
 def _quoted_text(row: dict[str, Any]) -> dict[str, Any]:
-    """A token's text in quotes with escapes, so leading spaces and controls can be seen."""
+    """A token's text in quotes with escapes, so leading spaces and controls can be seen; ids
+    without thousands separators (as in `ids`)."""
     import json
 
+    row = {**row, "id": str(row["id"])}
     text = row.get("text")
-    if text is None or row.get("kind") == "byte":
-        return row
-    return {**row, "text": json.dumps(text, ensure_ascii=False)}
+    if text is not None and row.get("kind") != "byte":
+        row["text"] = json.dumps(text, ensure_ascii=False)
+    return row
 
 
 def render_verify(reports: list[FileReport], strict: bool) -> None:

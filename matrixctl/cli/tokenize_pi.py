@@ -58,14 +58,7 @@ def encode(
         str | None,
         typer.Option("--label", help="Label of the document frame. Default: the input path."),
     ] = None,
-    json_out: Annotated[
-        bool,
-        typer.Option(
-            "--json",
-            help="Print one JSON document on stdout: the summary (map hash, counts) and, when "
-            "the output is stdout, the ids themselves (`ids`, last).",
-        ),
-    ] = False,
+    json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Encode UTF-8 text into a token stream (`MXTOKENS`) that `pack atoms` reads, or into ids
@@ -75,6 +68,9 @@ def encode(
     map's normalization, then matched greedily (leftmost-longest) against the symbols;
     characters no symbol covers become byte tokens (byte fallback) or unk_id. The whole
     input is one document, closed by a DOC frame labelled with --label or the input path.
+
+    --json prints the summary (map hash, counts) as one document; when the output is stdout
+    the ids go into that document too, as its last field `ids`.
     """
     from matrixctl.io import STDIO
     from matrixctl.tokenizers.encode_io import encode_file

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -41,7 +42,11 @@ def encode_file(
     smap, _, tok = load_tokenizer(symbols)
     name = display_name(input_path)
     nbytes = 0
-    with open_input_stream(input_path) as raw, _output(output, form) as out:
+    with (
+        open_input_stream(input_path) as raw,
+        _output(output, form) as out,
+        contextlib.ExitStack() as stack,
+    ):
 
         class Counting:
             def read(self, n: int = -1) -> bytes:
@@ -56,7 +61,9 @@ def encode_file(
         sink: _IdSink = (
             _StreamSink(out, tok.dtype, smap.vocab_size)
             if form == "stream"
-            else _TextSink(out, ", " if form == "json" else " ")
+            else _TextSink(
+                out, stack.enter_context(tempfile.TemporaryFile()) if form == "json" else None
+            )
         )
         enc = tok.stream()
         for text in pi.iter_text(Counting(), name, READ_CHUNK):
@@ -114,14 +121,15 @@ class _StreamSink(_IdSink):
 
 
 class _TextSink(_IdSink):
-    """Decimal ids, `sep`-separated; for JSON they go to a spool first (the counts lead)."""
+    """Decimal ids: space-separated on `out`, or for JSON comma-separated in `spool` first (the
+    document's counts come before its ids)."""
 
-    def __init__(self, out: Any, sep: str) -> None:
+    def __init__(self, out: Any, spool: Any = None) -> None:
         self.out = out
-        self.sep = sep.encode()
-        self.json = sep != " "
-        self.spool: Any = tempfile.TemporaryFile(prefix="matrixctl-ids-") if self.json else None
-        self.target = self.spool if self.json else out
+        self.spool = spool
+        self.json = spool is not None
+        self.sep = b", " if self.json else b" "
+        self.target = spool if self.json else out
 
     def write(self, ids: Any) -> None:
         if ids.size == 0:
@@ -143,7 +151,6 @@ class _TextSink(_IdSink):
         self.out.write(head[: head.rindex("\n}")].encode("utf-8") + b',\n  "ids": [')
         self.spool.seek(0)
         shutil.copyfileobj(self.spool, self.out, READ_CHUNK)
-        self.spool.close()
         self.out.write(b"]\n}\n")
 
 

@@ -43,9 +43,7 @@ def parse_range(text: str | None) -> tuple[int, int]:
             f"--ids must look like START:COUNT (token index and number of ids), got {text!r}"
         ) from None
     if start < 0 or not 1 <= count <= MAX_COUNT:
-        raise UsageError(
-            f"--ids {text}: START must be >= 0 and COUNT between 1 and {MAX_COUNT:,}"
-        )
+        raise UsageError(f"--ids {text}: START must be >= 0 and COUNT between 1 and {MAX_COUNT:,}")
     return start, count
 
 

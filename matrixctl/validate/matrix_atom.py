@@ -159,7 +159,11 @@ def describe_ids(s: AtomSubject, preview: IdPreview) -> dict[str, Any]:
     available = min(h.token_count, present)
     n = max(0, min(preview.count, available - preview.start))
     code = "H" if itemsize == 2 else "I"
-    ids = list(struct.unpack_from(f"<{n}{code}", s.src.buf, h.data_offset + preview.start * itemsize)) if n else []
+    ids = (
+        list(struct.unpack_from(f"<{n}{code}", s.src.buf, h.data_offset + preview.start * itemsize))
+        if n
+        else []
+    )
     stopped = None
     if present < h.token_count and preview.start + preview.count > present:
         stopped = f"the file ends after {present} of the {h.token_count} tokens it declares"
