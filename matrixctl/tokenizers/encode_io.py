@@ -128,14 +128,14 @@ class _TextSink(_IdSink):
         self.out = out
         self.spool = spool
         self.json = spool is not None
-        self.sep = b", " if self.json else b" "
+        self.sep = ", " if self.json else " "
         self.target = spool if self.json else out
 
     def write(self, ids: Any) -> None:
         if ids.size == 0:
             return
-        text = self.sep.join(b"%d" % i for i in ids.tolist())
-        self.target.write(self.sep + text if self.tokens else text)
+        text = self.sep.join(map(str, ids.tolist())).encode("ascii")
+        self.target.write(self.sep.encode() + text if self.tokens else text)
         self.tokens += int(ids.size)
 
     def end_document(self, label: str) -> None:
