@@ -250,6 +250,23 @@ def test_symbols_mark_every_kind_and_escape_text_on_the_terminal(
     assert '" the"' in human.stderr and "\\u001b[31m" in human.stderr
 
 
+def test_a_map_of_another_vocabulary_size_is_pointed_out(tmp_path: Path, smap: Path) -> None:
+    """Decision: when the file declares a vocab_size other than the map's, the preview still
+    shows the texts and says so in `ids.map_mismatch`."""
+    path = tmp_path / "t.mxt"
+    path.write_bytes(stream_bytes([[3, 4]], vocab=1000))
+    doc = run_cli("inspect", "--json", "-s", str(smap), str(path)).json()
+    assert "vocab_size 300" in doc["ids"]["map_mismatch"] and len(doc["id_text"]) == 2
+    path.write_bytes(stream_bytes([[3, 4]], vocab=300))
+    assert (
+        "map_mismatch" not in run_cli("inspect", "--json", "-s", str(smap), str(path)).json()["ids"]
+    )
+    path.write_bytes(stream_bytes([[3, 4]]))  # undeclared: nothing to compare
+    assert (
+        "map_mismatch" not in run_cli("inspect", "--json", "-s", str(smap), str(path)).json()["ids"]
+    )
+
+
 @pytest.mark.parametrize("bad", ["x", "1:0", "-1:4", "0:4097", "1:y"])
 def test_inspect_ids_range_is_checked(tmp_path: Path, bad: str) -> None:
     path = tmp_path / "t.mxt"
@@ -441,6 +458,23 @@ def test_npy_to_stream_is_one_document_labelled_with_the_source(tmp_path: Path) 
     run = run_cli("convert", "--json", str(tmp_path / "ids.npy"), str(out1), "--vocab-size", "6")
     assert run.json()["vocab_size"] == 6
     assert ts.StreamHeader.parse(out1.read_bytes()[:16]).vocab_size == 6
+
+
+def test_big_endian_and_fortran_arrays_give_the_same_ids(tmp_path: Path) -> None:
+    m = np.arange(12, dtype=np.uint16).reshape(3, 4)
+    np.save(tmp_path / "c.npy", m)
+    np.save(tmp_path / "f.npy", np.asfortranarray(m.astype(">u2")))
+    np.save(tmp_path / "v.npy", np.arange(5, dtype=">i8"))
+    for name in ("c", "f"):
+        assert (
+            run_cli(
+                "convert", str(tmp_path / f"{name}.npy"), str(tmp_path / f"{name}.bin"), "-q"
+            ).code
+            == 0
+        )
+    assert (tmp_path / "c.bin").read_bytes()[64:] == (tmp_path / "f.bin").read_bytes()[64:]
+    assert run_cli("convert", str(tmp_path / "v.npy"), str(tmp_path / "v.mxt"), "-q").code == 0
+    assert _stream_ids(tmp_path / "v.mxt") == [0, 1, 2, 3, 4]
 
 
 def test_destination_by_suffix_or_to(tmp_path: Path) -> None:

@@ -80,13 +80,20 @@ def describe_ids(
     *,
     atom_size: int | None = None,
     stopped: str | None = None,
+    vocab_size: int | None = None,
 ) -> dict[str, Any]:
-    """The `ids` section (and `id_text` with a symbol map) of a description."""
+    """The `ids` section (and `id_text` with a symbol map) of a description. `vocab_size` is
+    the file's declared vocabulary size (None or 0: not declared)."""
     section: dict[str, Any] = {"start": start, "count": len(ids), "of": of}
     if stopped:
         section["stopped"] = stopped
     if preview.symbols is not None:
         section["symbol_map"] = preview.symbols.canonical_hash()
+        if vocab_size and vocab_size != preview.symbols.vocab_size:
+            section["map_mismatch"] = (
+                f"the map has vocab_size {preview.symbols.vocab_size}, the file declares "
+                f"{vocab_size}: the ids were probably not made with this map"
+            )
     section["values"] = ids
     out: dict[str, Any] = {"ids": section}
     if preview.symbols is not None:

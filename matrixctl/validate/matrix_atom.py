@@ -168,7 +168,13 @@ def describe_ids(s: AtomSubject, preview: IdPreview) -> dict[str, Any]:
     if present < h.token_count and preview.start + preview.count > present:
         stopped = f"the file ends after {present} of the {h.token_count} tokens it declares"
     return ids_section(
-        ids, preview.start, h.token_count, preview, atom_size=h.atom_size, stopped=stopped
+        ids,
+        preview.start,
+        h.token_count,
+        preview,
+        atom_size=h.atom_size,
+        stopped=stopped,
+        vocab_size=h.vocab_size,
     )
 
 

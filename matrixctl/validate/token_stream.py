@@ -53,7 +53,9 @@ def describe_ids(s: StreamSubject, preview: IdPreview) -> dict[str, Any]:
     ids, stopped = read_ids(s.src.buf, s.src.size, s.header, preview.start, preview.count)
     end = ts.read_end(s.src.buf, s.src.size)
     of = end.token_count if end is not None else None
-    return ids_section(ids, preview.start, of, preview, stopped=stopped)
+    return ids_section(
+        ids, preview.start, of, preview, stopped=stopped, vocab_size=s.header.vocab_size
+    )
 
 
 def read_ids(
