@@ -148,7 +148,9 @@ class _TextSink(_IdSink):
     def finish_json(self, summary: dict[str, Any]) -> None:
         """Write the document: the summary's fields, then `"ids": [...]` copied from the spool."""
         head = json.dumps(summary, indent=2, ensure_ascii=False)
-        self.out.write(head[: head.rindex("\n}")].encode("utf-8") + b',\n  "ids": [')
+        self.out.write(
+            head[: head.rindex("\n}")].encode("utf-8", "backslashreplace") + b',\n  "ids": ['
+        )
         self.spool.seek(0)
         shutil.copyfileobj(self.spool, self.out, READ_CHUNK)
         self.out.write(b"]\n}\n")
