@@ -622,3 +622,17 @@ def test_stdin_stream_to_npy_on_stdout_loads_with_numpy(tmp_path: Path) -> None:
     run = run_sub("convert", "-", "-", "--to", "npy", stdin=data)
     assert run.code == 0, run.stderr
     assert np.load(io.BytesIO(run.stdout)).tolist() == [9, 8, 7]
+
+
+def test_empty_stream_and_zero_atoms_round_trip(tmp_path: Path) -> None:
+    """Zero tokens are valid everywhere: shape (0,) and (0, atom_size), and back."""
+    (tmp_path / "e.mxt").write_bytes(stream_bytes([[]]))
+    assert run_cli("convert", str(tmp_path / "e.mxt"), str(tmp_path / "e.npy"), "-q").code == 0
+    assert np.load(tmp_path / "e.npy").shape == (0,)
+    assert run_cli("convert", str(tmp_path / "e.npy"), str(tmp_path / "e2.mxt"), "-q").code == 0
+    assert run_cli("verify", str(tmp_path / "e2.mxt"), "-q").code == 0
+    np.save(tmp_path / "z.npy", np.zeros((0, 4), dtype=np.uint16))
+    assert run_cli("convert", str(tmp_path / "z.npy"), str(tmp_path / "z.bin"), "-q").code == 0
+    assert run_cli("verify", str(tmp_path / "z.bin"), "-q").code == 0
+    assert run_cli("convert", str(tmp_path / "z.bin"), str(tmp_path / "z2.npy"), "-q").code == 0
+    assert np.load(tmp_path / "z2.npy").shape == (0, 4)
