@@ -152,7 +152,7 @@ def inspected(files: dict[str, Path]) -> dict[str, dict[str, Any]]:
     run = run_cli("inspect", "--json", *(str(p) for p in files.values()))
     assert run.code == 1  # the junk and the broken file
     doc = check("inspect", run)
-    return {key: entry for key, entry in zip(files, doc["files"], strict=True)}
+    return dict(zip(files, doc["files"], strict=True))
 
 
 TENSOR_FORMATS = [
@@ -368,7 +368,7 @@ OLD_SHAPES = [
                     "skipped": [],
                     "tensors": [
                         {"name": "t", "type": "Q8_0", "shape": [2], "offset": 0, "bytes": 34}
-                    ],  # fmt: skip
+                    ],
                 }
             ],
         },
