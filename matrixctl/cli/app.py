@@ -116,12 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug: one line, the traceback only on request
         if os.environ.get("MATRIXCTL_DEBUG"):
             raise
-        err = MatrixError(
+        bug = MatrixError(
             codes.INTERNAL,
             f"internal error {type(exc).__name__}: {exc}",
             hint="rerun with MATRIXCTL_DEBUG=1 for the traceback and report it",
         )
-        return _fail(err, 70)
+        return _fail(bug, 70)
 
 
 def _json_word(args: list[str]) -> bool:
