@@ -84,10 +84,16 @@ ARRAYS = {
 }
 
 
+class Files(dict):
+    """Real files by kind; `gguf_values` holds what the GGUF model's tensors hold."""
+
+    gguf_values: dict[str, np.ndarray]
+
+
 @pytest.fixture(scope="module")
-def files(tmp_path_factory) -> dict[str, Path]:
+def files(tmp_path_factory) -> Files:
     d = tmp_path_factory.mktemp("contract")
-    out: dict[str, Path] = {}
+    out = Files()
     np.save(d / "w.npy", ARRAYS["w"])
     out["npy"] = d / "w.npy"
     np.savez(d / "stored.npz", **ARRAYS)
@@ -103,7 +109,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
     assert run_cli("convert", str(out["npz"]), str(zst), "--compress", "zstd").code == 0
     out["zt-zstd"] = zst
     gguf = d / "tiny.gguf"
-    gc.write_model(gguf)
+    out.gguf_values = gc.write_model(gguf)  # the f32 values of each tensor
     out["gguf"] = gguf
     out["gguf-vocab"] = FIXTURES / "gguf" / "ggml-vocab-bert-bge.gguf"
     from tests.test_hf_model import make_model
@@ -190,15 +196,28 @@ def test_tensor_rows_name_dtypes_one_way_and_give_the_byte_range(inspected, file
         assert by[key]["w"]["shape"] == [2, 3] and by[key]["c"]["dtype"] == "i32"
     stb = {r["extra"]["tensor_id"]: r for r in inspected["stb"]["tensors"]}
     assert {r["dtype"] for r in stb.values()} == {"f32", "i8", "i32"}
-    for key in ("npz", "zt", "safetensors", "stb"):
-        rows = inspected[key]["tensors"]
-        data = files[key].read_bytes()
-        for row in rows:
-            name = row["name"] if key != "stb" else None
-            want = ARRAYS[name] if name else None
-            chunk = data[row["offset"] : row["offset"] + row["nbytes"]]
-            if want is not None:
-                assert chunk == want.tobytes(), (key, name)
+    from tests.test_hf_model import tiny_weights
+
+    for key, want in (
+        ("npy", {"w": ARRAYS["w"]}),
+        ("npz", ARRAYS),
+        ("zt", ARRAYS),
+        ("safetensors", ARRAYS),
+        ("stb", ARRAYS),
+        ("stb-sidecar", ARRAYS),
+        ("hf-model-dir", tiny_weights()),
+        ("gguf", {k: v for k, v in files.gguf_values.items() if k == "output_norm.weight"}),
+    ):
+        rows = {r["name"]: r for r in inspected[key]["tensors"]}
+        assert set(want) <= set(rows), key
+        for name, array in want.items():
+            row = rows[name]
+            path = files[key]
+            if "file" in row["extra"]:  # a folder's shard, a sidecar's .stb file
+                path = (path if path.is_dir() else path.parent) / row["extra"]["file"]
+            with open(path, "rb") as fp:
+                fp.seek(row["offset"])
+                assert fp.read(row["nbytes"]) == array.tobytes(), (key, name)
     assert by["npz-deflate"]["w"]["offset"] is None
     assert by["npz-deflate"]["w"]["extra"]["compression"] == "deflate"
     assert by["zt-zstd"]["w"]["extra"]["encoding"] == "zstd"
@@ -347,6 +366,27 @@ def test_internal_errors_are_documents_too(files, monkeypatch) -> None:
     assert run.code == 70 and check("inspect", run)["error"]["code"] == "INTERNAL"
     human = run_cli("inspect", str(files["zt"]))
     assert human.code == 70 and human.stdout == b""
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine, "examine", interrupted)
+    run = run_cli("verify", "--json", str(files["zt"]))
+    assert run.code == 130 and check("verify", run)["error"]["code"] == "INTERRUPTED"
+    assert "interrupted" in run.stderr
+
+
+def test_invalid_inputs_give_one_document_not_two(files) -> None:
+    """verify and inspect report an unreadable or invalid file in their own document; main()
+    adds no failure document after it."""
+    for command in ("verify", "inspect"):
+        run = run_cli(command, "--json", str(files["junk"]), str(files["zt"]) + ".missing")
+        assert run.code == 2 and run.out.count('"schema_version"') == 1
+        doc = check(command, run)
+        assert [f["findings"][0]["code"] for f in doc["files"]] == [
+            "UNKNOWN_FORMAT",
+            "IO_NOT_FOUND",
+        ]
 
 
 OLD_SHAPES = [

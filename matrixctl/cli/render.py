@@ -52,10 +52,9 @@ def _flat(row: dict[str, Any]) -> dict[str, Any]:
     extra = row.get("extra")
     if isinstance(extra, dict):
         out.update((k, v) for k, v in extra.items() if k not in out)
-    count, shown = row.get("count"), row.get("shown")
-    if isinstance(count, int) and isinstance(shown, int):
-        out.pop("shown")
-        if count > shown:
+    if "count" in out and "shown" in out:
+        count, shown = out["count"], out.pop("shown")
+        if isinstance(count, int) and isinstance(shown, int) and count > shown:
             for key, value in out.items():
                 if isinstance(value, list):
                     out[key] = [*value, f"... {count - shown:,} more"]
