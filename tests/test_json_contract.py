@@ -423,3 +423,25 @@ OLD_SHAPES = [
 @pytest.mark.parametrize(("command", "doc"), OLD_SHAPES)
 def test_schemas_refuse_the_old_shapes(command: str, doc: Any) -> None:
     assert list(validator(command).iter_errors(doc))
+
+
+@pytest.mark.parametrize(
+    ("spelling", "label"),
+    [
+        ("f32", "f32"),
+        ("F32", "f32"),  # safetensors, ggml
+        ("float32", "f32"),  # numpy, STB's spec
+        ("BF16", "bf16"),
+        ("F8_E4M3", "f8_e4m3"),
+        ("int8", "i8"),
+        ("U16", "u16"),
+        ("Q4_K", "q4_k"),  # quantized ggml types keep their name, lower-case
+        ("IQ2_XS", "iq2_xs"),
+        (None, "unknown"),
+    ],
+)
+def test_one_dtype_naming(spelling: str | None, label: str) -> None:
+    """Decision (docs/json.md, "Tensor rows"): one dtype spelling in every format's rows."""
+    from matrixctl.tensors import dtype_label
+
+    assert dtype_label(spelling) == label
