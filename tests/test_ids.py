@@ -48,6 +48,14 @@ def smap(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def inspect_json(*args: str) -> dict:
+    """The one file's entry of `inspect --json` ({"files": [...]} in the --json contract)."""
+    run = run_cli("inspect", "--json", *args)
+    doc = run.json()
+    assert len(doc["files"]) == 1
+    return doc["files"][0]
+
+
 def stream_bytes(docs: list[list[int]], dtype: str = "uint16", vocab: int = 0) -> bytes:
     out = io.BytesIO()
     writer = ts.TokenStreamWriter(out, dtype=dtype, vocab_size=vocab)
@@ -161,9 +169,11 @@ def test_encode_json_on_stdout_holds_the_ids_map_hash_and_counts(
 def test_encode_failure_prints_nothing_on_stdout(tmp_path: Path) -> None:
     """Text and JSON are spooled: invalid UTF-8 late in the input leaves stdout empty."""
     data = b"hello " * 50_000 + b"\xff"
-    for flag in ("--ids", "--json"):
-        run = run_cli("tokenize", "pi", "encode", flag, stdin=data)
-        assert run.code == 1 and run.stdout == b"" and "PI_TEXT_UTF8" in run.stderr
+    run = run_cli("tokenize", "pi", "encode", "--ids", stdin=data)
+    assert run.code == 1 and run.stdout == b"" and "PI_TEXT_UTF8" in run.stderr
+    run = run_cli("tokenize", "pi", "encode", "--json", stdin=data)  # the failure document
+    assert run.code == 1 and run.json()["ok"] is False and "ids" not in run.json()
+    assert run.json()["error"]["code"] == "PI_TEXT_UTF8"
     run = run_cli("tokenize", "pi", "encode", "--ids", "-o", str(tmp_path / "o.txt"), stdin=data)
     assert run.code == 1 and os.listdir(tmp_path) == []
 
@@ -193,19 +203,19 @@ def test_inspect_previews_the_first_ids_of_a_stream(tmp_path: Path) -> None:
     documents, with the END trailer's token count as `of`."""
     path = tmp_path / "t.mxt"
     path.write_bytes(stream_bytes([list(range(20)), list(range(100, 130))], vocab=200))
-    doc = run_cli("inspect", "--json", str(path)).json()
+    doc = inspect_json(str(path))
     assert doc["ids"] == {
         "start": 0,
-        "count": 32,
-        "of": 50,
-        "values": list(range(20)) + list(range(100, 112)),
+        "count": 50,
+        "shown": 32,
+        "items": list(range(20)) + list(range(100, 112)),
     }
-    doc = run_cli("inspect", "--json", "--ids", "18:4", str(path)).json()
-    assert doc["ids"]["values"] == [18, 19, 100, 101]
-    doc = run_cli("inspect", "--json", "--ids", "45:100", str(path)).json()
-    assert doc["ids"]["values"] == list(range(125, 130))
-    doc = run_cli("inspect", "--json", "--ids", "999", str(path)).json()
-    assert doc["ids"]["values"] == [] and doc["ids"]["count"] == 0
+    doc = inspect_json("--ids", "18:4", str(path))
+    assert doc["ids"]["items"] == [18, 19, 100, 101]
+    doc = inspect_json("--ids", "45:100", str(path))
+    assert doc["ids"]["items"] == list(range(125, 130))
+    doc = inspect_json("--ids", "999", str(path))
+    assert doc["ids"]["items"] == [] and doc["ids"]["shown"] == 0
     human = run_cli("inspect", "--ids", "18:4", str(path))
     assert human.code == 0 and "18, 19, 100, 101" in human.stderr
 
@@ -213,8 +223,8 @@ def test_inspect_previews_the_first_ids_of_a_stream(tmp_path: Path) -> None:
 def test_inspect_previews_atom_ids_with_their_atom(tmp_path: Path, smap: Path) -> None:
     path = tmp_path / "a.bin"
     path.write_bytes(atoms_bytes([3, 4, 1, 1, 6, 2, 0, 42, 299], 3, vocab=300))
-    doc = run_cli("inspect", "--json", "--ids", "2:5", "-s", str(smap), str(path)).json()
-    assert doc["ids"]["values"] == [1, 1, 6, 2, 0] and doc["ids"]["of"] == 9
+    doc = inspect_json("--ids", "2:5", "-s", str(smap), str(path))
+    assert doc["ids"]["items"] == [1, 1, 6, 2, 0] and doc["ids"]["count"] == 9
     rows = [(r["token"], r["atom"], r["id"], r["kind"], r["text"]) for r in doc["id_text"]]
     assert rows == [
         (2, 0, 1, "pad", None),
@@ -233,7 +243,7 @@ def test_symbols_mark_every_kind_and_escape_text_on_the_terminal(
     leading space shows and an escape sequence cannot reach the terminal."""
     path = tmp_path / "t.mxt"
     path.write_bytes(stream_bytes([[4, 5, 10 + 0x41, 1, 2, 0, 280]], vocab=300))
-    doc = run_cli("inspect", "--json", "-s", str(smap), str(path)).json()
+    doc = inspect_json("-s", str(smap), str(path))
     assert [(r["kind"], r["text"]) for r in doc["id_text"]] == [
         ("symbol", " the"),
         ("symbol", "\x1b[31m"),
@@ -255,16 +265,12 @@ def test_a_map_of_another_vocabulary_size_is_pointed_out(tmp_path: Path, smap: P
     shows the texts and says so in `ids.map_mismatch`."""
     path = tmp_path / "t.mxt"
     path.write_bytes(stream_bytes([[3, 4]], vocab=1000))
-    doc = run_cli("inspect", "--json", "-s", str(smap), str(path)).json()
+    doc = inspect_json("-s", str(smap), str(path))
     assert "vocab_size 300" in doc["ids"]["map_mismatch"] and len(doc["id_text"]) == 2
     path.write_bytes(stream_bytes([[3, 4]], vocab=300))
-    assert (
-        "map_mismatch" not in run_cli("inspect", "--json", "-s", str(smap), str(path)).json()["ids"]
-    )
+    assert "map_mismatch" not in inspect_json("-s", str(smap), str(path))["ids"]
     path.write_bytes(stream_bytes([[3, 4]]))  # undeclared: nothing to compare
-    assert (
-        "map_mismatch" not in run_cli("inspect", "--json", "-s", str(smap), str(path)).json()["ids"]
-    )
+    assert "map_mismatch" not in inspect_json("-s", str(smap), str(path))["ids"]
 
 
 @pytest.mark.parametrize("bad", ["x", "1:0", "-1:4", "0:4097", "1:y"])
@@ -290,9 +296,9 @@ def test_truncated_stream_previews_only_what_the_file_holds(tmp_path: Path) -> N
     data = stream_bytes([list(range(40))])
     path = tmp_path / "t.mxt"
     path.write_bytes(data[: 16 + 8 + 2 * 25 + 1])
-    doc = run_cli("inspect", "--json", str(path)).json()
-    assert doc["ids"]["values"] == list(range(25))
-    assert "inside the frame" in doc["ids"]["stopped"] and doc["ids"]["of"] is None
+    doc = inspect_json(str(path))
+    assert doc["ids"]["items"] == list(range(25))
+    assert "inside the frame" in doc["ids"]["stopped"] and doc["ids"]["count"] is None
 
 
 def test_frame_counts_beyond_the_file_never_read_outside_it() -> None:
@@ -333,13 +339,13 @@ def test_atom_header_claiming_more_tokens_than_the_file_holds(tmp_path: Path) ->
     struct.pack_into("<QQ", data, 0x18, 1 << 40, 4 << 40)  # atom_count, token_count
     path = tmp_path / "a.bin"
     path.write_bytes(bytes(data))
-    doc = run_cli("inspect", "--json", "--ids", "8:100", str(path)).json()
-    assert doc["ids"]["values"] == [8, 9, 10, 11]
+    doc = inspect_json("--ids", "8:100", str(path))
+    assert doc["ids"]["items"] == [8, 9, 10, 11]
     assert "ends after 12" in doc["ids"]["stopped"]
     struct.pack_into("<Q", data, 0x28, 1 << 60)  # data_offset far beyond the file
     path.write_bytes(bytes(data))
-    doc = run_cli("inspect", "--json", str(path)).json()
-    assert doc["ids"]["values"] == []
+    doc = inspect_json(str(path))
+    assert doc["ids"]["items"] == []
 
 
 # convert: ids <-> .npy --------------------------------------------------------------------------

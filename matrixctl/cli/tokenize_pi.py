@@ -75,11 +75,17 @@ def encode(
     from matrixctl.io import STDIO
     from matrixctl.tokenizers.encode_io import encode_file
 
-    in_json = json_out and output == STDIO  # stdout carries one document: the ids go in it
-    form = "json" if in_json else "text" if ids else "stream"
-    summary = encode_file(input_path, output, symbols=symbols, label=label, form=form)
-    if in_json:
+    if json_out and output == STDIO:  # stdout carries one document: the ids go in it
+        import tempfile
+
+        with tempfile.TemporaryFile(prefix="matrixctl-ids-") as spool:
+            summary = encode_file(
+                input_path, output, symbols=symbols, label=label, form="json", json_ids=spool
+            )
+            emit_json(summary, last_array=("ids", spool))
         return
+    form = "text" if ids else "stream"
+    summary = encode_file(input_path, output, symbols=symbols, label=label, form=form)
     if json_out:
         emit_json(summary)
     else:

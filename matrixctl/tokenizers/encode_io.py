@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
+import io
 import shutil
 import sys
 import tempfile
@@ -31,22 +30,20 @@ def encode_file(
     symbols: str | None,
     label: str | None = None,
     form: str = "stream",
+    json_ids: BinaryIO | None = None,
 ) -> dict[str, Any]:
     """Stream UTF-8 text into token ids of one document. Returns a summary.
 
-    `form` is `stream` (a token stream, binary), `text` (the ids as one line of
-    whitespace-separated decimals, which `decode` and `pack atoms` read) or `json` (one JSON
-    document on `output`: the summary with the ids last). Memory stays flat in every form: text
-    and JSON are spooled to a temporary file and appear only once the whole input is encoded.
+    `form` is `stream` (a token stream, binary, on `output`), `text` (the ids as one line of
+    space-separated decimals on `output`, which `decode` and `pack atoms` read) or `json` (the
+    ids comma-separated into `json_ids`, for the command's JSON document; `output` is not
+    written). Memory stays flat in every form; text for stdout is spooled and appears only once
+    the whole input is encoded, so a failure prints nothing.
     """
     smap, _, tok = load_tokenizer(symbols)
     name = display_name(input_path)
     nbytes = 0
-    with (
-        open_input_stream(input_path) as raw,
-        _output(output, form) as out,
-        contextlib.ExitStack() as stack,
-    ):
+    with open_input_stream(input_path) as raw, _output(output, form) as out:
 
         class Counting:
             def read(self, n: int = -1) -> bytes:
@@ -58,35 +55,33 @@ def encode_file(
                 nbytes += len(data)
                 return data
 
-        sink: _IdSink = (
-            _StreamSink(out, tok.dtype, smap.vocab_size)
-            if form == "stream"
-            else _TextSink(
-                out, stack.enter_context(tempfile.TemporaryFile()) if form == "json" else None
-            )
-        )
+        sink: _IdSink
+        if form == "stream":
+            sink = _StreamSink(out, tok.dtype, smap.vocab_size)
+        elif form == "json":
+            assert json_ids is not None
+            sink = _TextSink(json_ids, ", ")
+        else:
+            sink = _TextSink(out, " ")
         enc = tok.stream()
         for text in pi.iter_text(Counting(), name, READ_CHUNK):
             sink.write(enc.feed(text))
         sink.write(enc.finish())
         sink.end_document(name if label is None else label)
         crc = sink.close()
-        summary: dict[str, Any] = {
-            "input": input_path,
-            "output": output,
-            "bytes": nbytes,
-            "tokens": sink.tokens,
-            "documents": 1,
-            "dtype": tok.dtype,
-            "vocab_size": smap.vocab_size,
-            "symbol_map": symbols or "(bundled default)",
-            "symbol_map_hash": smap.canonical_hash(),
-        }
-        if crc is not None:
-            summary["crc32"] = f"0x{crc:08x}"
-        if form == "json":
-            assert isinstance(sink, _TextSink)
-            sink.finish_json(summary)
+    summary: dict[str, Any] = {
+        "input": input_path,
+        "output": output,
+        "bytes": nbytes,
+        "tokens": sink.tokens,
+        "documents": 1,
+        "dtype": tok.dtype,
+        "vocab_size": smap.vocab_size,
+        "symbol_map": symbols or "(bundled default)",
+        "symbol_map_hash": smap.canonical_hash(),
+    }
+    if crc is not None:
+        summary["crc32"] = f"0x{crc:08x}"
     return summary
 
 
@@ -121,45 +116,36 @@ class _StreamSink(_IdSink):
 
 
 class _TextSink(_IdSink):
-    """Decimal ids: space-separated on `out`, or for JSON comma-separated in `spool` first (the
-    document's counts come before its ids)."""
+    """Decimal ids joined by `sep`; a newline ends each document in the text form (`sep` is a
+    space); the JSON form (`sep` is a comma) has no document ends: one array."""
 
-    def __init__(self, out: Any, spool: Any = None) -> None:
+    def __init__(self, out: Any, sep: str) -> None:
         self.out = out
-        self.spool = spool
-        self.json = spool is not None
-        self.sep = ", " if self.json else " "
-        self.target = spool if self.json else out
+        self.sep = sep
 
     def write(self, ids: Any) -> None:
         if ids.size == 0:
             return
-        text = self.sep.join(map(str, ids.tolist())).encode("ascii")
-        self.target.write(self.sep.encode() + text if self.tokens else text)
+        text = self.sep.join(map(str, ids.tolist()))
+        self.out.write((self.sep + text if self.tokens else text).encode("ascii"))
         self.tokens += int(ids.size)
 
     def end_document(self, label: str) -> None:
-        if not self.json:
-            self.target.write(b"\n")  # one line per document
+        if self.sep == " ":
+            self.out.write(b"\n")  # one line per document
 
     def close(self) -> None:
         return None
 
-    def finish_json(self, summary: dict[str, Any]) -> None:
-        """Write the document: the summary's fields, then `"ids": [...]` copied from the spool."""
-        head = json.dumps(summary, indent=2, ensure_ascii=False)
-        self.out.write(
-            head[: head.rindex("\n}")].encode("utf-8", "backslashreplace") + b',\n  "ids": ['
-        )
-        self.spool.seek(0)
-        shutil.copyfileobj(self.spool, self.out, READ_CHUNK)
-        self.out.write(b"]\n}\n")
-
 
 @contextmanager
 def _output(path: str, form: str) -> Iterator[BinaryIO]:
-    """Binary streams go through `atomic_output` (refused on a terminal); text and JSON may go
-    to a terminal, but are spooled there too, so a failed run prints nothing to stdout."""
+    """Binary streams go through `atomic_output` (refused on a terminal); text may go to a
+    terminal, but is spooled there too, so a failed run prints nothing to stdout. The JSON
+    form writes no output here."""
+    if form == "json":
+        yield io.BytesIO()  # never written: the ids go to the JSON document
+        return
     if form == "stream" or path != STDIO:
         with atomic_output(path, what="a token stream" if form == "stream" else "token ids") as out:
             yield out

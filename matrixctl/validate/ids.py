@@ -1,10 +1,11 @@
 """Id previews for `inspect`: the ids of a token stream or MATRIX-ATOM file a person can read.
 
 `inspect` shows ids `START` to `START + COUNT` (`--ids START:COUNT`, default the first
-`DEFAULT_COUNT`) under `ids`, and with `--symbols MAP` each id's kind and text under
-`id_text`. Previews read only bytes inside the file: a header or frame that claims more than
-the file holds ends the preview there with a note (`stopped`), never a read past the end.
-Numbers come from `struct`, so a preview needs no numpy.
+`DEFAULT_COUNT`) under `ids` (`start`, `count` in the file, `shown`, `items`), and with
+`--symbols MAP` each id's kind and text under `id_text`. Previews read only bytes inside the
+file: a header or frame that claims more than the file holds ends the preview there with a
+note (`stopped`), never a read past the end. Numbers come from `struct`, so a preview needs no
+numpy.
 """
 
 from __future__ import annotations
@@ -82,9 +83,11 @@ def describe_ids(
     stopped: str | None = None,
     vocab_size: int | None = None,
 ) -> dict[str, Any]:
-    """The `ids` section (and `id_text` with a symbol map) of a description. `vocab_size` is
-    the file's declared vocabulary size (None or 0: not declared)."""
-    section: dict[str, Any] = {"start": start, "count": len(ids), "of": of}
+    """The `ids` section (and `id_text` with a symbol map) of a description, a sample in the
+    --json contract's words: `count` ids in the file (None when unknown), `shown` of them in
+    `items`, from token index `start`. `vocab_size` is the file's declared vocabulary size
+    (None or 0: not declared)."""
+    section: dict[str, Any] = {"start": start, "count": of, "shown": len(ids)}
     if stopped:
         section["stopped"] = stopped
     if preview.symbols is not None:
@@ -94,7 +97,7 @@ def describe_ids(
                 f"the map has vocab_size {preview.symbols.vocab_size}, the file declares "
                 f"{vocab_size}: the ids were probably not made with this map"
             )
-    section["values"] = ids
+    section["items"] = ids
     out: dict[str, Any] = {"ids": section}
     if preview.symbols is not None:
         view = SymbolView(preview.symbols)
