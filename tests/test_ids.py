@@ -642,3 +642,30 @@ def test_empty_stream_and_zero_atoms_round_trip(tmp_path: Path) -> None:
     assert run_cli("verify", str(tmp_path / "z.bin"), "-q").code == 0
     assert run_cli("convert", str(tmp_path / "z.bin"), str(tmp_path / "z2.npy"), "-q").code == 0
     assert np.load(tmp_path / "z2.npy").shape == (0, 4)
+
+
+def test_every_new_document_follows_the_json_contract(tmp_path: Path, smap: Path) -> None:
+    """encode --json with ids, inspect with ids and id_text, and the four id conversions are
+    accepted by their schemas (docs/schemas/)."""
+    from tests.test_json_contract import check
+
+    enc = run_cli("tokenize", "pi", "encode", "--json", "-s", str(smap), stdin=b"a the")
+    assert check("tokenize pi encode", enc)["ids"] == [3, 4]
+    (tmp_path / "t.mxt").write_bytes(stream_bytes([[3, 4, 1]], vocab=300))
+    (tmp_path / "cut.mxt").write_bytes(stream_bytes([[3, 4, 1]])[:-8])
+    (tmp_path / "a.bin").write_bytes(atoms_bytes([3, 4, 1, 2], 2, vocab=300))
+    args = [str(tmp_path / n) for n in ("t.mxt", "cut.mxt", "a.bin")]
+    doc = check("inspect", run_cli("inspect", "--json", "-s", str(smap), *args))
+    assert [f["ids"]["count"] for f in doc["files"]] == [3, None, 4]
+    assert all(f["id_text"] for f in doc["files"])
+    runs = [
+        ("t.mxt", "t.npy"),
+        ("a.bin", "a.npy"),
+        ("t.npy", "t2.mxt"),
+        ("a.npy", "a2.bin"),
+    ]
+    for src, dst in runs:
+        run = run_cli("convert", "--json", str(tmp_path / src), str(tmp_path / dst))
+        assert run.code == 0 and check("convert", run)
+    bad = run_cli("convert", "--json", str(tmp_path / "t.npy"), str(tmp_path / "x.bin"))
+    assert bad.code == 1 and check("convert", bad)["error"]["code"] == "IDS_NPY_SHAPE"

@@ -155,7 +155,7 @@ def atoms_to_npy(src: Source, dst_path: str, options: dict[str, Any]) -> Result:
     summary = {
         "dtype": name,
         "shape": list(shape),
-        "atoms": h.atom_count,
+        "atom_count": h.atom_count,
         "atom_size": h.atom_size,
         "tokens": h.token_count,
     }
@@ -304,7 +304,7 @@ def npy_to_atoms(src: Source, dst_path: str, options: dict[str, Any]) -> Result:
             writer.close()
     summary = {
         "dtype": header.dtype_name,
-        "atoms": header.atom_count,
+        "atom_count": header.atom_count,
         "atom_size": header.atom_size,
         "tokens": header.token_count,
         "vocab_size": header.vocab_size,
