@@ -35,6 +35,7 @@ def inspect(
             doc["findings"] = [f.to_json() for f in report.findings]
             doc["checks"] = report.checks
             doc["skipped"] = report.skipped
+            doc["suppressed"] = report.suppressed
             docs.append(doc)
         else:
             from matrixctl.cli.render import render_description

@@ -80,6 +80,15 @@ def findings_table(report: FileReport) -> Any:
     return table
 
 
+def suppressed_line(report: FileReport) -> Any:
+    """ "N further findings follow from this" under a root cause (a truncated file)."""
+    from rich.text import Text
+
+    n = report.suppressed
+    verb = "follows" if n == 1 else "follow"
+    return Text(f"{n} further finding{'s' * (n != 1)} {verb} from this", style="dim")
+
+
 def render_description(report: FileReport, doc: dict[str, Any] | None) -> None:
     from rich.text import Text
 
@@ -103,6 +112,8 @@ def render_description(report: FileReport, doc: dict[str, Any] | None) -> None:
                 con.print(_list_table(key, value))
     if report.findings:
         con.print(findings_table(report))
+        if report.suppressed:
+            con.print(suppressed_line(report))
     else:
         con.print(Text("no findings in the structural checks", style="green"))
     if report.skipped:
@@ -135,6 +146,8 @@ def render_verify(reports: list[FileReport], strict: bool) -> None:
         con.print(line)
         if report.findings:
             con.print(findings_table(report))
+            if report.suppressed:
+                con.print(suppressed_line(report))
     if len(reports) > 1:
         bad = sum(1 for r in reports if not r.ok(strict))
         con.print(
