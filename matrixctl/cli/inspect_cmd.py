@@ -15,12 +15,22 @@ def inspect(
         typer.Argument(metavar="PATH...", help="Files or folders to look inside; - is stdin."),
     ],
     json_out: JsonOption = False,
+    stats: Annotated[
+        bool,
+        typer.Option(
+            "--stats",
+            help="Also read the payload for numbers: per tensor min, max, mean, std, zeros, NaN "
+            "and Inf; for a pack, atom file or token stream: documents, tokens, length "
+            "histogram, most frequent ids, padding share.",
+        ),
+    ] = False,
 ) -> None:
     """Show a file's format (sniffed from its bytes), header, sections and a preview.
 
     Runs the structural checks and shows their findings; payload scans (CRCs, digests, id
     ranges) are left to `verify`. Exit code 1 when a structural check fails, 2 when a path
-    cannot be read.
+    cannot be read. `--stats` streams the contents (bounded memory) of a file whose structural
+    checks pass; in `--json` each tensor gets a `stats` object, a token file a `stats` object.
     """
     from matrixctl.validate.engine import examine
 
@@ -28,6 +38,7 @@ def inspect(
     worst = 0
     for path in paths:
         report, desc = examine(path, scan=False, describe=True)
+        numbers = _stats(path, report) if stats else None
         worst = max(worst, report.exit_code())
         if json_out:
             doc: dict[str, Any] = {"path": report.path, "format": report.format}
@@ -36,12 +47,45 @@ def inspect(
             doc["checks"] = report.checks
             doc["skipped"] = report.skipped
             doc["suppressed"] = report.suppressed
+            if stats:
+                _attach(doc, numbers)
             docs.append(doc)
         else:
-            from matrixctl.cli.render import render_description
+            from matrixctl.cli.render import render_description, render_stats
 
             render_description(report, desc)
+            if stats:
+                render_stats(report, numbers)
     if json_out:
         emit_json(docs[0] if len(docs) == 1 else docs)
     if worst:
         raise typer.Exit(worst)
+
+
+def _stats(path: str, report: Any) -> dict[str, Any] | None:
+    """The numbers of a file whose structural checks pass; a problem reading them becomes a
+    finding of the report (exit 1)."""
+    if not report.ok() or report.format is None:
+        return None
+    from matrixctl.errors import FormatError
+    from matrixctl.stats import stats_for
+    from matrixctl.validate.findings import from_error
+
+    try:
+        return stats_for(path, report.format)
+    except FormatError as err:
+        report.findings.append(from_error(err))
+        return None
+
+
+def _attach(doc: dict[str, Any], numbers: dict[str, Any] | None) -> None:
+    """Each tensor row of the description gets its `stats`; token numbers go under `stats`."""
+    if numbers is None or "tensors" not in numbers:
+        doc["stats"] = numbers
+        return
+    by_name = {row["name"]: row["stats"] for row in numbers["tensors"]}
+    for row in doc.get("tensors") or []:
+        name = row.get("name")
+        if name is None and "tensor_id" in row:  # STB without its sidecar
+            name = f"tensor_{row['tensor_id']}"
+        row["stats"] = by_name.get(name)
