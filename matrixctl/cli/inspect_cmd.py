@@ -80,11 +80,13 @@ def _stats(path: str, report: Any) -> dict[str, Any] | None:
 
 def _attach(doc: dict[str, Any], numbers: dict[str, Any] | None) -> None:
     """Each tensor row of the description gets its `stats`; token numbers go under `stats`."""
-    if numbers is None or "tensors" not in numbers:
+    rows = doc.get("tensors")
+    if (numbers is not None and "tensors" not in numbers) or not isinstance(rows, list):
         doc["stats"] = numbers
         return
-    by_name = {row["name"]: row["stats"] for row in numbers["tensors"]}
-    for row in doc.get("tensors") or []:
+    tensors = numbers["tensors"] if numbers is not None else []
+    by_name = {row["name"]: row["stats"] for row in tensors}
+    for row in rows:
         name = row.get("name")
         if name is None and "tensor_id" in row:  # STB without its sidecar
             name = f"tensor_{row['tensor_id']}"
