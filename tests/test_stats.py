@@ -133,6 +133,23 @@ def test_a_tensor_bigger_than_the_chunk(tmp_path: Path, monkeypatch: pytest.Monk
     assert_same(row["stats"], expected(big))
 
 
+def test_sparse_tensors_count_their_implicit_zeros(tmp_path: Path) -> None:
+    import ztensor
+
+    path = tmp_path / "s.zt"
+    dense = np.array([[0, 3.5, 0, 0], [-2, 0, 0, 7]], dtype=np.float32)
+    with ztensor.Writer(str(path)) as w:
+        w.add_sparse_csr(
+            "sp",
+            np.array([3.5, -2, 7], np.float32),
+            np.array([1, 0, 3]),
+            np.array([0, 1, 3]),
+            (2, 4),
+        )
+    (row,) = stats.tensor_stats(str(path))
+    assert_same(row["stats"], expected(dense))
+
+
 def test_gguf_is_dequantized_and_kept_blocks_are_not_computed(tmp_path: Path) -> None:
     from tests import ggufcraft
 
