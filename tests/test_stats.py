@@ -280,3 +280,13 @@ def test_histogram_bins_are_exact_at_powers_of_two() -> None:
     got = {r["from"]: r["documents"] for r in rows if r["documents"]}
     assert got == {1: 1, 2: 2, 4: 2, 8: 1, 2**39: 1, 2**40: 1}
     assert not math.isnan(rows[0]["from"])
+
+
+def test_piped_stdin_gets_no_numbers_and_no_false_finding(tmp_path: Path) -> None:
+    """A pipe is consumed by the checks: --stats says it needs a file instead of failing."""
+    np.save(tmp_path / "v.npy", np.arange(4, dtype=np.int16))
+    data = (tmp_path / "v.npy").read_bytes()
+    shown = run_cli("inspect", "--stats", "-", stdin=data)
+    assert shown.code == 0 and "stdin is a pipe" in shown.stderr
+    doc = run_cli("inspect", "--stats", "--json", "-", stdin=data).json()
+    assert doc["findings"] == [] and doc["tensors"][0]["stats"] is None

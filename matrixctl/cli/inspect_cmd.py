@@ -55,7 +55,8 @@ def inspect(
 
             render_description(report, desc)
             if stats:
-                render_stats(report, numbers)
+                piped = path == "-" and report.ok() and not _stdin_is_file()
+                render_stats(report, numbers, "stdin is a pipe: give a file" if piped else None)
     if json_out:
         emit_json(docs[0] if len(docs) == 1 else docs)
     if worst:
@@ -64,8 +65,8 @@ def inspect(
 
 def _stats(path: str, report: Any) -> dict[str, Any] | None:
     """The numbers of a file whose structural checks pass; a problem reading them becomes a
-    finding of the report (exit 1)."""
-    if not report.ok() or report.format is None:
+    finding of the report (exit 1). A pipe on stdin was consumed by the checks: no numbers."""
+    if not report.ok() or report.format is None or (path == "-" and not _stdin_is_file()):
         return None
     from matrixctl.errors import FormatError
     from matrixctl.stats import stats_for
@@ -76,6 +77,17 @@ def _stats(path: str, report: Any) -> dict[str, Any] | None:
     except FormatError as err:
         report.findings.append(from_error(err))
         return None
+
+
+def _stdin_is_file() -> bool:
+    import os
+    import stat
+    import sys
+
+    try:
+        return stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _attach(doc: dict[str, Any], numbers: dict[str, Any] | None) -> None:

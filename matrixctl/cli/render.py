@@ -228,13 +228,16 @@ def _top_ids_table(rows: list[dict[str, Any]]) -> Any:
     return table
 
 
-def render_stats(report: FileReport, numbers: dict[str, Any] | None) -> None:
-    """The numbers of `inspect --stats`, after the description."""
+def render_stats(
+    report: FileReport, numbers: dict[str, Any] | None, why: str | None = None
+) -> None:
+    """The numbers of `inspect --stats`, after the description; `why` says why there are none."""
     from rich.text import Text
 
     con = console()
     if numbers is None:
-        why = "the structural checks failed" if not report.ok() else "none for this format"
+        if why is None:
+            why = "the structural checks failed" if not report.ok() else "none for this format"
         con.print(Text(f"stats: {why}", style="dim"))
         con.print()
         return
