@@ -67,6 +67,12 @@ class Moments:
         """One chunk of values: a float, integer or bool numpy array (any width)."""
         import numpy as np
 
+        with np.errstate(all="ignore"):  # an overflow shows as a null mean or std, not a warning
+            self._add(values)
+
+    def _add(self, values: np.ndarray) -> None:
+        import numpy as np
+
         self.count += int(values.size)
         if values.size == 0:
             return
@@ -103,12 +109,14 @@ class Moments:
 
     def to_json(self) -> dict[str, Any]:
         some = self.finite > 0
+        std = math.sqrt(self.m2 / self.finite) if some and self.m2 >= 0 else math.nan
         return {
             "count": self.count,
             "min": self.low if some else None,
             "max": self.high if some else None,
-            "mean": self.mean if some else None,
-            "std": math.sqrt(self.m2 / self.finite) if some else None,
+            # Beyond float64 (values near 1.8e308 summed): null rather than Infinity or NaN.
+            "mean": self.mean if some and math.isfinite(self.mean) else None,
+            "std": std if math.isfinite(std) else None,
             "zeros": self.zeros,
             "nan": self.nan,
             "inf": self.inf,

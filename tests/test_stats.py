@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 
 import ml_dtypes
@@ -290,3 +291,16 @@ def test_piped_stdin_gets_no_numbers_and_no_false_finding(tmp_path: Path) -> Non
     assert shown.code == 0 and "stdin is a pipe" in shown.stderr
     doc = run_cli("inspect", "--stats", "--json", "-", stdin=data).json()
     assert doc["findings"] == [] and doc["tensors"][0]["stats"] is None
+
+
+def test_float64_overflow_gives_null_mean_not_infinity() -> None:
+    """Decision: a mean or std beyond float64 (values near 1.8e308 summed) is null, so the JSON
+    stays JSON (no Infinity) and no numpy warning reaches stderr."""
+    acc = stats.Moments()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        acc.add(np.array([1.7e308, 1.7e308, 1.0], dtype=np.float64))
+    got = acc.to_json()
+    assert got["max"] == 1.7e308 and got["min"] == 1.0
+    assert got["mean"] is None and got["std"] is None
+    json.dumps(got, allow_nan=False)
