@@ -147,3 +147,17 @@ def test_convert_refuses_a_cut_file_with_the_root_cause(samples: Path, tmp_path:
     result = run_cli("convert", str(path), str(tmp_path / "o.safetensors"))
     assert result.code == 1 and "GGUF_TRUNCATED" in result.stderr
     assert not (tmp_path / "o.safetensors").exists()
+
+
+def test_a_cut_pack_artifact_is_the_packs_one_finding(samples: Path, tmp_path: Path) -> None:
+    import shutil
+
+    pack = tmp_path / "pack"
+    shutil.copytree(samples / "pack", pack)
+    atoms = pack / "matrix_atoms.bin"
+    data = atoms.read_bytes()
+    atoms.write_bytes(data[: len(data) // 2])
+    (report,) = run_cli("verify", "--json", str(pack)).json()["files"]
+    assert [f["code"] for f in report["findings"]] == ["PACK_SIZE"]
+    assert f"cut at byte {len(data) // 2}" in report["findings"][0]["message"]
+    assert report["suppressed"] >= 2  # the hash and the atom file's own ATOM_TRUNCATED
