@@ -80,6 +80,7 @@ def gguf(
         )
         manifest = ingest_gguf(src, output, opts)
     notes = manifest.pop("notes", [])
+    report = manifest.pop("report", [])
     for text in notes:
         warn(text)
     if json_out:
@@ -102,3 +103,5 @@ def gguf(
             f"{embd['layout']}, {embd['file']})"
         )
     note(f"{line} -> {output}")
+    for text in report:
+        note(text)
