@@ -80,10 +80,12 @@ def gguf(
         )
         manifest = ingest_gguf(src, output, opts)
     notes = manifest.pop("notes", [])
-    report = manifest.pop("report", [])
+    tokenizer_line, tokenizer_warning = manifest.pop("report")
     for text in notes:
         warn(text)
     if json_out:
+        if tokenizer_warning:
+            warn(tokenizer_line)
         emit_json({"output": output, **manifest})
         return
     tok = manifest["tokenizer"]
@@ -103,5 +105,4 @@ def gguf(
             f"{embd['layout']}, {embd['file']})"
         )
     note(f"{line} -> {output}")
-    for text in report:
-        note(text)
+    (warn if tokenizer_warning else note)(tokenizer_line)

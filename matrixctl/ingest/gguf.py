@@ -650,9 +650,8 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
     finally:
         hasher.join()
         source.close()
-    line, warning = report_line(measured)
-    manifest["notes"] = [*notes, line] if warning else notes
-    manifest["report"] = [] if warning else [line]
+    manifest["notes"] = notes
+    manifest["report"] = report_line(measured)  # (line, warning?): the tokenizer's type
     return manifest
 
 

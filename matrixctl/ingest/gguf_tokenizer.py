@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from itertools import compress, count
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from matrixctl.ingest.gguf import VocabPlan
 
 SAMPLE = "tokenizer_sample.txt"
-SHORT_KEY = 32  # keys up to this many bytes are looked up in a set of the sample's substrings
+SHORT_KEY = 16  # keys up to this many bytes are looked up in a set of the sample's substrings
 REFERENCES = {
     "bpe": "byte-level BPE by merge rank after the {pre} pre-tokenizer",
     "sentencepiece": "SentencePiece BPE by score with byte fallback",
@@ -50,13 +51,6 @@ def sample() -> bytes:
     return (resources.files("matrixctl") / "data" / SAMPLE).read_bytes()
 
 
-def _strings(gf: gg.GgufFile, buf: Any, key: str) -> list[str] | None:
-    kv = gf.kvs.get(key)
-    if kv is None or not isinstance(kv.value, gg.GgufArray) or kv.value.item_type != gg.STRING:
-        return None
-    return [b.decode("utf-8", "replace") for b in kv.value.strings(buf)]
-
-
 def _floats(gf: gg.GgufFile, buf: Any, key: str, n: int) -> list[float] | None:
     kv = gf.kvs.get(key)
     if kv is None or not isinstance(kv.value, gg.GgufArray) or kv.value.count != n:
@@ -67,18 +61,62 @@ def _floats(gf: gg.GgufFile, buf: Any, key: str, n: int) -> list[float] | None:
     return values
 
 
+def _sample_bpe(plan: VocabPlan, merges: gg.GgufArray, buf: Any, text: str) -> ref.ByteLevelBPE:
+    """The byte-level BPE reference, holding only what can apply to `text`: the tokens whose
+    bytes occur in it and the merges whose result does (a merge of two symbols of a piece
+    yields bytes of that piece). On `text` it tokenizes as the whole vocabulary does, without
+    hashing every token and merge of a large vocabulary."""
+    whole = ref.ByteLevelBPE({}, {}, plan.pre or "")
+    subs: set[bytes] = set()
+    for piece in set(whole.pieces(text)):
+        spelt = whole.spelt(piece).encode("utf-8")
+        subs.update(spelt[i:j] for i in range(len(spelt)) for j in range(i + 1, len(spelt) + 1))
+    data = text.encode("utf-8")
+    ids = {plan.texts[i]: i for i in occurring(plan.keys, data)}
+    joined = merges.joined(buf)
+    if joined.count(b"\x00") == merges.count - 1:
+        items = joined.split(b"\x00")
+        results = joined.replace(b" ", b"").split(b"\x00")
+    else:
+        items = merges.strings(buf)
+        results = [item.replace(b" ", b"") for item in items]
+    ranks: dict[str, int] = {}
+    for rank in compress(count(), map(subs.__contains__, results)):
+        ranks.setdefault(items[rank].decode("utf-8", "replace"), rank)
+    return ref.ByteLevelBPE(ids, ranks, whole.pre)
+
+
+_LAST: list[tuple[list[bytes], bytes, list[int]]] = []  # the last answer (asked twice for BPE)
+
+
+def occurring(keys: list[bytes], data: bytes) -> list[int]:
+    """The indexes of the non-empty keys that occur in `data`, in order."""
+    if _LAST and _LAST[0][0] is keys and _LAST[0][1] == data:
+        return _LAST[0][2]
+    n = len(data)
+    subs = {data[i : i + k] for k in range(1, SHORT_KEY + 1) for i in range(n - k + 1)}
+    # map/compress: the loops run in C (this is most of the measurement's time on a large
+    # vocabulary).
+    found = list(compress(count(), map(subs.__contains__, keys)))
+    longer = compress(count(), map(SHORT_KEY.__lt__, map(len, keys)))
+    found += [i for i in longer if keys[i] in data]
+    found.sort()
+    _LAST[:] = [(keys, data, found)]
+    return found
+
+
 def reference_for(
-    gf: gg.GgufFile, buf: Any, plan: VocabPlan, kind: ref.TokenizerType
+    gf: gg.GgufFile, buf: Any, plan: VocabPlan, kind: ref.TokenizerType, text: str
 ) -> tuple[Any, str] | str:
-    """(the reference tokenizer, what it is) or why there is none."""
+    """(the reference tokenizer for `text`, what it is) or why there is none."""
     marking = plan.smap.space_marking
     if kind.family == "bpe":
-        merges = _strings(gf, buf, "tokenizer.ggml.merges")
-        if not merges:
+        kv = gf.kvs.get("tokenizer.ggml.merges")
+        if kv is None or not isinstance(kv.value, gg.GgufArray) or kv.value.count == 0:
             return "the file has no tokenizer.ggml.merges"
         assert plan.pre is not None
         what = REFERENCES["bpe"].format(pre=ref.PRE_TOKENIZERS[plan.pre])
-        return ref.ByteLevelBPE(plan.texts, merges, plan.pre), what
+        return _sample_bpe(plan, kv.value, buf, text), what
     if kind.family == "sentencepiece":
         scores = _floats(gf, buf, "tokenizer.ggml.scores", plan.tokens)
         if scores is None:
@@ -103,13 +141,12 @@ def pi_spans(plan: VocabPlan, text: str) -> list[ref.Span]:
     prepared = marking.prepare(text) if marking is not None else text
     prefix = b" " if marking is not None and marking.adds_prefix and prepared else b""
     data = prefix + prepared.encode("utf-8")
-    subs = {data[i : i + n] for n in range(1, SHORT_KEY + 1) for i in range(len(data) - n + 1)}
-    keys = plan.keys
+    found = occurring(plan.keys, data)
+    base = smap.byte_base_id if smap.byte_fallback else None
     keep = tuple(
-        (sid, t)
-        for sid, t in smap.symbols
-        if sid not in smap.specials
-        and (keys[sid] in subs if len(keys[sid]) <= SHORT_KEY else keys[sid] in data)
+        (sid, plan.texts[sid])
+        for sid in found
+        if sid not in smap.specials and (base is None or not base <= sid < base + 256)
     )
     small = dataclasses.replace(smap, symbols=keep, specials=frozenset())
     matched, spans = pi.Tokenizer(small).spans(text)
@@ -130,12 +167,12 @@ def measure(gf: gg.GgufFile, buf: Any, plan: VocabPlan) -> Measured:
     kind = ref.tokenizer_type(plan.model, plan.pre)
     if not kind.measurable:
         return Measured(kind, None, None, f"no reference tokenizer for {kind.name}")
-    made = reference_for(gf, buf, plan, kind)
+    raw = sample()
+    text = raw.decode("utf-8")
+    made = reference_for(gf, buf, plan, kind, text)
     if isinstance(made, str):
         return Measured(kind, None, None, made)
     reference, what = made
-    raw = sample()
-    text = raw.decode("utf-8")
     result = ref.agreement(reference.tokenize(text), pi_spans(plan, text))
     manifest = {
         "sample": SAMPLE,
@@ -166,8 +203,8 @@ def report_line(m: Measured) -> tuple[str, bool]:
     return (
         f"tokenizer: {m.type.name}; π's longest-match tokenization agrees with it on "
         f"{a.percent()} % of the bundled sample's tokens ({a.matched:,} identical of "
-        f"{max(a.reference_tokens, a.pi_tokens):,}): π gives this model's ids for whole "
-        "vocabulary entries, not its segmentation; to feed the model, tokenize with its own "
-        "tokenizer",
+        f"{max(a.reference_tokens, a.pi_tokens):,}): π gives the model's ids for whole "
+        "vocabulary entries but may cut text differently; to feed the model, tokenize with "
+        "its own tokenizer",
         True,
     )

@@ -29,7 +29,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -128,14 +128,16 @@ def _ranges(points: list[int]) -> str:
     return "".join(out)
 
 
-@lru_cache(maxsize=1)
-def _letter_number_classes() -> tuple[str, str]:
+@lru_cache(maxsize=8)
+def _letter_number_classes(chars: frozenset[str] | None = None) -> tuple[str, str]:
     """\\p{L} and \\p{N} as the contents of `re` character classes, from the general
-    categories of Python's `unicodedata` (exact for its Unicode version)."""
+    categories of Python's `unicodedata` (exact for its Unicode version): of every code point,
+    or only of `chars` (a pattern applied to a text tests no other character)."""
     letters: list[int] = []
     numbers: list[int] = []
     category = unicodedata.category
-    for cp in range(LAST_LETTER_OR_NUMBER + 1):
+    points = range(LAST_LETTER_OR_NUMBER + 1) if chars is None else sorted(map(ord, chars))
+    for cp in points:
         major = category(chr(cp))[0]
         if major == "L":
             letters.append(cp)
@@ -144,18 +146,20 @@ def _letter_number_classes() -> tuple[str, str]:
     return _ranges(letters), _ranges(numbers)
 
 
-@lru_cache(maxsize=4)
-def pretokenizer(name: str) -> re.Pattern[str]:
+@lru_cache(maxsize=8)
+def pretokenizer(name: str, chars: frozenset[str] | None = None) -> re.Pattern[str]:
     """The pre-tokenizer regular expression `name` (a key of PRE_TOKENIZERS) for `re`: the
-    published pattern with \\p{L} and \\p{N} spelt as explicit classes and \\s as Unicode
-    White_Space."""
-    letter, number = _letter_number_classes()
+    published pattern with \\p{L} and \\p{N} spelt as explicit classes (of the characters in
+    `chars` when given: the pattern then splits only texts made of them as the full one does)
+    and \\s as Unicode White_Space."""
+    letter, number = _letter_number_classes(chars)
     L, N, s, S = f"[{letter}]", f"[{number}]", f"[{WHITE_SPACE}]", f"[^{WHITE_SPACE}]"
     other = f"[^{WHITE_SPACE}{letter}{number}]"
+    nothing = "[^\\x00-\\U0010ffff]"  # an empty class is not valid syntax
+    L = L if letter else nothing
+    N = N if number else nothing
     if name == "gpt-2":
-        pattern = (
-            rf"'s|'t|'re|'ve|'m|'ll|'d| ?{L}+| ?{N}+| ?{other}+|{s}+(?!{S})|{s}+"
-        )
+        pattern = rf"'s|'t|'re|'ve|'m|'ll|'d| ?{L}+| ?{N}+| ?{other}+|{s}+(?!{S})|{s}+"
     elif name == "qwen2":
         pattern = (
             r"'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]"
@@ -184,17 +188,35 @@ def byte_alphabet() -> list[str]:
 
 
 class ByteLevelBPE:
-    """Spans are byte offsets in the UTF-8 text."""
+    """Spans are byte offsets in the UTF-8 text.
 
-    def __init__(self, tokens: Sequence[str], merges: Sequence[str], pre: str) -> None:
-        self.ids = {t: i for i, t in enumerate(tokens)}
-        self.ranks: dict[str, int] = {}
-        for rank, merge in enumerate(merges):
-            self.ranks.setdefault(merge, rank)
-        self.split = pretokenizer(pre)
+    `ids` maps token texts (in the byte alphabet) to ids, `ranks` maps merges ("a b": the two
+    symbols with one space between, as `tokenizer.ggml.merges` lists them) to their rank;
+    `from_lists` builds both from the GGUF arrays (the first of equal merges counts)."""
+
+    def __init__(self, ids: Mapping[str, int], ranks: Mapping[str, int], pre: str) -> None:
+        if pre not in PRE_TOKENIZERS:
+            raise KeyError(pre)
+        self.ids = ids
+        self.ranks = ranks
+        self.pre = pre
         alphabet = byte_alphabet()
         self.spell = {b: alphabet[b] for b in range(256)}
         self._cache: dict[str, list[str]] = {}
+
+    @classmethod
+    def from_lists(cls, tokens: Sequence[str], merges: Sequence[str], pre: str) -> ByteLevelBPE:
+        ranks = dict(zip(merges, range(len(merges))))
+        if len(ranks) < len(merges):
+            ranks = {}
+            for rank, merge in enumerate(merges):
+                ranks.setdefault(merge, rank)
+        return cls(dict(zip(tokens, range(len(tokens)))), ranks, pre)
+
+    def spelt(self, piece: str) -> str:
+        """A piece's UTF-8 bytes in the byte alphabet."""
+        spell = self.spell
+        return "".join(spell[b] for b in piece.encode("utf-8"))
 
     def bpe(self, word: str) -> list[str]:
         """Merge the symbols of one pre-tokenized piece (spelt in the byte alphabet)."""
@@ -229,15 +251,13 @@ class ByteLevelBPE:
 
     def pieces(self, text: str) -> list[str]:
         """The pre-tokenizer's pieces of `text` (their concatenation is the text)."""
-        return self.split.findall(text)
+        return pretokenizer(self.pre, frozenset(text)).findall(text)
 
     def tokenize(self, text: str) -> list[Span]:
         out: list[Span] = []
         pos = 0
-        spell = self.spell
         for piece in self.pieces(text):
-            raw = piece.encode("utf-8")
-            for part in self.bpe("".join(spell[b] for b in raw)):
+            for part in self.bpe(self.spelt(piece)):
                 out.append((self.ids.get(part, -1), pos, pos + len(part)))
                 pos += len(part)  # one alphabet character per byte
         return out
@@ -258,9 +278,7 @@ class SentencePieceBPE:
         prefix_space: bool = True,
         unk_id: int = 0,
     ) -> None:
-        self.ids: dict[str, int] = {}
-        for i, t in enumerate(tokens):
-            self.ids[t] = i  # llama.cpp's text -> token map: the last of equal texts
+        self.ids = dict(zip(tokens, range(len(tokens))))  # llama.cpp's map: the last of equals
         self.scores = scores
         self.prefix_space = prefix_space
         self.unk_id = unk_id
@@ -349,9 +367,7 @@ class WordPiece:
     (words are what both tokenizers piece; the spaces between them are no token)."""
 
     def __init__(self, tokens: Sequence[str], *, unk_id: int, marker: str = SPM_MARKER) -> None:
-        self.ids: dict[str, int] = {}
-        for i, t in enumerate(tokens):
-            self.ids[t] = i
+        self.ids = dict(zip(tokens, range(len(tokens))))
         self.unk_id = unk_id
         self.marker = marker
         self.longest = max((len(t) for t in tokens), default=1)
