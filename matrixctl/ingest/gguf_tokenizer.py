@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from itertools import compress, count
 from dataclasses import dataclass
+from itertools import compress, count
 from typing import TYPE_CHECKING, Any
 
 from matrixctl.formats import gguf as gg
@@ -122,9 +122,7 @@ def reference_for(
         if scores is None:
             return "the file has no tokenizer.ggml.scores for every token"
         prefix = marking is not None and marking.prefix_space
-        tok = ref.SentencePieceBPE(
-            plan.texts, scores, prefix_space=prefix, unk_id=plan.smap.unk_id
-        )
+        tok = ref.SentencePieceBPE(plan.texts, scores, prefix_space=prefix, unk_id=plan.smap.unk_id)
         return tok, REFERENCES["sentencepiece"]
     if kind.family == "wordpiece":
         if marking is None or marking.scheme != "wordpiece" or marking.marker is None:

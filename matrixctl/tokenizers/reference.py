@@ -206,12 +206,12 @@ class ByteLevelBPE:
 
     @classmethod
     def from_lists(cls, tokens: Sequence[str], merges: Sequence[str], pre: str) -> ByteLevelBPE:
-        ranks = dict(zip(merges, range(len(merges))))
+        ranks = dict(zip(merges, range(len(merges)), strict=True))
         if len(ranks) < len(merges):
             ranks = {}
             for rank, merge in enumerate(merges):
                 ranks.setdefault(merge, rank)
-        return cls(dict(zip(tokens, range(len(tokens)))), ranks, pre)
+        return cls(dict(zip(tokens, range(len(tokens)), strict=True)), ranks, pre)
 
     def spelt(self, piece: str) -> str:
         """A piece's UTF-8 bytes in the byte alphabet."""
@@ -236,10 +236,7 @@ class ByteLevelBPE:
             merged: list[str] = []
             i = 0
             while i < len(parts):
-                if (
-                    i + 1 < len(parts)
-                    and ranks.get(parts[i] + " " + parts[i + 1]) == best
-                ):
+                if i + 1 < len(parts) and ranks.get(parts[i] + " " + parts[i + 1]) == best:
                     merged.append(parts[i] + parts[i + 1])
                     i += 2
                 else:
@@ -278,7 +275,9 @@ class SentencePieceBPE:
         prefix_space: bool = True,
         unk_id: int = 0,
     ) -> None:
-        self.ids = dict(zip(tokens, range(len(tokens))))  # llama.cpp's map: the last of equals
+        self.ids = dict(
+            zip(tokens, range(len(tokens)), strict=True)
+        )  # llama.cpp's map: the last of equals
         self.scores = scores
         self.prefix_space = prefix_space
         self.unk_id = unk_id
@@ -367,7 +366,7 @@ class WordPiece:
     (words are what both tokenizers piece; the spaces between them are no token)."""
 
     def __init__(self, tokens: Sequence[str], *, unk_id: int, marker: str = SPM_MARKER) -> None:
-        self.ids = dict(zip(tokens, range(len(tokens))))
+        self.ids = dict(zip(tokens, range(len(tokens)), strict=True))
         self.unk_id = unk_id
         self.marker = marker
         self.longest = max((len(t) for t in tokens), default=1)

@@ -149,6 +149,12 @@ def describe(s: FolderSubject) -> dict[str, Any]:
             marking.get("scheme") if isinstance(marking, dict) else None
         )
         out["tokenizer"]["special_symbols"] = tok.get("special_symbols")
+        if "type" in tok:  # manifests before the tokenizer type have neither field
+            out["tokenizer"]["type"] = tok.get("type")
+            agree = tok.get("agreement")
+            out["tokenizer"]["agreement"] = (
+                agree.get("share") if isinstance(agree, dict) else "not measured"
+            )
     embd = m.get("embeddings")
     if isinstance(embd, dict):
         out["embeddings"] = {
@@ -174,6 +180,75 @@ def _regular(path: str | None) -> bool:
 @rule(FMT, "manifest fields, file names")
 def check_manifest(s: FolderSubject) -> Iterator[Finding]:
     yield from s.findings
+
+
+AGREEMENT_COUNTS = ("reference_tokens", "pi_tokens", "matched")
+
+
+@rule(FMT, "tokenizer type and agreement")
+def check_tokenizer_type(s: FolderSubject) -> Iterator[Finding]:
+    """The optional `tokenizer.type` and `tokenizer.agreement` (docs/formats/gguf.md): the type
+    follows from the manifest's model and pre; the agreement's share from its counts."""
+    from matrixctl.tokenizers import reference as ref
+
+    m = s.manifest
+    if m is None:
+        return
+    tok = m["tokenizer"]
+    if "type" in tok:
+        model, pre = tok.get("model"), tok.get("pre")
+        want = ref.tokenizer_type(
+            model if isinstance(model, str) else None, pre if isinstance(pre, str) else None
+        ).name
+        if tok["type"] != want:
+            yield finding(
+                PACK_MISMATCH,
+                f"tokenizer.type is {tok['type']!r:.80}, model {model!r:.40} and pre "
+                f"{pre!r:.40} give {want!r}",
+                field="tokenizer.type",
+            )
+    agree = tok.get("agreement")
+    if agree is None:
+        return
+    if not isinstance(agree, dict):
+        yield finding(
+            GGUF_MANIFEST,
+            "tokenizer.agreement is not an object or null",
+            field="tokenizer.agreement",
+        )
+        return
+    counts = [agree.get(k) for k in AGREEMENT_COUNTS]
+    for key, value in zip(AGREEMENT_COUNTS, counts, strict=True):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            yield finding(
+                GGUF_MANIFEST,
+                f"tokenizer.agreement.{key} is {value!r:.40}, not a count",
+                field=f"tokenizer.agreement.{key}",
+            )
+            return
+    for key in ("sample", "sample_sha256", "reference"):
+        if not isinstance(agree.get(key), str):
+            yield finding(
+                GGUF_MANIFEST,
+                f"tokenizer.agreement.{key} is missing or not a string",
+                field=f"tokenizer.agreement.{key}",
+            )
+    result = ref.Agreement(
+        **{k: int(c or 0) for k, c in zip(AGREEMENT_COUNTS, counts, strict=True)}
+    )
+    if result.matched > min(result.reference_tokens, result.pi_tokens):
+        yield finding(
+            PACK_MISMATCH,
+            f"tokenizer.agreement.matched {result.matched} exceeds a token count",
+            field="tokenizer.agreement.matched",
+        )
+    elif agree.get("share") != result.rounded():
+        yield finding(
+            PACK_MISMATCH,
+            f"tokenizer.agreement.share is {agree.get('share')!r:.40}, its counts give "
+            f"{result.rounded()}",
+            field="tokenizer.agreement.share",
+        )
 
 
 @rule(FMT, "files present with recorded sizes")
