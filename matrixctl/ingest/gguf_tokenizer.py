@@ -112,8 +112,13 @@ def reference_for(
     marking = plan.smap.space_marking
     if kind.family == "bpe":
         kv = gf.kvs.get("tokenizer.ggml.merges")
-        if kv is None or not isinstance(kv.value, gg.GgufArray) or kv.value.count == 0:
-            return "the file has no tokenizer.ggml.merges"
+        if (
+            kv is None
+            or not isinstance(kv.value, gg.GgufArray)
+            or kv.value.item_type != gg.STRING
+            or kv.value.count == 0
+        ):
+            return "the file has no tokenizer.ggml.merges strings"
         assert plan.pre is not None
         what = REFERENCES["bpe"].format(pre=ref.PRE_TOKENIZERS[plan.pre])
         return _sample_bpe(plan, kv.value, buf, text), what
