@@ -64,7 +64,10 @@ def gguf(
 
     The symbol map records how the vocabulary marks spaces (SentencePiece ▁, byte-level BPE Ġ,
     WordPiece), so `tokenize pi encode --symbols DIR/pi_symbol_map.json` gives whole-word
-    tokens; `<0xNN>` byte tokens become its byte fallback. The folder is built beside DIR and
+    tokens; `<0xNN>` byte tokens become its byte fallback. The report and the manifest name the
+    model's tokenizer type (BPE, SentencePiece, WordPiece) and, measured on a bundled sample,
+    how often π cuts text as that tokenizer does (a warning under 100 %: π gives the model's
+    ids, not necessarily its segmentation). The folder is built beside DIR and
     renamed into place only when complete; an existing DIR is replaced only by a complete new
     one, and only if `ingest gguf` wrote it or it is empty.
     """
