@@ -417,3 +417,76 @@ def test_exact_agreement_is_a_note(tmp_path: Path) -> None:
     assert "warning: tokenizer" not in run.stderr
     agree = manifest(tmp_path / "out")["tokenizer"]["agreement"]
     assert agree["share"] == 1.0 and agree["matched"] == agree["reference_tokens"]
+
+
+def _hostile(model: str, tokens: list[bytes], extra: list[bytes]) -> bytes:
+    kvs = [
+        gc.kv_str("tokenizer.ggml.model", model),
+        gc.kv("tokenizer.ggml.tokens", gc.ARR, gc.arr_str(tokens)),
+        *extra,
+    ]
+    return gc.gguf(kvs, pad=False)
+
+
+HOSTILE = {
+    "scores not floats": (
+        "llama",
+        [b"<unk>", "▁a".encode(), b"a"],
+        [gc.kv("tokenizer.ggml.scores", gc.ARR, gc.arr_num(gc.I32, "i", [0, 1, 2]))],
+    ),
+    "scores too few": (
+        "llama",
+        [b"<unk>", "▁a".encode(), b"a"],
+        [gc.kv("tokenizer.ggml.scores", gc.ARR, gc.arr_num(gc.F32, "f", [0.0]))],
+    ),
+    "NaN and infinite scores": (
+        "llama",
+        [b"<unk>", "▁".encode(), b"T", b"h", "▁T".encode(), b"Th", b"he"],
+        [
+            gc.kv(
+                "tokenizer.ggml.scores",
+                gc.ARR,
+                gc.arr_num(gc.F32, "f", [0, float("nan"), 1, 1, float("inf"), float("-inf"), 0]),
+            )
+        ],
+    ),
+    "merges odd": (
+        "gpt2",
+        [b"T", b"h", b"Th", b"\xff\xfe", b""],
+        [
+            gc.kv_str("tokenizer.ggml.pre", "gpt-2"),
+            gc.kv(
+                "tokenizer.ggml.merges", gc.ARR, gc.arr_str([b"", b"T h x", b"\xff \xfe", b"T h"])
+            ),
+        ],
+    ),
+    "merges not strings": (
+        "gpt2",
+        [b"T", b"h"],
+        [
+            gc.kv_str("tokenizer.ggml.pre", "qwen2"),
+            gc.kv("tokenizer.ggml.merges", gc.ARR, gc.arr_num(gc.I32, "i", [1, 2])),
+        ],
+    ),
+    "wordpiece without markers": ("bert", [b"[UNK]", b"the", b"##s"], []),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_odd_tokenizer_metadata_never_breaks_the_ingest(tmp_path: Path, case: str) -> None:
+    """Scores of the wrong type or length are refused by the GGUF checks (one error line); NaN
+    scores, odd or non-string merges, a vocabulary without markers: the ingest completes
+    (agreement measured or said not measured), and the folder verifies."""
+    model, tokens, extra = HOSTILE[case]
+    path = tmp_path / "v.gguf"
+    path.write_bytes(_hostile(model, tokens, extra))
+    run = run_cli("ingest", "gguf", str(path), "-o", str(tmp_path / "out"))
+    assert "Traceback" not in run.stderr
+    if case.startswith("scores "):  # refused before anything is built: GGUF's own checks
+        assert run.code == 1 and run.stderr.count("\n") == 1
+        assert "error[GGUF_TOKENIZER]" in run.stderr and "tokenizer.ggml.scores" in run.stderr
+        assert not (tmp_path / "out").exists()
+        return
+    assert run.code == 0, run.stderr
+    assert "tokenizer: " in run.stderr
+    assert run_cli("verify", str(tmp_path / "out")).code == 0
