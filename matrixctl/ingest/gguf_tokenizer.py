@@ -158,11 +158,11 @@ def pi_spans(plan: VocabPlan, text: str) -> list[ref.Span]:
     # WordPiece: offsets counted in the bytes that are not spaces (π's prepared text has only
     # U+0020 as white space).
     content = [0] * (len(matched) + 1)
-    count = 0
+    seen = 0
     for i, b in enumerate(matched):
-        content[i] = count
-        count += b != 0x20
-    content[len(matched)] = count
+        content[i] = seen
+        seen += b != 0x20
+    content[len(matched)] = seen
     return [(sid, content[s], content[e]) for sid, s, e in spans]
 
 
@@ -174,9 +174,13 @@ def measure(gf: gg.GgufFile, buf: Any, plan: VocabPlan) -> Measured:
     text = raw.decode("utf-8")
     made = reference_for(gf, buf, plan, kind, text)
     if isinstance(made, str):
+        _LAST.clear()
         return Measured(kind, None, None, made)
     reference, what = made
-    result = ref.agreement(reference.tokenize(text), pi_spans(plan, text))
+    try:
+        result = ref.agreement(reference.tokenize(text), pi_spans(plan, text))
+    finally:
+        _LAST.clear()
     manifest = {
         "sample": SAMPLE,
         "sample_sha256": "sha256:" + hashlib.sha256(raw).hexdigest(),
