@@ -490,3 +490,18 @@ def test_odd_tokenizer_metadata_never_breaks_the_ingest(tmp_path: Path, case: st
     assert run.code == 0, run.stderr
     assert "tokenizer: " in run.stderr
     assert run_cli("verify", str(tmp_path / "out")).code == 0
+
+
+def test_reference_module_imports_no_codec_or_validation() -> None:
+    """The reference tokenizers stand alone: importing them loads no matrixctl codec
+    (formats), validation, π tokenizer or numpy module."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys, matrixctl.tokenizers.reference; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('matrixctl', 'numpy')))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = json.loads(out.stdout)
+    assert loaded == ["matrixctl", "matrixctl.tokenizers", "matrixctl.tokenizers.reference"]
