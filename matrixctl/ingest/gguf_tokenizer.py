@@ -46,9 +46,13 @@ class Measured:
 
 
 def sample() -> bytes:
-    from importlib import resources
+    """The bundled sample text (package data beside the default symbol map)."""
+    import os
 
-    return (resources.files("matrixctl") / "data" / SAMPLE).read_bytes()
+    import matrixctl
+
+    with open(os.path.join(os.path.dirname(matrixctl.__file__), "data", SAMPLE), "rb") as fp:
+        return fp.read()
 
 
 def _floats(gf: gg.GgufFile, buf: Any, key: str, n: int) -> list[float] | None:
