@@ -254,7 +254,11 @@ def test_restricted_vocabulary_gives_the_same_tokens(name: str) -> None:
         assert [s[0] for s in restricted] == [s[0] for s in spans]
     else:
         assert restricted == spans
-    made = gt.reference_for(v.gf, v.src.buf, v.plan, v.kind, text)
+    merges = gt.gguf_merges(v.gf, v.src.buf)
+    scores = None
+    if v.kind.family == "sentencepiece":
+        scores = v.gf.kvs["tokenizer.ggml.scores"].value.numpy(v.src.buf).tolist()
+    made = gt.reference_for(v.plan, v.kind, text, merges, scores)
     assert not isinstance(made, str)
     assert made[0].tokenize(text) == v.full_reference().tokenize(text)  # type: ignore[attr-defined]
 
@@ -326,6 +330,9 @@ def test_manifest_fields_and_type_in_the_report(ingested) -> None:
 
 
 def test_verify_checks_the_new_fields_and_accepts_old_manifests(ingested, tmp_path: Path) -> None:
+    """Decision: verify checks the fields' form and arithmetic, and measures the agreement
+    again from the map and the sidecar (a figure measured on another sample is an info
+    finding, not an error)."""
     import shutil
 
     folder = tmp_path / "f"
@@ -337,8 +344,10 @@ def test_verify_checks_the_new_fields_and_accepts_old_manifests(ingested, tmp_pa
         doc = json.loads(json.dumps(good))
         edit(doc["tokenizer"])
         path.write_text(json.dumps(doc), "utf-8")
-        run = run_cli("verify", str(folder))
-        return "OK" if run.code == 0 else run.stdout.decode() + run.stderr
+        run = run_cli("verify", "--json", str(folder))
+        if run.code == 0:
+            return "OK"
+        return " ".join(f"{f['code']}:{f['field']}" for f in run.json()["files"][0]["findings"])
 
     def old(tok: dict) -> None:
         del tok["type"], tok["agreement"]
@@ -352,6 +361,26 @@ def test_verify_checks_the_new_fields_and_accepts_old_manifests(ingested, tmp_pa
     )
     assert "GGUF_MANIFEST" in verify_with(lambda t: t["agreement"].update(pi_tokens="many"))
     assert "GGUF_MANIFEST" in verify_with(lambda t: t.update(agreement=[1]))
+
+    def fewer(tok: dict) -> None:  # consistent in itself: only measuring again shows it
+        a = tok["agreement"]
+        a["matched"] -= 1
+        a["share"] = a["matched"] * 10000 // max(a["reference_tokens"], a["pi_tokens"]) / 10000
+
+    assert verify_with(fewer) == (
+        "PACK_MISMATCH:tokenizer.agreement.matched PACK_MISMATCH:tokenizer.agreement.share"
+    )
+
+    def other_sample(tok: dict) -> None:
+        tok["agreement"]["sample_sha256"] = "sha256:" + "0" * 64
+
+    doc = json.loads(json.dumps(good))
+    other_sample(doc["tokenizer"])
+    path.write_text(json.dumps(doc), "utf-8")
+    run = run_cli("verify", "--json", str(folder))
+    assert run.code == 0
+    codes = [f["code"] for f in run.json()["files"][0]["findings"]]
+    assert codes == ["GGUF_AGREEMENT_SAMPLE"]
 
 
 def _vocab_gguf(model: str, *, pre: str | None = None, merges: list[str] | None = None) -> bytes:

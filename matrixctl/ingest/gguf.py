@@ -204,7 +204,7 @@ def build_vocab(gf: gg.GgufFile, buf: Any) -> VocabPlan:
     pre = gf.text("tokenizer.ggml.pre")
     marking = detect_marking(gf, model, texts, types.tolist())
     base = _byte_run(texts)
-    keys = _keys(texts, marking)
+    keys = keys_of(texts, marking)
     lens = np.fromiter(map(len, keys), dtype=np.int64, count=n)
     matched = ((types == NORMAL) | (types == USER_DEFINED)) & (lens > 0) & (lens <= MAX_SYMBOL_KEY)
     if not_utf8:
@@ -297,7 +297,7 @@ def _decode_all(arr: gg.GgufArray, buf: Any) -> tuple[list[str], dict[int, bytes
     return texts, not_utf8
 
 
-def _keys(texts: list[str], marking: pi.SpaceMarking | None) -> list[bytes]:
+def keys_of(texts: list[str], marking: pi.SpaceMarking | None) -> list[bytes]:
     """The bytes each token matches under the marking (batch by batch over the joined text
     when the marking is a plain replacement and no token holds a NUL)."""
     key = marking.key if marking is not None else (lambda t: t.encode("utf-8"))

@@ -65,7 +65,7 @@ def _floats(gf: gg.GgufFile, buf: Any, key: str, n: int) -> list[float] | None:
     return values
 
 
-def _sample_bpe(plan: VocabPlan, merges: gg.GgufArray, buf: Any, text: str) -> ref.ByteLevelBPE:
+def _sample_bpe(plan: VocabPlan, merges: list[bytes], text: str) -> ref.ByteLevelBPE:
     """The byte-level BPE reference, holding only what can apply to `text`: the tokens whose
     bytes occur in it and the merges whose result does (a merge of two symbols of a piece
     yields bytes of that piece). On `text` it tokenizes as the whole vocabulary does, without
@@ -77,17 +77,32 @@ def _sample_bpe(plan: VocabPlan, merges: gg.GgufArray, buf: Any, text: str) -> r
         subs.update(spelt[i:j] for i in range(len(spelt)) for j in range(i + 1, len(spelt) + 1))
     data = text.encode("utf-8")
     ids = {plan.texts[i]: i for i in occurring(plan.keys, data)}
-    joined = merges.joined(buf)
-    if joined.count(b"\x00") == merges.count - 1:
-        items = joined.split(b"\x00")
+    joined = b"\x00".join(merges)
+    if joined.count(b"\x00") == len(merges) - 1:  # no NUL inside a merge: one pass in C
         results = joined.replace(b" ", b"").split(b"\x00")
     else:
-        items = merges.strings(buf)
-        results = [item.replace(b" ", b"") for item in items]
+        results = [item.replace(b" ", b"") for item in merges]
     ranks: dict[str, int] = {}
     for rank in compress(count(), map(subs.__contains__, results)):
-        ranks.setdefault(items[rank].decode("utf-8", "replace"), rank)
+        ranks.setdefault(merges[rank].decode("utf-8", "replace"), rank)
     return ref.ByteLevelBPE(ids, ranks, whole.pre)
+
+
+def gguf_merges(gf: gg.GgufFile, buf: Any) -> list[bytes] | None:
+    """tokenizer.ggml.merges as raw strings, or None when absent, empty or not strings."""
+    kv = gf.kvs.get("tokenizer.ggml.merges")
+    if (
+        kv is None
+        or not isinstance(kv.value, gg.GgufArray)
+        or kv.value.item_type != gg.STRING
+        or kv.value.count == 0
+    ):
+        return None
+    arr = kv.value
+    joined = arr.joined(buf)
+    if joined.count(b"\x00") == arr.count - 1:
+        return joined.split(b"\x00")
+    return arr.strings(buf)
 
 
 _LAST: list[tuple[list[bytes], bytes, list[int]]] = []  # the last answer (asked twice for BPE)
@@ -110,25 +125,23 @@ def occurring(keys: list[bytes], data: bytes) -> list[int]:
 
 
 def reference_for(
-    gf: gg.GgufFile, buf: Any, plan: VocabPlan, kind: ref.TokenizerType, text: str
+    plan: VocabPlan,
+    kind: ref.TokenizerType,
+    text: str,
+    merges: list[bytes] | None,
+    scores: list[float] | None,
 ) -> tuple[Any, str] | str:
-    """(the reference tokenizer for `text`, what it is) or why there is none."""
+    """(the reference tokenizer for `text`, what it is) or why there is none. `merges` and
+    `scores` are the GGUF's (or the sidecar's, when `verify` measures again)."""
     marking = plan.smap.space_marking
     if kind.family == "bpe":
-        kv = gf.kvs.get("tokenizer.ggml.merges")
-        if (
-            kv is None
-            or not isinstance(kv.value, gg.GgufArray)
-            or kv.value.item_type != gg.STRING
-            or kv.value.count == 0
-        ):
+        if not merges:
             return "the file has no tokenizer.ggml.merges strings"
         assert plan.pre is not None
         what = REFERENCES["bpe"].format(pre=ref.PRE_TOKENIZERS[plan.pre])
-        return _sample_bpe(plan, kv.value, buf, text), what
+        return _sample_bpe(plan, merges, text), what
     if kind.family == "sentencepiece":
-        scores = _floats(gf, buf, "tokenizer.ggml.scores", plan.tokens)
-        if scores is None:
+        if scores is None or len(scores) != plan.tokens:
             return "the file has no tokenizer.ggml.scores for every token"
         prefix = marking is not None and marking.prefix_space
         tok = ref.SentencePieceBPE(plan.texts, scores, prefix_space=prefix, unk_id=plan.smap.unk_id)
@@ -174,20 +187,35 @@ def measure(gf: gg.GgufFile, buf: Any, plan: VocabPlan) -> Measured:
     kind = ref.tokenizer_type(plan.model, plan.pre)
     if not kind.measurable:
         return Measured(kind, None, None, f"no reference tokenizer for {kind.name}")
+    merges = gguf_merges(gf, buf) if kind.family == "bpe" else None
+    scores = (
+        _floats(gf, buf, "tokenizer.ggml.scores", plan.tokens)
+        if kind.family == "sentencepiece"
+        else None
+    )
+    return measure_with(plan, kind, merges, scores)
+
+
+def measure_with(
+    plan: VocabPlan,
+    kind: ref.TokenizerType,
+    merges: list[bytes] | None,
+    scores: list[float] | None,
+) -> Measured:
+    """The agreement on the bundled sample, from the plan and the merges or scores."""
     raw = sample()
     text = raw.decode("utf-8")
-    made = reference_for(gf, buf, plan, kind, text)
-    if isinstance(made, str):
-        _LAST.clear()
-        return Measured(kind, None, None, made)
-    reference, what = made
     try:
+        made = reference_for(plan, kind, text, merges, scores)
+        if isinstance(made, str):
+            return Measured(kind, None, None, made)
+        reference, what = made
         result = ref.agreement(reference.tokenize(text), pi_spans(plan, text))
     finally:
         _LAST.clear()
     manifest = {
         "sample": SAMPLE,
-        "sample_sha256": "sha256:" + hashlib.sha256(raw).hexdigest(),
+        "sample_sha256": sample_sha256(raw),
         "reference": what,
         "reference_tokens": result.reference_tokens,
         "pi_tokens": result.pi_tokens,
@@ -195,6 +223,10 @@ def measure(gf: gg.GgufFile, buf: Any, plan: VocabPlan) -> Measured:
         "share": result.rounded(),
     }
     return Measured(kind, result, manifest)
+
+
+def sample_sha256(raw: bytes | None = None) -> str:
+    return "sha256:" + hashlib.sha256(sample() if raw is None else raw).hexdigest()
 
 
 def report_line(m: Measured) -> tuple[str, bool]:
