@@ -880,6 +880,22 @@ class Tokenizer:
         data = self.prepare(text)
         return self.encode_normalized_bytes(self.prefix + data if data else data)
 
+    def spans(self, text: str) -> tuple[bytes, list[tuple[int, int, int]]]:
+        """The bytes `encode` matches (the document's prefix included) and each token of
+        `encode(text)` as (id, start, end) in them; an unk token spans its whole character."""
+        data = self.prepare(text)
+        data = self.prefix + data if data else data
+        idx = self._match(data)
+        out: list[tuple[int, int, int]] = []
+        pos = 0
+        for sid, n in zip(self._ids[idx].tolist(), self._lens[idx].tolist(), strict=True):
+            if sid >= 0:
+                out.append((sid, pos, pos + n))
+            elif out and out[-1][2] == pos and data[pos] & 0xC0 == 0x80:
+                out[-1] = (out[-1][0], out[-1][1], pos + n)  # a continuation byte of an unk
+            pos += n
+        return data, out
+
     def stream(self) -> StreamEncoder:
         return StreamEncoder(self)
 

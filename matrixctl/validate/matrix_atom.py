@@ -178,7 +178,7 @@ def describe_ids(s: AtomSubject, preview: IdPreview) -> dict[str, Any]:
     )
 
 
-@rule(FMT, "header fields")
+@rule(FMT, "header fields", header=True)
 def check_fields(s: AtomSubject) -> Iterator[Finding]:
     h = s.header
     if h.version != ma.VERSION:
@@ -268,7 +268,7 @@ def check_fields(s: AtomSubject) -> Iterator[Finding]:
         )
 
 
-@rule(FMT, "file size")
+@rule(FMT, "file size", cause=True)
 def check_size(s: AtomSubject) -> Iterator[Finding]:
     h = s.header
     if h.itemsize is None or h.data_offset < ma.HEADER_SIZE:
@@ -292,7 +292,7 @@ def check_size(s: AtomSubject) -> Iterator[Finding]:
         )
 
 
-@rule(FMT, "header_crc32")
+@rule(FMT, "header_crc32", header=True)
 def check_header_crc(s: AtomSubject) -> Iterator[Finding]:
     h = s.header
     want = ma.header_crc(s.raw)
