@@ -58,7 +58,17 @@ def convert(
             metavar="D|GLOB=D",
             help="Tensor containers: cast every floating-point tensor to D, or the tensors "
             "matching GLOB to D (repeatable; later ones win). Without it nothing is cast and "
-            "a tensor the output cannot hold is refused.",
+            "a tensor the output cannot hold is refused. Token ids from a .npy: uint16 or "
+            "uint32, the id dtype to write.",
+        ),
+    ] = None,
+    vocab_size: Annotated[
+        int | None,
+        typer.Option(
+            "--vocab-size",
+            metavar="N",
+            help=".npy to a token stream or MATRIX-ATOM: the vocab_size to declare (every id "
+            "must be below it). Default: none for a stream, largest id + 1 for atoms.",
         ),
     ] = None,
     compress: Annotated[
@@ -117,7 +127,8 @@ def convert(
 ) -> None:
     """Convert between formats: tensor containers (zTensor, safetensors, NumPy .npy/.npz,
     EMBD .weights, STB .stb) into one another, a Hugging Face model folder or a GGUF model into
-    any of them, and SVG-Tensor to an SVG picture (`atoms.svgt atoms.svg`).
+    any of them, SVG-Tensor to an SVG picture (`atoms.svgt atoms.svg`), and token ids to .npy
+    and back: a token stream (.mxt) to a 1-D array, MATRIX-ATOM (.bin) to atoms x atom_size.
 
     Tensor names, shapes and values are preserved; a tensor the output cannot hold exactly is
     refused (nothing is written) unless --dtype asks for a cast. Streams one tensor at a time.
@@ -155,6 +166,7 @@ def convert(
             "digest": digest,
             "densify": densify or None,
             "keep_quantized": keep_quantized or None,
+            "vocab_size": vocab_size,
         }
         conv.check_options(converter, options)
         if "progress" in converter.options:

@@ -93,8 +93,15 @@ class TensorConverter(Converter):
 TENSOR_OPTIONS: tuple[str, ...] = ("select", "dtype", "compress", "digest", "densify", "progress")
 TENSOR_OPTIONS += ("exclude", "meta", "per_file", "keep_quantized")
 
+IDS_OPTIONS: tuple[str, ...] = ("dtype", "vocab_size")
+
 CONVERTERS: list[Converter] = [
     Converter("svgt", "svg", "matrixctl.convert.svg:svgt_to_svg", options=("atoms",)),
+    # Token ids <-> .npy (matrixctl.convert.ids): 1-D for a stream, atoms x atom_size for atoms.
+    Converter("token-stream", "npy", "matrixctl.convert.ids:stream_to_npy"),
+    Converter("matrix-atom", "npy", "matrixctl.convert.ids:atoms_to_npy"),
+    Converter("npy", "token-stream", "matrixctl.convert.ids:npy_to_stream", IDS_OPTIONS),
+    Converter("npy", "matrix-atom", "matrixctl.convert.ids:npy_to_atoms", IDS_OPTIONS),
 ]
 
 # One line per tensor container; `convert` goes from any of them to any other.
@@ -112,7 +119,7 @@ TENSOR_CONTAINERS: list[Container] = [
 ]
 
 # Destination format by output extension (outputs only: inputs are always sniffed).
-OUTPUT_EXTENSIONS: dict[str, str] = {".svg": "svg"}
+OUTPUT_EXTENSIONS: dict[str, str] = {".svg": "svg", ".mxt": "token-stream", ".bin": "matrix-atom"}
 
 
 def _writable() -> dict[str, Container]:
@@ -166,6 +173,7 @@ def find(src_fmt: str, dst_fmt: str) -> Converter:
         sources = sorted(c.format for c in TENSOR_CONTAINERS if c.io()[0] is not None)
         if containers[dst_fmt].io()[1] is None:
             sources = []
+        sources = sorted({*sources, *(c.src for c in CONVERTERS if c.dst == dst_fmt)})
     raise UsageError(
         f"cannot convert {src_fmt} to {dst_fmt}",
         code=CONVERT_UNSUPPORTED,
