@@ -77,6 +77,15 @@ def convert(
             help="zTensor output: the per-component digest (default crc32c).",
         ),
     ] = None,
+    zt_version: Annotated[
+        int | None,
+        typer.Option(
+            "--zt-version",
+            metavar="1|2",
+            help="zTensor output: the container version (default: 2 when the input is zTensor "
+            "2, else 1.1; docs/formats/ztensor2.md says why).",
+        ),
+    ] = None,
     meta: Annotated[
         list[str] | None,
         typer.Option(
@@ -143,6 +152,7 @@ def convert(
                 known or "format not recognised from its bytes",
                 path=source.name,
             )
+        dst_fmt = conv.ztensor_version(dst_fmt, zt_version, src_fmt)
         converter = conv.find(src_fmt, dst_fmt)
         options: dict[str, Any] = {
             "atoms": atoms,
