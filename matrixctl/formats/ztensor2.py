@@ -1377,16 +1377,24 @@ class Zt2Source(TensorSource):
         self.src = src
         self.subject = open_checked(src, FORMAT)
         self.zt: Zt2File = self.subject.zt
+        # Objects convert cannot read stay listed (so --select/--exclude see them) under a
+        # layout no sink holds, `zt2:<layout>`: the sink refuses them by name if chosen.
+        self.unread: dict[str, str] = {}
+        self._infos = []
         for o in self.zt.objects.values():
             why = readable(o)
-            if why:
-                raise FormatError(
-                    ZT2_NOT_READ,
-                    f"object {o.name!r} cannot be converted: {why}",
-                    path=src.name,
-                    field=o.field,
-                )
-        self._infos = [to_info(o) for o in self.zt.objects.values()]
+            if why is None:
+                self._infos.append(to_info(o))
+                continue
+            self.unread[o.name] = why
+            label = o.layout
+            if o.layout == DENSE:
+                d = o.parts["data"]
+                label = f"dense/{d.type or d.dtype}"
+            comps = tuple(Component(r, "u8", p.decoded_size) for r, p in o.parts.items())
+            self._infos.append(
+                TensorInfo(o.name, "u8", o.shape, f"zt2:{label}", comps, dict(o.attributes))
+            )
 
     def tensors(self) -> list[TensorInfo]:
         return list(self._infos)
@@ -1399,6 +1407,13 @@ class Zt2Source(TensorSource):
         return o.parts["data" if role == "packed_weight" else role]
 
     def stream(self, info: TensorInfo, role: str = "data") -> Iterator[Any]:
+        if info.name in self.unread:
+            raise FormatError(
+                ZT2_NOT_READ,
+                f"object {info.name!r} cannot be converted: {self.unread[info.name]}",
+                path=self.src.name,
+                field=f"objects/{info.name}",
+            )
         if info.layout == "quantized_group" and role != "packed_weight":
             return iter(())
         return stream_part(self.src.buf, self._part(info, role))
@@ -1627,7 +1642,7 @@ class Zt2Writer:
                 start += ZSTD_FRAME
             if start < view.nbytes:
                 pending += view[start:]
-        if pending or not table:
+        if pending:  # an empty part is a seek table of 0 frames, as ztensor 2.1.2 writes it
             flush_frame(bytes(pending))
         entries = b"".join(struct.pack("<II", c, d) for c, d in table)
         seek = entries + struct.pack("<IBI", len(table), 0, SEEK_MAGIC)
