@@ -123,7 +123,8 @@ def part(b, d, logical=None):
 w.add_object("s_coo", [3, 4], {"coords": part(u32(0, 2, 1, 3), "u32"),
              "values": part(np.array([1, 2], np.float32).tobytes(), "f32")},
              layout="zt.sparse_coo/1")
-w.add_object("s_csr", [3, 4], {"indices": part(u32(0, 2), "u32"), "indptr": part(u32(0, 1, 2, 2), "u32"),
+w.add_object("s_csr", [3, 4], {"indices": part(u32(0, 2), "u32"),
+             "indptr": part(u32(0, 1, 2, 2), "u32"),
              "values": part(np.array([1, 2], np.float32).tobytes(), "f32")},
              layout="zt.sparse_csr/1", attributes={"note": "csr"})
 w.add_object("s_gguf", [2, 64], {"data": part(raw(136), "u8")}, layout="gguf.q8_0/1",
@@ -138,7 +139,8 @@ w.add_object("s_quant", [2, 64], {"data": part(raw(64), "u32"), "scales": part(r
                  "scale_form": "f32_factors", "zero_point": {"form": "implied", "value": 8}})
 w.add("tied_a", big[:4096], shape=[1024], dtype="f32", encoding=enc)
 w.add("tied_b", big[:4096], shape=[1024], dtype="f32", encoding=enc)
-w.set_attributes({"model": "interop", "n": 3, "x": 0.5, "list": [1, "two", None, True], "map": {"k": -1}})
+w.set_attributes({"model": "interop", "n": 3, "x": 0.5, "list": [1, "two", None, True],
+                  "map": {"k": -1}})
 w.finish()
 """
 
