@@ -77,6 +77,15 @@ def convert(
             help="zTensor output: the per-component digest (default crc32c).",
         ),
     ] = None,
+    quantize: Annotated[
+        str | None,
+        typer.Option(
+            "--quantize",
+            metavar="q8_0",
+            help="GGUF output: store floating tensors of rank >= 2 whose rows are whole "
+            "32-element blocks as Q8_0 (quantized by matrixctl); the others keep their type.",
+        ),
+    ] = None,
     zt_version: Annotated[
         int | None,
         typer.Option(
@@ -165,6 +174,7 @@ def convert(
             "digest": digest,
             "densify": densify or None,
             "keep_quantized": keep_quantized or None,
+            "quantize": quantize.lower() if quantize else None,
         }
         conv.check_options(converter, options)
         if "progress" in converter.options:

@@ -91,7 +91,7 @@ class TensorConverter(Converter):
 
 
 TENSOR_OPTIONS: tuple[str, ...] = ("select", "dtype", "compress", "digest", "densify", "progress")
-TENSOR_OPTIONS += ("exclude", "meta", "per_file", "keep_quantized")
+TENSOR_OPTIONS += ("exclude", "meta", "per_file", "keep_quantized", "quantize")
 
 CONVERTERS: list[Converter] = [
     Converter("svgt", "svg", "matrixctl.convert.svg:svgt_to_svg", options=("atoms",)),
@@ -108,7 +108,7 @@ TENSOR_CONTAINERS: list[Container] = [
     Container("stb", "matrixctl.formats.stb", (".stb",)),
     Container("stb-sidecar", "matrixctl.formats.stb"),
     Container("hf-model-dir", "matrixctl.formats.hf_model"),
-    Container("gguf", "matrixctl.formats.gguf"),
+    Container("gguf", "matrixctl.formats.gguf_write", (".gguf",)),
 ]
 
 # Destination format by output extension (outputs only: inputs are always sniffed).
