@@ -292,3 +292,41 @@ def test_matrixctl_files_read_by_the_reference(tmp_path: Path) -> None:
     out = tmp_path / "sp2.zt"
     assert run_cli("convert", str(src), str(out), "--zt-version", "2").code == 0
     assert ref_dump(out)["tensors"]["t"]["layout"] == "zt.sparse_csr/1"  # type: ignore[index]
+
+
+def test_api_save_file_is_what_the_reference_saves(tmp_path: Path) -> None:
+    from matrixctl.formats.ztensor2 import save_file
+
+    arrays = {
+        "w": np.arange(40, dtype="<f4").reshape(5, 8),
+        "b": np.array([True, False, True]),
+        "i": np.arange(7, dtype="<i2"),
+        "w2": np.arange(40, dtype="<f4").reshape(5, 8),
+    }
+    ours = tmp_path / "ours.zt"
+    save_file(arrays, str(ours))
+    npz = tmp_path / "a.npz"
+    np.savez(npz, **arrays)
+    theirs = tmp_path / "theirs.zt"
+    ref(
+        """
+import ztensor.numpy as ztnp
+arrays = dict(np.load(sys.argv[1]))
+ztnp.save_file(arrays, sys.argv[2])
+""",
+        str(npz),
+        str(theirs),
+    )
+    assert ours.read_bytes() == theirs.read_bytes()
+    zstd = tmp_path / "z.zt"
+    save_file(arrays, str(zstd), compress="zstd")
+    zref = tmp_path / "zref.zt"
+    ref(
+        """
+import ztensor.numpy as ztnp
+ztnp.save_file(dict(np.load(sys.argv[1])), sys.argv[2], compression=True)
+""",
+        str(npz),
+        str(zref),
+    )
+    assert zstd.read_bytes() == zref.read_bytes()

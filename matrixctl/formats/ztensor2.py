@@ -1760,6 +1760,48 @@ def ggml_layout(info: TensorInfo) -> tuple[str, dict[str, Any]] | None:
     return f"gguf.{g.name.lower()}/1", rest
 
 
+def save_file(
+    tensors: Mapping[str, Any],
+    path: str,
+    *,
+    compress: str | None = None,
+    digest: str | None = "xxh3",
+    attributes: Mapping[str, Any] | None = None,
+) -> int:
+    """Write numpy arrays as a zTensor 2 file, atomically; return its size. Canonical (the
+    bytes ztensor 2.1.2's `save_file` writes for the same arrays) unless `compress`
+    (`zstd[:LEVEL]`) or `digest` (`sha256`, None) say otherwise. bf16 and float8 arrays are
+    ml_dtypes arrays; bool is stored as u8 with logical type bool."""
+    import numpy as np
+
+    from matrixctl.formats.ztensor import parse_compress
+    from matrixctl.io import atomic_output
+
+    level = parse_compress(compress)
+    with atomic_output(path, what="a zTensor 2 file") as fp:
+        writer = Zt2Writer(fp, digest=digest, level=level, attributes=attributes)
+        for name in sorted(tensors, key=lambda n: n.encode("utf-8")):
+            arr = np.ascontiguousarray(tensors[name])
+            kind = _numpy_dtype(arr.dtype)
+            if kind is None:
+                raise UsageError(f"{name}: numpy dtype {arr.dtype} has no zTensor 2 type")
+            dtype, ltype = TO_ZT2[kind]
+            raw = arr.reshape(-1).view(np.uint8)
+            writer.add(name, arr.shape, DENSE, [("data", dtype, ltype, raw.nbytes, iter([raw]))])
+        return writer.finish()
+
+
+def _numpy_dtype(dt: Any) -> str | None:
+    """The matrixctl dtype of a numpy dtype (ml_dtypes' by name)."""
+    by_name = {"bfloat16": "bf16", "float8_e4m3fn": "f8_e4m3", "float8_e5m2": "f8_e5m2"}
+    if dt.name in by_name:
+        return by_name[dt.name]
+    for name, d in DTYPES.items():
+        if d.numeric and dt.kind != "V" and dt == d.storage.replace("|b1", "?"):
+            return name
+    return None
+
+
 TENSOR_IO = {FORMAT: (Zt2Source, Zt2Sink)}
 
 # Kept defined: codes are never removed or reused (v2 files are read since this module).
