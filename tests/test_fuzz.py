@@ -71,6 +71,9 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, extra in (("x.zt", []), ("z.zt", ["--compress", "zstd"])):
         args = ["convert", str(d / "s.safetensors"), str(d / name), "-q", *extra]
         assert _call(args)[0] == 0
+    for name, extra in (("v2.zt", []), ("v2z.zt", ["--compress", "zstd"])):
+        args = ["convert", str(d / "s.safetensors"), str(d / name), "--zt-version", "2", *extra]
+        assert _call([*args, "-q"])[0] == 0
     np.save(d / "n.npy", np.arange(10, dtype=np.int16))
     np.savez(d / "n.npz", a=np.arange(5), b=np.ones((2, 2)))
     ggufcraft.write_model(str(d / "g.gguf"), extra=False, embd_type="Q8_0")
@@ -108,6 +111,8 @@ NAMES = [
     "doc_index.bin",
     "x.zt",
     "z.zt",
+    "v2.zt",
+    "v2z.zt",
     "s.safetensors",
     "n.npy",
     "n.npz",
