@@ -257,3 +257,11 @@ def test_mutated_manifests_with_a_matching_hash_never_crash(tmp_path: Path) -> N
                 result = run_cli(*args)
                 assert result.code in (0, 1, 2), (args, result.stderr)
                 assert "Traceback" not in result.stderr and "INTERNAL" not in result.stderr
+
+
+def test_doc_lists_every_conformance_case() -> None:
+    from tests.conftest import ROOT
+
+    doc = (ROOT / "docs" / "formats" / "ztensor2.md").read_text()
+    missing = [c.id for c in zc.CASES if f"| `{c.id}` |" not in doc]
+    assert not missing
