@@ -45,26 +45,45 @@ class Zt2Subject:
         return self._generations
 
 
+GAP_WINDOW = 1 << 20  # the longest zero padding searched before a blob (alignment <= 1 MiB)
+
+
 def _find_generations(s: Zt2Subject) -> Iterator[tuple[z2.Footer, z2.Zt2File | FormatError]]:
+    """An append (spec 2.5) writes its first blob, or its manifest, at the first aligned offset
+    after the old EOF, so an earlier footer ends just before a blob start, followed only by
+    zero padding. Each blob start of each generation found is such a candidate: the scan reads
+    the padding before it (at most GAP_WINDOW bytes), never the whole file."""
     buf = s.buf
-    pos = s.zt.footer.offset
-    while True:
-        hit = buf.rfind(z2.MAGIC, z2.MIN_SIZE - 8, pos)
-        if hit < 0:
-            return
-        pos = hit
-        gen_end = hit + 8
-        try:
-            f = z2.read_footer(buf, s.src.size, end=gen_end)
-        except FormatError:
-            continue
-        if f.manifest_length == 0:
-            continue
-        try:
-            yield f, z2.parse(buf, s.src.size, end=gen_end)
-        except FormatError as err:
-            if err.code != z2.ZT2_MANIFEST_HASH:
-                yield f, err
+    seen: set[int] = set()
+    todo = [s.zt]
+    while todo:
+        gen = todo.pop()
+        starts = {p.offset for p in gen.parts() if p.local and p.length}
+        if gen.footer.manifest_length:
+            starts.add(gen.footer.manifest_offset)
+        for start in sorted(starts, reverse=True):
+            lo = max(z2.MIN_SIZE, start - GAP_WINDOW)
+            if start <= lo:
+                continue
+            window = bytes(buf[lo:start])
+            end = lo + len(window.rstrip(b"\x00"))
+            if end in seen or end < z2.MIN_SIZE or bytes(buf[end - 8 : end]) != z2.MAGIC:
+                continue
+            seen.add(end)
+            try:
+                f = z2.read_footer(buf, s.src.size, end=end)
+            except FormatError:
+                continue
+            if f.manifest_length == 0:
+                continue
+            try:
+                old = z2.parse(buf, s.src.size, end=end)
+            except FormatError as err:
+                if err.code != z2.ZT2_MANIFEST_HASH:
+                    yield f, err
+                continue
+            yield f, old
+            todo.append(old)
 
 
 def _placement(f: z2.Zt2File, p: z2.Part) -> tuple[str, str, str] | None:
