@@ -13,8 +13,10 @@ runs in one child for writes and verifies. The page cache is warm; nothing is dr
 - read: file -> the tensor as a numpy array, touching one byte per 4 KiB page. ztensor:
   `np.from_dlpack(src[name])`; matrixctl: `open_source(path)` and `array(info)` (digest not
   checked on the read path in either tool).
-- verify: matrixctl `verify` (every rule, digests over the decoded bytes) against a bare
-  XXH3-64 pass over the file's bytes (the anchor), and ztensor's `verify(deep=True)`.
+- verify: matrixctl's verify (every rule, digests over the decoded bytes) called as a library
+  (`engine.examine(path, scan=True)`) and as the command in-process (`main(["verify", ...])`,
+  typer's parsing included), against a bare XXH3-64 pass over the file's bytes through a fresh
+  mapping (the anchor), and ztensor's `verify(deep=True)`.
 - write: arrays in memory -> file. ztensor `Writer` (canonical; zstd at 4096 alignment);
   matrixctl `save_file` (atomic: temp file, fsync, rename), and the same without the fsync.
 """
@@ -96,6 +98,12 @@ def verify_with(tool: str, path: str) -> None:
 
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             xxhash.xxh3_64_intdigest(m)
+    elif tool == "matrixctl (library)":
+        from matrixctl.validate.engine import examine
+
+        report, _ = examine(path, scan=True)
+        if not report.ok():
+            raise SystemExit("verify failed")
     else:
         from matrixctl.cli.app import main
 
@@ -197,7 +205,7 @@ def main(argv: list[str]) -> int:
                 )
             verifies = {
                 tool: child(tool, "verify", ref_path, size)
-                for tool in ("bare XXH3-64", "matrixctl", "ztensor 2.1.2")
+                for tool in ("bare XXH3-64", "matrixctl (library)", "matrixctl", "ztensor 2.1.2")
             }
             for tool, secs in verifies.items():
                 ratio = verifies["bare XXH3-64"] / secs
