@@ -209,6 +209,22 @@ def test_unknown_layout_is_refused_by_convert_only(tmp_path: Path) -> None:
     assert run_cli("verify", str(path)).code == 0
     result = run_cli("convert", str(path), str(tmp_path / "o.safetensors"))
     assert result.code == 1 and "acme.thing/1" in result.stderr
+    # zTensor 2 output carries it as it is: same layout, parts and bytes.
+    out = tmp_path / "o.zt"
+    assert run_cli("convert", str(path), str(out)).code == 0
+    assert out.read_bytes() == zc.make(
+        {65536: zc.f32(1)},
+        {
+            "objects": {
+                "t": {
+                    "shape": [4],
+                    "layout": "acme.thing/1",
+                    "parts": {"x": zc.part(zc.f32(1), 65536)},
+                }
+            }
+        },
+        manifest_offset=131072,
+    )
 
 
 def test_gguf_profile_round_trips_through_zt_v1_and_v2(tmp_path: Path) -> None:

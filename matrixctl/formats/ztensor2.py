@@ -1340,6 +1340,15 @@ def _check_digest(part: Part, digester: Digester) -> None:
 # Reading for convert ------------------------------------------------------------------------
 
 
+VERBATIM = "zt2.verbatim"  # a TensorInfo attribute only Zt2Sink reads (every other sink refuses)
+
+
+def copyable(o: Obj) -> bool:
+    """Whether zTensor 2 output can copy `o` as it is without interpreting it: its parts are
+    in this file and decodable (an unknown layout or logical type is carried, never read)."""
+    return all(p.local and p.encoding in (None, ZSTD_SEEKABLE) for p in o.parts.values())
+
+
 def readable(o: Obj) -> str | None:
     """Why convert cannot read `o` (None: it can)."""
     for p in o.parts.values():
@@ -1428,15 +1437,19 @@ class Zt2Source(TensorSource):
             if why is None:
                 self._infos.append(to_info(o))
                 continue
-            self.unread[o.name] = why
             label = o.layout
             if o.layout == DENSE:
                 d = o.parts["data"]
                 label = f"dense/{d.type or d.dtype}"
             comps = tuple(Component(r, "u8", p.decoded_size) for r, p in o.parts.items())
-            self._infos.append(
-                TensorInfo(o.name, "u8", o.shape, f"zt2:{label}", comps, dict(o.attributes))
-            )
+            attrs = dict(o.attributes)
+            if copyable(o):
+                # zTensor 2 output copies it as it is (layout, dtypes, types, decoded bytes).
+                parts = {r: [p.dtype, p.type] for r, p in o.parts.items()}
+                attrs[VERBATIM] = {"layout": o.layout, "parts": parts}
+            else:
+                self.unread[o.name] = why
+            self._infos.append(TensorInfo(o.name, "u8", o.shape, f"zt2:{label}", comps, attrs))
 
     def tensors(self) -> list[TensorInfo]:
         return list(self._infos)
@@ -1458,6 +1471,8 @@ class Zt2Source(TensorSource):
             )
         if info.layout == "quantized_group" and role != "packed_weight":
             return iter(())
+        if VERBATIM in info.attributes:
+            return stream_part(self.src.buf, self.zt.objects[info.name].parts[role])
         return stream_part(self.src.buf, self._part(info, role))
 
     def array(self, info: TensorInfo, role: str = "data", *, verify: bool = True) -> Any:
@@ -1732,6 +1747,10 @@ class Zt2Sink(TensorSink):
     accepts = ("compress", "digest")
 
     def refuse(self, info: TensorInfo) -> str | None:
+        if info.layout.startswith("zt2:"):
+            if VERBATIM in info.attributes:
+                return None
+            return f"its layout {info.layout[4:]} cannot be read from its source"
         why = super().refuse(info)
         if why or info.layout != "quantized_group":
             return why
@@ -1753,6 +1772,17 @@ class Zt2Sink(TensorSink):
         self.count = 0
 
     def add(self, info: TensorInfo, parts: PartStreams) -> None:
+        if VERBATIM in info.attributes:
+            meta = info.attributes[VERBATIM]
+            attrs = {k: v for k, v in info.attributes.items() if k != VERBATIM}
+            sizes = {c.role: c.count for c in info.components}
+            copied = [
+                (role, dtype, ltype, sizes[role], parts(role))
+                for role, (dtype, ltype) in meta["parts"].items()
+            ]
+            self.writer.add(info.name, info.shape, meta["layout"], copied, attrs)
+            self.count += 1
+            return
         if info.layout == "quantized_group":
             layout, attrs = ggml_layout(info) or ("", {})
             c = next(p for p in info.components if p.role == "packed_weight")
