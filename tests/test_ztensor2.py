@@ -281,3 +281,16 @@ def test_doc_lists_every_conformance_case() -> None:
     doc = (ROOT / "docs" / "formats" / "ztensor2.md").read_text()
     missing = [c.id for c in zc.CASES if f"| `{c.id}` |" not in doc]
     assert not missing
+
+
+def test_nonzero_padding_is_a_warning(tmp_path: Path) -> None:
+    """Decision (docs/formats/ztensor2.md, padding): readers MAY ignore padding; verify names
+    the first nonzero byte as a warning, wherever the gap is (before the first blob too)."""
+    data = bytearray(zc.base())
+    data[100] = 0x5A
+    path = tmp_path / "p.zt"
+    path.write_bytes(bytes(data))
+    result = run_cli("verify", "--json", str(path))
+    hit = [f for f in findings(result) if f["code"] == "ZT2_PADDING"]
+    assert result.code == 0 and hit and hit[0]["offset"] == 100
+    assert run_cli("verify", "--strict", str(path)).code == 1

@@ -427,22 +427,30 @@ def check_padding(s: Zt2Subject) -> Iterator[Finding]:
         return
     spans = sorted({(p.offset, p.end) for p in f.parts() if s.sound(p) and p.length})
     spans.append((f.footer.manifest_offset, f.footer.manifest_offset + f.footer.manifest_length))
-    # An earlier generation's manifest and footer are unreferenced data, not padding.
-    spans.extend((g.manifest_offset, g.offset + z2.FOOTER_SIZE) for g, _ in s.generations())
+    # An earlier generation's manifest, footer and blobs are unreferenced data, not padding.
+    for g, old in s.generations():
+        spans.append((g.manifest_offset, g.offset + z2.FOOTER_SIZE))
+        if not isinstance(old, FormatError):
+            spans.extend((p.offset, p.end) for p in old.parts() if p.local and p.length)
     spans.sort()
     pos = len(z2.MAGIC)
     buf = s.buf
     for start, end in [*spans, (f.data_end, f.data_end)]:
-        if start > pos and (start - pos) <= 1 << 20 and any(bytes(buf[pos:start])):
-            first = pos + next(i for i, b in enumerate(bytes(buf[pos:start])) if b)
-            yield finding(
-                z2.ZT2_PADDING,
-                f"padding byte at {first:,} is 0x{buf[first]:02x}",
-                offset=first,
-                field="padding",
-            )
-            return
+        for at in range(pos, start, PADDING_CHUNK):
+            chunk = bytes(buf[at : min(start, at + PADDING_CHUNK)])
+            if chunk.count(0) != len(chunk):
+                first = at + len(chunk) - len(chunk.lstrip(b"\x00"))
+                yield finding(
+                    z2.ZT2_PADDING,
+                    f"padding byte at {first:,} is 0x{buf[first]:02x}",
+                    offset=first,
+                    field="padding",
+                )
+                return
         pos = max(pos, end)
+
+
+PADDING_CHUNK = 1 << 20
 
 
 @rule(FMT, "earlier generations", scan=True)
