@@ -294,3 +294,64 @@ def test_nonzero_padding_is_a_warning(tmp_path: Path) -> None:
     hit = [f for f in findings(result) if f["code"] == "ZT2_PADDING"]
     assert result.code == 0 and hit and hit[0]["offset"] == 100
     assert run_cli("verify", "--strict", str(path)).code == 1
+
+
+def test_truncation_at_every_length_is_refused(tmp_path: Path) -> None:
+    data = zc.base()
+    path = tmp_path / "t.zt"
+    for n in [*range(0, 60), *range(len(data) - 300, len(data))]:
+        path.write_bytes(data[:n])
+        result = run_cli("verify", str(path))
+        assert result.code == 1, n
+        assert "Traceback" not in result.stderr
+
+
+def test_every_meaningful_byte_flipped_is_found(tmp_path: Path) -> None:
+    """A flip in the magic, the blob, the manifest or the footer (all but the reserved field
+    and padding) is an error finding: magics, digests over the data, the manifest hash."""
+    data = zc.base()
+    moff = struct.unpack("<Q", data[-40:-32])[0]
+    meaningful = [*range(8), *range(4096, 4096 + 24), *range(moff, len(data))]
+    reserved = range(len(data) - 12, len(data) - 8)
+    path = tmp_path / "f.zt"
+    for i in meaningful:
+        if i in reserved:
+            continue
+        flipped = bytearray(data)
+        flipped[i] ^= 0x04
+        path.write_bytes(bytes(flipped))
+        result = run_cli("verify", str(path))
+        assert result.code == 1, i
+        assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_round_trip_property(tmp_path: Path) -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from hypothesis.extra.numpy import arrays as np_arrays
+
+    from matrixctl.convert.tensors import open_source
+    from matrixctl.formats.ztensor2 import save_file
+
+    dtypes = st.sampled_from(["<f4", "<f2", "<f8", "<i8", "<i4", "i1", "u1", "<u2", "?", "<c8"])
+    shapes = st.lists(st.integers(0, 5), min_size=0, max_size=3).map(tuple)
+    names = st.text(st.characters(blacklist_characters="\x00"), min_size=1, max_size=8)
+    tensors = st.dictionaries(names, dtypes.flatmap(lambda d: np_arrays(d, shapes)), max_size=4)
+    counter = iter(range(10**6))
+
+    @settings(max_examples=25, deadline=None)
+    @given(tensors, st.booleans())
+    def check(arrays: dict[str, np.ndarray], zstd: bool) -> None:
+        path = tmp_path / f"{next(counter)}.zt"
+        save_file(arrays, str(path), compress="zstd" if zstd else None)
+        assert run_cli("verify", str(path)).code == 0, path.read_bytes()[-200:]
+        with open_source(str(path)) as src:
+            got = {i.name: (i, src.array(i)) for i in src.tensors()}
+        assert set(got) == set(arrays)
+        for name, arr in arrays.items():
+            info, flat = got[name]
+            assert tuple(info.shape) == arr.shape
+            assert flat.tobytes() == np.ascontiguousarray(arr).tobytes()
+
+    check()

@@ -1861,7 +1861,7 @@ def save_file(
     with atomic_output(path, what="a zTensor 2 file") as fp:
         writer = Zt2Writer(fp, digest=digest, level=level, attributes=attributes)
         for name in sorted(tensors, key=lambda n: n.encode("utf-8")):
-            arr = np.ascontiguousarray(tensors[name])
+            arr = np.asarray(tensors[name], order="C")  # ascontiguousarray makes 0-d 1-d
             kind = _numpy_dtype(arr.dtype)
             if kind is None:
                 raise UsageError(f"{name}: numpy dtype {arr.dtype} has no zTensor 2 type")
