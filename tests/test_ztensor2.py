@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,12 +17,17 @@ from tests import zt2craft as zc
 from tests.conftest import Run, run_cli
 
 
-def findings(result: Run) -> list[dict[str, object]]:
-    """The findings of the one file a `verify/inspect --json` run looked at."""
-    doc = result.json()
+def described(result: Run) -> dict[str, Any]:
+    """The document of the one file a `verify/inspect --json` run looked at (the file's own
+    object when the document lists files)."""
+    doc: dict[str, Any] = result.json()
     if "files" in doc:
         doc = doc["files"][0]
-    found: list[dict[str, object]] = doc.get("findings", [])
+    return doc
+
+
+def findings(result: Run) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = described(result).get("findings", [])
     return found
 
 
@@ -195,11 +201,11 @@ def test_default_version_follows_the_input(tmp_path: Path) -> None:
 def test_inspect_rows_have_the_unified_shape(tmp_path: Path) -> None:
     path = tmp_path / "a.zt"
     path.write_bytes(zc.csr())
-    rows = run_cli("inspect", "--json", str(path)).json()["tensors"]
+    rows = described(run_cli("inspect", "--json", str(path)))["tensors"]
     assert set(rows[0]) == {"name", "dtype", "shape", "offset", "nbytes", "extra"}
     assert rows[0]["offset"] is None and rows[0]["extra"]["layout"] == "zt.sparse_csr/1"
     path.write_bytes(zc.base())
-    (row,) = run_cli("inspect", "--json", str(path)).json()["tensors"]
+    (row,) = described(run_cli("inspect", "--json", str(path)))["tensors"]
     assert (row["dtype"], row["offset"], row["nbytes"]) == ("f32", 4096, 24)
 
 
@@ -234,7 +240,7 @@ def test_gguf_profile_round_trips_through_zt_v1_and_v2(tmp_path: Path) -> None:
     back = tmp_path / "g2.zt"
     assert run_cli("convert", str(path), str(v1), "--zt-version", "1").code == 0
     assert run_cli("convert", str(v1), str(back), "--zt-version", "2").code == 0
-    doc = run_cli("inspect", "--json", str(back)).json()
+    doc = described(run_cli("inspect", "--json", str(back)))
     assert doc["tensors"][0]["extra"]["layout"] == "gguf.q8_0/1"
     assert doc["tensors"][0]["extra"]["attributes"] == {"elems_per_block": 32, "block_bytes": 34}
 

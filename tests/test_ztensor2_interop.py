@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, run_cli
+from tests.test_ztensor2 import described
 
 REF = ROOT / ".venv" / "ztensor2"
 
@@ -169,7 +170,7 @@ def test_reference_files_read_identically(ref_files: dict[str, Path], mode: str)
         assert set(t["parts"]) == set(ours[name]), name
         for role, (dtype, logical, hexed) in t["parts"].items():
             assert ours[name][role] == (dtype, logical, bytes.fromhex(hexed)), (name, role)
-    doc = run_cli("inspect", "--json", str(path)).json()
+    doc = described(run_cli("inspect", "--json", str(path)))
     assert doc["attributes"] == theirs["attributes"]
     shapes = {row["name"]: row["shape"] for row in doc["tensors"]}
     assert shapes == {n: t["shape"] for n, t in tensors.items()}
