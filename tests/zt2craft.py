@@ -688,6 +688,12 @@ CASES: list[Case] = [
         lambda: base(shards={"00001": {"size": 1}}),
         "ZT2_SHARD",
     ),
+    Case(
+        "shard-bad-digest",
+        "7.1/3.4: a shard digest is <algorithm>:<lowercase hex>",
+        lambda: base(shards={"00001": {"size": 1, "digest": "xxh3:XYZ"}}),
+        "ZT2_DIGEST_FORMAT",
+    ),
     # Must reject: layouts (5.1, profiles).
     Case(
         "dense-size",

@@ -561,6 +561,11 @@ def parse(buf: Any, size: int, *, end: int | None = None) -> Zt2File:
                 if not _uint(entry.get("size")) or not isinstance(entry.get("digest"), str):
                     bad(ZT2_SHARD, f"shard {name!r}: size (u64) and digest (text) required", where)
                     continue
+                try:
+                    parse_digest(entry["digest"])
+                except ValueError as exc:
+                    bad(ZT2_DIGEST_FORMAT, f"shard {name!r}: digest is malformed: {exc}", where)
+                    continue
                 zt.shards[name] = entry
     parsed: list[Obj] = []
     for name, obj in objects.items():
