@@ -72,6 +72,9 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, extra in (("x.zt", []), ("z.zt", ["--compress", "zstd"])):
         args = ["convert", str(d / "s.safetensors"), str(d / name), "-q", *extra]
         assert _call(args)[0] == 0
+    for name, extra in (("v2.zt", []), ("v2z.zt", ["--compress", "zstd"])):
+        args = ["convert", str(d / "s.safetensors"), str(d / name), "--zt-version", "2", *extra]
+        assert _call([*args, "-q"])[0] == 0
     np.save(d / "n.npy", np.arange(10, dtype=np.int16))
     np.save(d / "v.npy", np.arange(300, 330, dtype=np.uint32))
     np.save(d / "m.npy", np.arange(24, dtype=np.uint16).reshape(6, 4))
@@ -117,6 +120,8 @@ NAMES = [
     "doc_index.bin",
     "x.zt",
     "z.zt",
+    "v2.zt",
+    "v2z.zt",
     "s.safetensors",
     "n.npy",
     "v.npy",

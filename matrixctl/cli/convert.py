@@ -87,6 +87,24 @@ def convert(
             help="zTensor output: the per-component digest (default crc32c).",
         ),
     ] = None,
+    quantize: Annotated[
+        str | None,
+        typer.Option(
+            "--quantize",
+            metavar="q8_0",
+            help="GGUF output: store floating tensors of rank >= 2 whose rows are whole "
+            "32-element blocks as Q8_0 (quantized by matrixctl); the others keep their type.",
+        ),
+    ] = None,
+    zt_version: Annotated[
+        int | None,
+        typer.Option(
+            "--zt-version",
+            metavar="1|2",
+            help="zTensor output: the container version (default: 2 when the input is zTensor "
+            "2, else 1.1; docs/formats/ztensor2.md says why).",
+        ),
+    ] = None,
     meta: Annotated[
         list[str] | None,
         typer.Option(
@@ -154,6 +172,7 @@ def convert(
                 known or "format not recognised from its bytes",
                 path=source.name,
             )
+        dst_fmt = conv.ztensor_version(dst_fmt, zt_version, src_fmt)
         converter = conv.find(src_fmt, dst_fmt)
         options: dict[str, Any] = {
             "atoms": atoms,
@@ -167,6 +186,7 @@ def convert(
             "densify": densify or None,
             "keep_quantized": keep_quantized or None,
             "vocab_size": vocab_size,
+            "quantize": quantize.lower() if quantize else None,
         }
         conv.check_options(converter, options)
         if "progress" in converter.options:
