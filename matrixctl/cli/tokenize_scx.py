@@ -265,6 +265,7 @@ def encode(
         raise UsageError("--json needs stdout, so the output cannot be - as well")
     tok, _ = api.load_config(registry, trust)
     warnings: list[api.Issue] = []
+    padding: list[int] = []
     tokens = 0
     counted = [0]
 
@@ -288,6 +289,7 @@ def encode(
                 strict_alignment=strict_alignment,
                 emit_debug_markers=debug_markers,
                 warnings=warnings,
+                padding=padding,
             ):
                 batch.append(arr)
                 held += arr.size
@@ -313,13 +315,15 @@ def encode(
                 "tokens": tokens,
                 "h_tok": tok.h_tok.hex(),
                 "authority": tok.authority.key_id if tok.authority else None,
+                "pad_bytes": padding[0],
                 "warnings": [w.to_json() for w in warnings],
             }
         )
     else:
+        padded = f", last bundle padded with {padding[0]} bytes" if padding[0] else ""
         note(
-            f"encoded {counted[0]:,} bytes into {tokens:,} SCX tokens "
-            f"(H_TOK {tok.h_tok.hex()[:16]}...) -> {output}"
+            f"encoded {counted[0]:,} bytes into {tokens:,} SCX tokens{padded} "
+            f"(config hash {tok.h_tok.hex()[:16]}...) -> {output}"
         )
 
 

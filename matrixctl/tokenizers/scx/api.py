@@ -182,6 +182,7 @@ class Encoder:
         self.bytes_in = 0
         self.bundles = 0
         self.warnings: list[Issue] = []
+        self.pad_bytes = 0  # PAD-BYTEs that complete the last bundle (0: none)
         self._started = False
         self._done = False
         self.block = max(1, BLOCK_BYTES // tok.bundle_bytes) * tok.bundle_bytes
@@ -275,15 +276,9 @@ class Encoder:
                     byte_offset=at,
                     context={"bundle_bytes": tok.bundle_bytes, "input_bytes": self.bytes_in},
                 )
-            self.warnings.append(
-                Issue(
-                    tk.MISALIGNED_SHARD,
-                    f"the last bundle holds {len(self.carry)} bytes; it is padded with {pad} "
-                    f"PAD-BYTEs 0x{tok.pad_byte:02x} (BUNDLE_PAD)",
-                    byte_offset=at,
-                    context={"pad_bytes": str(pad)},
-                )
-            )
+            # Not a warning: padding is the alignment law's normal case and lossless (STREAM_END
+            # carries the byte count); strict_alignment is the way to refuse it (docs/formats/scx.md).
+            self.pad_bytes = pad
             j = self.bundles
             if j % tok.shard_bundles == 0:
                 pending.append(tk.SHARD_START)
@@ -1086,6 +1081,7 @@ class EncodeResponse:
     tokens: Any  # np.ndarray of uint16 (empty on failure)
     warnings: list[Issue] = field(default_factory=list)
     errors: list[Issue] = field(default_factory=list)
+    pad_bytes: int = 0  # PAD-BYTEs that complete the last bundle
 
     @property
     def ok(self) -> bool:
@@ -1129,7 +1125,7 @@ def encode(tok: Tokenizer, req: EncodeRequest) -> EncodeResponse:
         parts += enc.finish()
     except ScxFailure as err:
         return EncodeResponse(np.zeros(0, dtype="<u2"), enc.warnings, [err.issue])
-    return EncodeResponse(_concat(parts, "<u2"), enc.warnings, [])
+    return EncodeResponse(_concat(parts, "<u2"), enc.warnings, [], enc.pad_bytes)
 
 
 def decode(tok: Tokenizer, req: DecodeRequest) -> DecodeResponse:
@@ -1171,9 +1167,12 @@ def encode_chunks(
     strict_alignment: bool = False,
     emit_debug_markers: bool = False,
     warnings: list[Issue] | None = None,
+    padding: list[int] | None = None,
 ) -> Iterator[np.ndarray]:
     """Encode a stream of byte chunks; with `jobs` > 1, blocks are encoded by a thread pool
-    (numpy releases the GIL in its kernels) and joined in input order: the same tokens."""
+    (numpy releases the GIL in its kernels) and joined in input order: the same tokens.
+    `warnings` and `padding` (the PAD-BYTEs that complete the last bundle) are filled in at
+    the end."""
     from collections import deque
     from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -1211,6 +1210,8 @@ def encode_chunks(
     finally:
         if warnings is not None:
             warnings.extend(enc.warnings)
+        if padding is not None:
+            padding.append(enc.pad_bytes)
 
 
 def load_config(registry_path: str, trust_paths: list[str] | None) -> tuple[Tokenizer, bytes]:
