@@ -276,8 +276,8 @@ class Encoder:
                     byte_offset=at,
                     context={"bundle_bytes": tok.bundle_bytes, "input_bytes": self.bytes_in},
                 )
-            # Not a warning: padding is the alignment law's normal case and lossless (STREAM_END
-            # carries the byte count); strict_alignment is the way to refuse it (docs/formats/scx.md).
+            # Not a warning: padding is the alignment law's normal case and lossless
+            # (STREAM_END has the byte count); strict_alignment refuses it (docs/formats/scx.md).
             self.pad_bytes = pad
             j = self.bundles
             if j % tok.shard_bundles == 0:

@@ -1,0 +1,129 @@
+"""What a new user meets first: output format names, folder errors, hints, plain words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_cli
+
+
+def error_lines(stderr: str) -> list[str]:
+    assert "Traceback" not in stderr
+    return [ln for ln in stderr.splitlines() if "error[" in ln]
+
+
+@pytest.fixture
+def npz(tmp_path: Path) -> Path:
+    path = tmp_path / "w.npz"
+    np.savez(path, emb=np.arange(12, dtype="<f4").reshape(3, 4))
+    return path
+
+
+# convert --to ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("to", "magic"),
+    [("zt", b"ZTEN1000"), ("ztensor", b"ZTEN1000"), ("ZT", b"ZTEN1000"), ("npy", b"\x93NUMPY")],
+)
+def test_to_takes_short_names(tmp_path: Path, npz: Path, to: str, magic: bytes) -> None:
+    """Decision: `--to` takes a format's name, an output extension without its dot (zt,
+    weights, ...) or `st` for safetensors, in any case."""
+    out = tmp_path / "out.bin"
+    result = run_cli("convert", str(npz), str(out), "--to", to)
+    assert result.code == 0, result.stderr
+    assert out.read_bytes().startswith(magic)
+
+
+def test_to_st_writes_safetensors_and_weights_names_embd(tmp_path: Path, npz: Path) -> None:
+    from matrixctl.convert import destination_format
+
+    out = tmp_path / "out.bin"
+    assert run_cli("convert", str(npz), str(out), "--to", "st", "--json").json()["to"] == (
+        "safetensors"
+    )
+    doc = run_cli("inspect", "--json", str(out)).json()
+    assert doc["format"] == "safetensors" and doc["tensors"][0]["name"] == "emb"
+    assert destination_format("model.bin", "weights") == "embd"
+    assert destination_format("model.bin", "stb") == "stb"
+
+
+def test_formats_that_cannot_be_written_are_never_offered(tmp_path: Path, npz: Path) -> None:
+    """Decision: the output formats in help, errors and docs are the containers whose codec has
+    a sink (plus svg): gguf and hf-model-dir are read, never offered as outputs."""
+    from matrixctl.convert import writable_formats
+
+    assert list(writable_formats()) == [
+        "embd", "npy", "npz", "safetensors", "stb", "svg", "ztensor",
+    ]  # fmt: skip
+    help_text = " ".join(run_cli("convert", "--help").out.split())
+    offered = help_text.split("does not tell it:", 1)[1].split(".", 1)[0]
+    for name in ("ztensor (or zt)", "safetensors (or st)", "embd (or weights)", "svg"):
+        assert name in offered
+    for name in ("gguf", "hf-model-dir", "stb-sidecar", "ztensor-v2"):
+        assert name not in offered
+    for to in ("gguf", "hf-model-dir"):
+        result = run_cli("convert", str(npz), str(tmp_path / "x.out"), "--to", to)
+        assert result.code == 2
+        (line,) = error_lines(result.stderr)
+        assert f"error[CONVERT_UNSUPPORTED]: convert reads {to} but cannot write it" in line
+        assert "hf-model-dir" not in result.stderr.split("hint:", 1)[1]
+    unknown = run_cli("convert", str(npz), str(tmp_path / "x.out"), "--to", "pdf")
+    assert unknown.code == 2 and "ztensor (or zt)" in unknown.stderr
+    assert not list(tmp_path.glob("x.out*"))
+
+
+def test_a_container_that_gains_a_writer_is_offered_by_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The output list is derived from the registry: giving GGUF's codec a sink (as a GGUF
+    writer would) makes `gguf` an output everywhere without another edit."""
+    from matrixctl import convert
+    from matrixctl.formats import gguf, ztensor
+
+    monkeypatch.setitem(gguf.TENSOR_IO, gguf.FORMAT, (gguf.GgufSource, ztensor.ZtSink))
+    assert "gguf" in convert.writable_formats()
+    assert convert.destination_format("m.out", "gguf") == "gguf"
+    assert "gguf" in run_cli("convert", "--help").out
+
+
+# Folders ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("files", "says"),
+    [
+        (
+            ["model.safetensors.index.json", "model-00001-of-00002.safetensors"],
+            "has model.safetensors.index.json but no config.json",
+        ),
+        (["model.safetensors"], "has model.safetensors but no config.json"),
+        (["config.json"], "has config.json but no model.safetensors"),
+        ([], "without the files of any folder format (ingest-pack: ingest_manifest.json; "),
+        (["notes.txt"], "hf-model-dir: config.json + model.safetensors"),
+    ],
+)
+@pytest.mark.parametrize("command", ["convert", "inspect", "verify"])
+def test_a_folder_that_is_no_format_says_what_it_lacks(
+    tmp_path: Path, files: list[str], says: str, command: str
+) -> None:
+    """Decision: a folder no folder format claims is UNKNOWN_FOLDER (exit 2, as an input that
+    cannot be read), and the message names the files it lacks, never IO_IS_DIR."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for name in files:
+        (folder / name).write_text("{}")
+    args = (
+        [str(folder), str(tmp_path / "out.safetensors")] if command == "convert" else [str(folder)]
+    )
+    result = run_cli(command, *args)
+    assert result.code == 2
+    text = " ".join(result.stderr.split())  # the report's table wraps long messages
+    assert "IO_IS_DIR" not in text and "UNKNOWN_FOLDER" in text and says in text
+    if command == "convert":
+        (line,) = error_lines(result.stderr)
+        assert line.startswith(f"matrixctl: error[UNKNOWN_FOLDER]: {folder}: ")
+        assert not (tmp_path / "out.safetensors").exists()
