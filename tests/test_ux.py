@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -127,3 +129,73 @@ def test_a_folder_that_is_no_format_says_what_it_lacks(
         (line,) = error_lines(result.stderr)
         assert line.startswith(f"matrixctl: error[UNKNOWN_FOLDER]: {folder}: ")
         assert not (tmp_path / "out.safetensors").exists()
+
+
+# Hints -----------------------------------------------------------------------------------------
+
+OPTION = re.compile(r"(?<![\w`'-])(--[a-z][a-z0-9-]*|-[a-zA-Z])(?![\w-])")
+# Modules every command goes through: their hints may name only options every command has.
+SHARED = {
+    "matrixctl/io.py",
+    "matrixctl/errors.py",
+    "matrixctl/cli/common.py",
+    "matrixctl/cli/app.py",
+}
+
+
+def hint_texts() -> list[tuple[str, int, str]]:
+    """Every `hint=` given in the package: (module path, line, its literal text; the fixed
+    parts of an f-string)."""
+    found = []
+    for path in sorted((ROOT / "matrixctl").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.keyword) or node.arg != "hint":
+                continue
+            parts = [
+                n.value
+                for n in ast.walk(node.value)
+                if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            ]
+            if parts:
+                found.append((str(path.relative_to(ROOT)), node.lineno, " ".join(parts)))
+    return found
+
+
+def test_every_hint_names_only_options_its_commands_have() -> None:
+    """A hint never names an option its command lacks: hints in a command module name options
+    of that module's commands, hints in the modules every command shares (io, errors, common)
+    only options every command has, and any other hint an option some command has."""
+    from matrixctl.cli.docgen import commands
+
+    leaves = [cmd for _, cmd in commands() if not getattr(cmd, "commands", None)]
+    opts = {id(c): {o for p in c.params for o in (*p.opts, *p.secondary_opts)} for c in leaves}
+    everywhere = set.intersection(*opts.values())
+    anywhere = set.union(*opts.values())
+    texts = hint_texts()
+    assert len(texts) > 20  # the scan finds the hints
+    bad = []
+    for module, line, text in texts:
+        named = set(OPTION.findall(text))
+        if module in SHARED:
+            allowed = everywhere
+        elif module.startswith("matrixctl/cli/"):
+            mod = module[:-3].replace("/", ".")
+            own = [opts[id(c)] for c in leaves if c.callback.__module__ == mod]
+            allowed = set.union(*own) if own else everywhere
+        else:
+            allowed = anywhere
+        bad += [f"{module}:{line} names {o}" for o in sorted(named - allowed)]
+    assert not bad, bad
+
+
+def test_binary_to_a_terminal_hint_names_no_option() -> None:
+    """`convert` has no -o: the hint for binary output to a terminal names none."""
+    from matrixctl import io
+    from matrixctl.errors import UsageError
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(io, "stdout_is_terminal", lambda: True)
+        with pytest.raises(UsageError) as info:
+            io.refuse_binary_to_terminal("-")
+    assert info.value.hint is not None and not OPTION.findall(info.value.hint)
