@@ -122,7 +122,8 @@ def convert(
             metavar="N",
             help="STB output: at most N tensors per .stb file (1-256, default 256); more "
             "tensors go to further files NAME.1.stb, NAME.2.stb, ... listed in the sidecar. "
-            "16 keeps every tensor addressable by KHΛNARY's G_LOAD_BIN_TENSOR.",
+            "16 suits runtimes whose loader addresses at most 16 files of 16 tensors (the STB "
+            "spec's KHΛNARY runtime and its G_LOAD_BIN_TENSOR instruction).",
         ),
     ] = None,
     densify: Annotated[

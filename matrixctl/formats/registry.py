@@ -154,14 +154,14 @@ FORMATS: list[Format] = [
     ),
     Format(
         "scx-manifest",
-        "AGL tokenizer manifest (AGL-TOK-MANIFEST-V1)",
+        "SCX tokenizer manifest (AGL-TOK-MANIFEST-V1)",
         "matrixctl.validate.scx_manifest",
         sniff=lambda head, size: head.startswith(b'{\n  "format": "AGL-TOK-MANIFEST-V1",'),
         extensions=(".json",),
     ),
     Format(
         "scx-shard",
-        "SCX aligned substrate shard",
+        "SCX shard (a piece of an input cut by `pack shards`)",
         "matrixctl.validate.scx_shard",
         magic=b"SCXSHARD",
         extensions=(".scxs",),

@@ -103,11 +103,11 @@ def authorize(rf: RegistryFile, trusted: Iterable[bytes]) -> Signature:
     if not trusted:
         raise fail(
             tk.UNSIGNED_REGISTRY,
-            "no trusted pi keys were given, so no signature can authorise this config",
+            "no trusted signing keys were given, so no signature can authorise this config",
             context=ctx,
         )
     if not rf.signatures:
-        raise fail(tk.UNSIGNED_REGISTRY, "the registry carries no pi-signature", context=ctx)
+        raise fail(tk.UNSIGNED_REGISTRY, "the registry carries no signature", context=ctx)
     broken = []
     for sig in rf.signatures:
         if sig.public_key not in trusted:
@@ -118,8 +118,8 @@ def authorize(rf: RegistryFile, trusted: Iterable[bytes]) -> Signature:
     if broken:
         raise fail(
             tk.UNSIGNED_REGISTRY,
-            f"the signature by trusted key {broken[0]} does not verify over H_TOK "
-            "(the registry or its alignment law was changed after signing)",
+            f"the signature by trusted key {broken[0]} does not verify over the config hash "
+            "(the registry or its alignment settings were changed after signing)",
             context={**ctx, "key_id": broken[0]},
         )
     ids = ", ".join(s.key_id for s in rf.signatures)
@@ -160,7 +160,7 @@ class Tokenizer:
         if config_hash != self.h_tok:
             raise fail(
                 tk.UNSUPPORTED_VERSION,
-                "the request's config_hash is not this tokenizer's H_TOK",
+                "the request's config_hash is not this tokenizer's config hash (H_TOK)",
                 context={"config_hash": config_hash.hex(), "h_tok": self.h_tok.hex()},
                 **position,
             )
@@ -471,7 +471,7 @@ class Decoder:
         if h != self.tok.h_tok:
             raise fail(
                 tk.UNSUPPORTED_VERSION,
-                "the stream was made by another tokenizer config (its H_TOK is not this one's)",
+                "the stream was made by another tokenizer config (its config hash differs)",
                 token_index=1,
                 context={"stream_h_tok": h.hex(), "h_tok": self.tok.h_tok.hex()},
             )
@@ -1235,7 +1235,7 @@ def load_config(registry_path: str, trust_paths: list[str] | None) -> tuple[Toke
     except ScxFailure as err:
         err.path = registry_path
         if not keys:
-            err.hint = f"name trusted pi keys with --trust FILE (or {signing.TRUST_ENV})"
+            err.hint = f"name trusted signing keys with --trust FILE (or {signing.TRUST_ENV})"
         raise
     return Tokenizer(rf, authority), data
 
