@@ -240,3 +240,25 @@ def test_help_texts_and_code_summaries_use_plain_words() -> None:
     found = unexplained("signed by a pi key over H_TOK, an AGL manifest, for KHΛNARY")
     assert sorted(found) == ["AGL", "H_TOK", "KHΛNARY", "pi key"]
     assert unexplained("the config hash (H_TOK) of AGL-TOK-MANIFEST-V1, the KHΛNARY runtime") == []
+
+
+# Self-contained --------------------------------------------------------------------------------
+
+
+def test_tests_demo_tools_and_ci_read_nothing_beside_the_repository() -> None:
+    """Everything `make test` and `make demo` read is in the repository (fixtures/README.md
+    says where it came from) or installed by make: no test, tool, benchmark, Makefile rule or CI
+    step names a folder beside the checkout."""
+    # Spelled in pieces so this file does not match itself.
+    outside = re.compile("|".join(re.escape(s) for s in ("../" + "shared", "/" + "work/")))
+    files = [ROOT / "Makefile", ROOT / ".ci" / "run"]
+    for folder in ("tests", "tools", "bench"):
+        files += [p for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".sh")]
+    assert len(files) > 40
+    bad = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in files
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if outside.search(line) and not line.lstrip().startswith("#")
+    ]
+    assert not bad, bad
