@@ -373,3 +373,42 @@ def human_bytes(n: int) -> str:
             return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{n} B"  # pragma: no cover
+
+
+# The tensor row of every `--json` description (docs/json.md) ------------------------------
+
+UNKNOWN_DTYPE = "unknown"
+
+
+def dtype_label(name: str | None) -> str:
+    """One spelling of an element type for every format's JSON rows: the zTensor names above
+    (`f32`, `bf16`, `i8`, `f8_e4m3`, ...) for any alias a format uses (`F32`, `float32`, `BF16`),
+    lower-case ggml names for quantized GGUF types (`q4_k`, `q8_0`), `unknown` for none."""
+    if not name:
+        return UNKNOWN_DTYPE
+    known = dtype_named(name)
+    return known.name if known is not None else name.strip().lower()
+
+
+def tensor_row(
+    name: str | None,
+    dtype: str | None,
+    shape: tuple[int, ...] | list[int] | None,
+    offset: int | None,
+    nbytes: int | None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One tensor as every format's description lists it (docs/json.md, "Tensor rows").
+
+    `offset`/`nbytes` are the absolute byte range of the tensor's stored data in its file;
+    `offset` is None where there is no single range (a compressed npz member, a zTensor tensor
+    of several components), `shape`/`nbytes` None only where the file does not tell them.
+    Everything format-specific goes under `extra`, so the top-level keys never vary."""
+    return {
+        "name": name,
+        "dtype": dtype_label(dtype),
+        "shape": None if shape is None else [int(d) for d in shape],
+        "offset": offset,
+        "nbytes": nbytes,
+        "extra": dict(extra or {}),
+    }

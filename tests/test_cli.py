@@ -252,11 +252,13 @@ def test_verify_reads_stdin() -> None:
 def test_inspect_json_single_and_many(files: dict) -> None:
     r = run_cli("inspect", "--json", files["atoms.bin"])
     assert r.code == 0
-    doc = r.json()
+    top = r.json()
+    assert list(top)[:2] == ["schema_version", "ok"] and top["ok"] is True
+    (doc,) = top["files"]  # one path: the same shape as several
     assert doc["format"] == "matrix-atom" and doc["path"] == files["atoms.bin"]
     assert doc["header"]["token_count"] == 8
     r = run_cli("inspect", "--json", files["grid.svgt"], files["tokens.mxt"])
-    assert [d["format"] for d in r.json()] == ["svgt", "token-stream"]
+    assert [d["format"] for d in r.json()["files"]] == ["svgt", "token-stream"]
 
 
 def test_inspect_exit_codes_and_stderr(files: dict) -> None:

@@ -427,7 +427,7 @@ def test_cli_exit_codes_and_streams(tmp_path: Path) -> None:
     stdin = run_cli("convert", "-", str(tmp_path / "s.zt"), stdin=src.read_bytes())
     assert stdin.code == 0
     inspect = run_cli("inspect", "--json", str(tmp_path / "o.zt"))
-    assert inspect.code == 0 and inspect.json()["tensors"][0]["name"] == "w"
+    assert inspect.code == 0 and inspect.json()["files"][0]["tensors"][0]["name"] == "w"
     verify = run_cli("verify", "--json", str(tmp_path / "o.zt"), str(src))
     assert verify.code == 0 and verify.json()["ok"] is True
 

@@ -127,7 +127,7 @@ def test_golden_file_reads_back(tmp_path: Path) -> None:
 
 
 def test_inspect_shows_sections_vocabulary_and_tensors() -> None:
-    doc = run_cli("inspect", "--json", str(GOLDEN / "embd_v1_tiny.weights")).json()
+    doc = run_cli("inspect", "--json", str(GOLDEN / "embd_v1_tiny.weights")).json()["files"][0]
     assert doc["format"] == "embd" and doc["token_count"] == 7
     assert doc["special_tokens"]["cls"] == {"id": 2, "token": "[CLS]"}
     assert [s["section"] for s in doc["sections"]] == [
@@ -138,7 +138,7 @@ def test_inspect_shows_sections_vocabulary_and_tensors() -> None:
         "tensor data",
         "footer",
     ]
-    assert doc["tensors"][1]["name_hash"] == "0xbf9cf968"
+    assert doc["tensors"][1]["extra"]["name_hash"] == "0xbf9cf968"
     human = run_cli("inspect", str(GOLDEN / "embd_v1_tiny.weights"))
     assert human.code == 0 and human.stdout == b"" and "foobar" in human.stderr
 

@@ -406,26 +406,33 @@ def test_inspect_summarizes_long_arrays_and_lists_tensors(model) -> None:
     path, _ = model
     run = run_cli("inspect", "--json", str(path))
     assert run.code == 0
-    doc = run.json()
+    doc = run.json()["files"][0]
     assert doc["format"] == "gguf" and doc["version"] == 3 and doc["tensor_count"] == 7
     meta = {m["key"]: m for m in doc["metadata"]}
     tokens = meta["tokenizer.ggml.tokens"]
     assert tokens["type"] == "array[string]" and tokens["count"] == 266
-    assert tokens["value"][:3] == ["<unk>", "<s>", "</s>"]
-    assert tokens["value"][-1] == "... (266 items)" and len(tokens["value"]) == 7
+    # The first six real items and the count beside them: no placeholder element.
+    assert tokens["value"] == ["<unk>", "<s>", "</s>", "<0x00>", "<0x01>", "<0x02>"]
+    assert tokens["shown"] == 6
     assert meta["general.name"]["value"] == "tiny" and meta["general.name"]["count"] is None
     embd = next(t for t in doc["tensors"] if t["name"] == "token_embd.weight")
     assert embd == {
         "name": "token_embd.weight",
-        "type": "Q8_0",
+        "dtype": "q8_0",
         "shape": [266, 256],
         "offset": embd["offset"],
-        "bytes": 266 * 256 // 32 * 34,
+        "nbytes": 266 * 256 // 32 * 34,
+        "extra": {"ggml_type": "Q8_0"},
     }
     assert embd["offset"] % 32 == 0
     assert doc["tokenizer"]["tokens"] == 266 and doc["tokenizer"]["bos_id"] == 1
+    full = run_cli("inspect", "--json", "--full", str(path)).json()["files"][0]
+    tokens = {m["key"]: m for m in full["metadata"]}["tokenizer.ggml.tokens"]
+    assert tokens["count"] == tokens["shown"] == len(tokens["value"]) == 266
+    assert tokens["value"][:3] == ["<unk>", "<s>", "</s>"]
     human = run_cli("inspect", str(path))
     assert human.code == 0 and human.stdout == b"" and "token_embd.weight" in human.stderr
+    assert "... 260 more" in human.stderr
 
 
 def test_float32_values_are_shown_as_the_shortest_decimal(tmp_path: Path) -> None:
@@ -434,7 +441,7 @@ def test_float32_values_are_shown_as_the_shortest_decimal(tmp_path: Path) -> Non
     data = gc.gguf([gc.kv("a.eps", gc.F32, struct.pack("<f", 1e-5))])
     path = tmp_path / "f.gguf"
     path.write_bytes(data)
-    doc = run_cli("inspect", "--json", str(path)).json()
+    doc = run_cli("inspect", "--json", str(path)).json()["files"][0]
     assert doc["metadata"][0]["value"] == 1e-05
 
 
@@ -457,7 +464,7 @@ def test_control_characters_in_keys_and_strings_are_neutralized(tmp_path: Path) 
         for stream in (run.stdout.decode("utf-8"), run.stderr):
             assert "\x1b" not in stream and "\u202e" not in stream and "\x07" not in stream
             assert "\x00" not in stream
-    doc = run_cli("inspect", "--json", str(path)).json()
+    doc = run_cli("inspect", "--json", str(path)).json()["files"][0]
     assert doc["name"] == "x\\x1b]0;pwned\\x07\\u202eevil\\x00"
     assert doc["metadata"][0]["key"] == "a.\\x1b[31mred"
     assert "GGUF_KEY" in codes_of(examine(str(path), scan=False)[0])

@@ -265,7 +265,7 @@ def test_vocabulary_above_65536_gives_uint32_tokens(maps, tmp_path: Path) -> Non
     assert max(ids) > 65_535
     dec = run_cli("tokenize", "pi", "decode", "-s", symbols, str(tmp_path / "t.mxt"))
     assert dec.code == 0 and dec.stdout == text
-    info = run_cli("inspect", "--json", symbols).json()["map"]
+    info = run_cli("inspect", "--json", symbols).json()["files"][0]["map"]
     assert info["dtype"] == "uint32" and info["unused_ids"] == 0
     assert info["space_marking"] == "byte_level" and info["special_symbols"] == 3
     packed = run_cli(
@@ -527,7 +527,7 @@ def test_manifest_records_every_hash(model, tmp_path: Path) -> None:
     assert manifest["tokenizer"]["canonical_hash"] == smap.canonical_hash()
     assert manifest["created"] is None and manifest["kind"] == "gguf"
     inspect = run_cli("inspect", "--json", str(out))
-    assert inspect.code == 0 and inspect.json()["format"] == "gguf-ingest"
+    assert inspect.code == 0 and inspect.json()["files"][0]["format"] == "gguf-ingest"
 
 
 def test_verify_catches_damage_in_the_folder(model, tmp_path: Path) -> None:

@@ -116,7 +116,7 @@ def test_folder_is_recognised_inspected_and_verified(model: Path) -> None:
     (format hf-model-dir), found by its files, never by its name."""
     report = examine(str(model), scan=True)[0]
     assert report.format == "hf-model-dir" and report.ok(strict=True), report.findings
-    doc = run_cli("inspect", "--json", str(model)).json()
+    doc = run_cli("inspect", "--json", str(model)).json()["files"][0]
     assert doc["format"] == "hf-model-dir" and doc["token_count"] == len(TOKENS)
     assert doc["metadata"]["num_layers"] == str(LAYERS) and doc["tensor_count"] == 8 + 16 * LAYERS
     assert doc["special_tokens"]["cls"] == {"id": 2, "token": "[CLS]"}
@@ -313,7 +313,7 @@ def test_sharded_checkpoint_is_the_same_model(model: Path, tmp_path: Path) -> No
     assert not (model / "model.safetensors").exists()
     report = examine(str(model), scan=True)[0]
     assert report.format == "hf-model-dir" and report.ok() and not report.findings
-    inspected = run_cli("inspect", "--json", str(model)).json()
+    inspected = run_cli("inspect", "--json", str(model)).json()["files"][0]
     assert [s["file"] for s in inspected["shards"]] == [
         f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)
     ]

@@ -272,7 +272,7 @@ def test_inspect_does_not_scan_the_payload(tmp_path: Path) -> None:
     report, desc = examine(str(path), scan=False, describe=True)
     assert report.findings == []  # the payload CRC is not looked at
     assert "payload_crc32" in report.skipped
-    assert desc is not None and desc["preview"][0]["tokens"] == "5 17 99 0"
+    assert desc is not None and desc["preview"]["items"][0]["tokens"] == "5 17 99 0"
 
 
 # Hostile and damaged files -----------------------------------------------------------------
@@ -288,7 +288,7 @@ def test_inspect_preview_stays_inside_the_file_when_fields_disagree(tmp_path: Pa
     assert not report.ok()
     assert desc is not None
     token_count = struct.unpack_from("<Q", gb.MATRIX_ATOM, 0x20)[0]
-    for row in desc.get("preview", []):
+    for row in desc.get("preview", {}).get("items", []):
         assert row["tokens"].startswith("5 17 99 0")
         assert len(row["tokens"].removesuffix(" ...").split()) <= token_count
     run = run_cli("inspect", str(path))

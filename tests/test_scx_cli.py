@@ -49,7 +49,7 @@ def test_keygen_writes_private_0600_and_public_and_never_prints_the_key(tmp_path
 def test_sign_and_inspect_registry(tmp_path: Path, signed: Path, keys: Path) -> None:
     res = run_cli("inspect", "--json", str(signed))
     assert res.code == 0
-    doc = res.json()
+    doc = res.json()["files"][0]
     assert doc["format"] == "scx-registry"
     assert doc["hashes"]["H_REG"] == g.H_REG.hex()
     assert doc["signatures"][0]["key_id"] == signing.key_id(
@@ -282,7 +282,7 @@ def test_pack_shards_verify_and_rotate(tmp_path: Path, signed: Path, keys: Path)
     )
     assert ver.code == 0 and ver.json()["ok"], ver.out
     ins = run_cli("inspect", "--json", str(out / "manifest.json"), env=env)
-    assert ins.code == 0 and ins.json()["h_manifest"] == man["manifest_hash"]
+    assert ins.code == 0 and ins.json()["files"][0]["h_manifest"] == man["manifest_hash"]
     again = run_cli("pack", "shards", str(src), "-o", str(out), "-r", str(signed), "--trust", pub)
     assert again.code == 2 and "OUT_EXISTS_DIR" in again.stderr
     # Rotation: a second key signs the manifest; H_TOK stays.

@@ -121,7 +121,7 @@ def test_sidecar_converts_the_whole_set(tmp_path: Path) -> None:
     loaded = np.load(back)
     for name, arr in ARRAYS.items():
         assert loaded[name].dtype == arr.dtype and np.array_equal(loaded[name], arr)
-    doc = run_cli("inspect", "--json", str(out) + ".json").json()
+    doc = run_cli("inspect", "--json", str(out) + ".json").json()["files"][0]
     assert doc["format"] == "stb-sidecar" and doc["tensor_count"] == 3
 
 
@@ -449,7 +449,7 @@ def test_round_trip_through_stb(tensors, per_file, route) -> None:
 def test_cli_exit_codes(tmp_path: Path) -> None:
     out = write_tiny(tmp_path)
     assert run_cli("verify", str(out), str(out) + ".json").code == 0
-    assert run_cli("inspect", "--json", str(out)).json()["tensors"][2]["name"] == "q"
+    assert run_cli("inspect", "--json", str(out)).json()["files"][0]["tensors"][2]["name"] == "q"
     bad = tmp_path / "bad.stb"
     bad.write_bytes(ge.STB[:100])
     assert run_cli("verify", str(bad)).code == 1

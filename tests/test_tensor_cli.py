@@ -51,11 +51,12 @@ def test_inspect_shows_the_tensor_table(tmp_path: Path) -> None:
     assert run_cli("convert", str(src), str(out), "--compress", "zstd").code == 0
     human = run_cli("inspect", str(out))
     assert human.code == 0 and human.stdout == b""
-    for word in ("name", "layout", "dtype", "stored_bytes", "logical_bytes", "zstd", "crc32c"):
+    for word in ("name", "layout", "dtype", "nbytes", "logical_bytes", "zstd", "crc32c"):
         assert word in human.stderr
-    doc = run_cli("inspect", "--json", str(out)).json()
+    doc = run_cli("inspect", "--json", str(out)).json()["files"][0]
     row = doc["tensors"][0]
-    assert (row["name"], row["shape"], row["logical_bytes"], row["encoding"]) == (
+    extra = row["extra"]
+    assert (row["name"], row["shape"], extra["logical_bytes"], extra["encoding"]) == (
         "w",
         [2, 3],
         24,

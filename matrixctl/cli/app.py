@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -16,7 +17,7 @@ import typer
 
 from matrixctl import __version__, codes
 from matrixctl.cli import common, convert, ingest, inspect_cmd, pack, tokenize, verify_cmd
-from matrixctl.cli.common import PROG, print_error, write_err
+from matrixctl.cli.common import PROG, emit_json_error, print_error, write_err
 from matrixctl.errors import MatrixError, UsageError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _on_sigterm)
     command = get_command(app)
     common._set_quiet(False)  # main() may run more than once in a process (tests)
+    common.json_state(asked=False)
     try:
         try:
             # Not command.main(): it would swallow Ctrl-C and a closed stdout itself.
@@ -92,8 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()
         return code
     except MatrixError as err:
-        print_error(err)
-        return err.exit_code
+        return _fail(err, err.exit_code)
     except typer.Exit as exc:
         return int(exc.exit_code)
     except typer.Abort:
@@ -108,26 +109,46 @@ def main(argv: list[str] | None = None) -> int:
             write_err(exc.format_message() if hasattr(exc, "format_message") else str(exc))
             return 2
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        print_error(UsageError(message, hint=_usage_hint(exc)))
-        return 2
+        # The parser may stop before it reaches --json: then the words on the line tell.
+        return _fail(UsageError(message, hint=_usage_hint(exc)), 2, _json_word(args))
     except OSError as exc:
-        print_error(MatrixError(codes.IO_READ, exc.strerror or str(exc), path=exc.filename))
-        return 2
+        return _fail(MatrixError(codes.IO_READ, exc.strerror or str(exc), path=exc.filename), 2)
     except Exception as exc:  # a bug: one line, the traceback only on request
         if os.environ.get("MATRIXCTL_DEBUG"):
             raise
-        print_error(
-            MatrixError(
-                codes.INTERNAL,
-                f"internal error {type(exc).__name__}: {exc}",
-                hint="rerun with MATRIXCTL_DEBUG=1 for the traceback and report it",
-            )
+        bug = MatrixError(
+            codes.INTERNAL,
+            f"internal error {type(exc).__name__}: {exc}",
+            hint="rerun with MATRIXCTL_DEBUG=1 for the traceback and report it",
         )
-        return 70
+        return _fail(bug, 70)
+
+
+def _json_word(args: list[str]) -> bool:
+    """`--json` among the options (before a `--` that ends them)."""
+    words = list(args)
+    return "--json" in (words[: words.index("--")] if "--" in words else words)
+
+
+def _fail(err: MatrixError, exit_code: int, json_asked: bool = False) -> int:
+    """The one error line on stderr; under --json also the failure document on stdout, unless
+    the command already printed its own document (verify's report of invalid files)."""
+    print_error(err)
+    asked, done = common.json_state()
+    if (asked or json_asked) and not done:
+        with contextlib.suppress(OSError):  # stdout is gone: the error line said it all
+            emit_json_error(err)
+    return exit_code
 
 
 def _interrupted() -> int:
     write_err(f"{PROG}: interrupted; no output was left behind")
+    asked, done = common.json_state()
+    if asked and not done:
+        with contextlib.suppress(OSError):
+            emit_json_error(
+                MatrixError(codes.INTERRUPTED, "interrupted; no output was left behind")
+            )
     return 130
 
 

@@ -22,8 +22,34 @@ if TYPE_CHECKING:
 
 PROG = "matrixctl"
 
+# The --json contract (docs/json.md, docs/schemas/): every document is one object whose first
+# key is schema_version, then ok; a failure is {"schema_version", "ok": false, "error": {...}}.
+SCHEMA_VERSION = 1
+_json_asked = False  # set by --json as it is parsed: main() then reports a failure as JSON too
+_json_done = False  # a document is on stdout: main() adds no second one
+
+
+def _set_json(value: bool) -> bool:
+    global _json_asked
+    _json_asked = _json_asked or bool(value)
+    return value
+
+
+def json_state(asked: bool | None = None) -> tuple[bool, bool]:
+    """(was --json asked, was a document printed); `asked` resets both for a new run."""
+    global _json_asked, _json_done
+    if asked is not None:
+        _json_asked, _json_done = asked, False
+    return _json_asked, _json_done
+
+
 JsonOption = Annotated[
-    bool, typer.Option("--json", help="Write one JSON document to stdout instead of a report.")
+    bool,
+    typer.Option(
+        "--json",
+        callback=_set_json,
+        help="Write one JSON document to stdout instead of a report.",
+    ),
 ]
 _quiet = False
 
@@ -88,9 +114,15 @@ def reset_console() -> None:
     _console = None
 
 
-def emit_json(doc: Any) -> None:
-    """One JSON document on stdout (UTF-8, control characters escaped by JSON itself)."""
-    data = json.dumps(doc, indent=2, ensure_ascii=False, default=_json_default) + "\n"
+def emit_json(doc: dict[str, Any], *, ok: bool = True) -> None:
+    """One JSON document on stdout (UTF-8, control characters escaped by JSON itself):
+    `schema_version` first, then `ok` (False exactly when the command fails), then `doc`."""
+    global _json_done
+    head: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "ok": ok}
+    assert "ok" not in doc, "pass ok= instead"
+    head.update((k, v) for k, v in doc.items() if k != "schema_version")
+    _json_done = True
+    data = json.dumps(head, indent=2, ensure_ascii=False, default=_json_default) + "\n"
     out = sys.stdout.buffer if hasattr(sys.stdout, "buffer") else None
     if out is not None:
         out.write(data.encode("utf-8", "backslashreplace"))
@@ -98,6 +130,23 @@ def emit_json(doc: Any) -> None:
     else:  # pragma: no cover - test runners without a byte stream
         sys.stdout.write(data)
         sys.stdout.flush()
+
+
+def emit_json_error(err: MatrixError) -> None:
+    """The failure document: what the error line says, field by field."""
+    emit_json(
+        {
+            "error": {
+                "code": err.code,
+                "message": err.message,
+                "path": err.path,
+                "offset": err.offset,
+                "field": err.field,
+                "hint": err.hint,
+            }
+        },
+        ok=False,
+    )
 
 
 def _json_default(obj: Any) -> Any:

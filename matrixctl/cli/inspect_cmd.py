@@ -15,19 +15,28 @@ def inspect(
         typer.Argument(metavar="PATH...", help="Files or folders to look inside; - is stdin."),
     ],
     json_out: JsonOption = False,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="List every element of long arrays (GGUF metadata, previews) instead of the "
+            "first few; the JSON's count and shown say how many there are.",
+        ),
+    ] = False,
 ) -> None:
     """Show a file's format (sniffed from its bytes), header, sections and a preview.
 
     Runs the structural checks and shows their findings; payload scans (CRCs, digests, id
     ranges) are left to `verify`. Exit code 1 when a structural check fails, 2 when a path
-    cannot be read.
+    cannot be read. `--json` prints {"schema_version", "ok", "files": [{"path", "format",
+    ...description, "findings", "checks", "skipped"}]}, one entry per path.
     """
     from matrixctl.validate.engine import examine
 
     docs: list[dict[str, Any]] = []
     worst = 0
     for path in paths:
-        report, desc = examine(path, scan=False, describe=True)
+        report, desc = examine(path, scan=False, describe=True, full=full)
         worst = max(worst, report.exit_code())
         if json_out:
             doc: dict[str, Any] = {"path": report.path, "format": report.format}
@@ -41,6 +50,6 @@ def inspect(
 
             render_description(report, desc)
     if json_out:
-        emit_json(docs[0] if len(docs) == 1 else docs)
+        emit_json({"files": docs}, ok=worst == 0)
     if worst:
         raise typer.Exit(worst)

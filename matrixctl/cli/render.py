@@ -45,9 +45,26 @@ def _kv_table(title: str, data: dict[str, Any]) -> Any:
     return table
 
 
+def _flat(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as people read it: a tensor row's `extra` entries become columns of their own,
+    and a shortened list says how many items it leaves out (`count` and `shown` beside it)."""
+    out = {k: v for k, v in row.items() if k != "extra"}
+    extra = row.get("extra")
+    if isinstance(extra, dict):
+        out.update((k, v) for k, v in extra.items() if k not in out)
+    if "count" in out and "shown" in out:
+        count, shown = out["count"], out.pop("shown")
+        if isinstance(count, int) and isinstance(shown, int) and count > shown:
+            for key, value in out.items():
+                if isinstance(value, list):
+                    out[key] = [*value, f"... {count - shown:,} more"]
+    return out
+
+
 def _list_table(title: str, rows: list[dict[str, Any]]) -> Any:
     from rich.table import Table
 
+    rows = [_flat(row) for row in rows]
     table = Table(title=safe(title), title_justify="left")
     columns: list[str] = []
     for row in rows:
@@ -95,7 +112,13 @@ def render_description(report: FileReport, doc: dict[str, Any] | None) -> None:
         if scalars:
             con.print(_kv_table("", scalars))
         for key, value in doc.items():
-            if isinstance(value, dict):
+            if isinstance(value, dict) and isinstance(value.get("items"), list):
+                # A sample: {"count", "shown", "items"} (inspect --full shows every item).
+                count, items = value.get("count"), value["items"]
+                title = key if count == len(items) else f"{key} (first {len(items)} of {count:,})"
+                if items:
+                    con.print(_list_table(title, items))
+            elif isinstance(value, dict):
                 con.print(_kv_table(key, value))
             elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
                 if key == "fields":

@@ -26,8 +26,8 @@ def verify(
 
     With --quiet only files with findings are reported, so a clean run prints nothing.
     Exit code 0 when every file is valid, 1 when a file was read but is invalid, 2 when a path
-    cannot be read. `--json` prints {"ok", "files": [{"path", "format", "ok", "findings",
-    "checks", "skipped"}]}.
+    cannot be read. `--json` prints {"schema_version", "ok", "strict", "files": [{"path",
+    "format", "ok", "findings", "checks", "skipped"}]}.
     """
     from matrixctl.validate.engine import examine
 
@@ -35,11 +35,8 @@ def verify(
     worst = max(r.exit_code(strict) for r in reports)
     if json_out:
         emit_json(
-            {
-                "ok": all(r.ok(strict) for r in reports),
-                "strict": strict,
-                "files": [r.to_json(strict) for r in reports],
-            }
+            {"strict": strict, "files": [r.to_json(strict) for r in reports]},
+            ok=all(r.ok(strict) for r in reports),
         )
     else:
         from matrixctl.cli.render import render_verify

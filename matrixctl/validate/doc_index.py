@@ -14,7 +14,7 @@ from typing import Any
 from matrixctl.crc import crc32_chunked
 from matrixctl.formats import doc_index as di
 from matrixctl.io import Source
-from matrixctl.validate.engine import rule
+from matrixctl.validate.engine import rule, sample, shown
 from matrixctl.validate.findings import Finding, finding
 
 FMT = di.FORMAT
@@ -42,17 +42,20 @@ def load(src: Source) -> IndexSubject:
 def describe(s: IndexSubject) -> dict[str, Any]:
     out: dict[str, Any] = {"size": s.src.size, "header": s.header.to_json()}
     if s.records_ok and s.header.doc_count:
-        recs = di.records_view(s.src.buf, s.header)[:PREVIEW]
-        out["preview"] = [
-            {
-                "doc": n,
-                "token_offset": int(r["token_offset"]),
-                "token_length": int(r["token_length"]),
-                "source": int(r["source"]),
-                "item": int(r["item"]),
-            }
-            for n, r in enumerate(recs)
-        ]
+        recs = di.records_view(s.src.buf, s.header)[: shown(PREVIEW)]
+        out["preview"] = sample(
+            [
+                {
+                    "doc": n,
+                    "token_offset": int(r["token_offset"]),
+                    "token_length": int(r["token_length"]),
+                    "source": int(r["source"]),
+                    "item": int(r["item"]),
+                }
+                for n, r in enumerate(recs)
+            ],
+            s.header.doc_count,
+        )
     return out
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from matrixctl.formats import embd
 from matrixctl.io import Source
-from matrixctl.tensors import human_bytes
+from matrixctl.tensors import human_bytes, tensor_row
 from matrixctl.validate.engine import rule
 from matrixctl.validate.findings import Finding, finding
 
@@ -81,14 +81,15 @@ def describe(s: EmbdSubject) -> dict[str, Any]:
         {"section": "footer", "offset": f.size - embd.FOOTER_SIZE, "bytes": embd.FOOTER_SIZE},
     ]
     out["tensors"] = [
-        {
-            "name": t.name,
-            "dtype": t.dtype or f"?{t.dtype_code}",
-            "shape": list(t.shape),
-            "offset": t.offset,
-            "bytes": t.nbytes,
-            "name_hash": f"0x{t.name_hash:08x}",
-        }
+        tensor_row(
+            t.name,
+            t.dtype,
+            t.shape,
+            t.offset,
+            t.nbytes,
+            {"name_hash": f"0x{t.name_hash:08x}"}
+            | ({} if t.dtype else {"dtype_code": t.dtype_code}),
+        )
         for t in f.tensors
     ]
     return out

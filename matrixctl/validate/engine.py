@@ -8,6 +8,7 @@ finding; the remaining rules still run, and they skip themselves when what they 
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -31,6 +32,19 @@ class Rule:
 
 
 _RULES: dict[str, list[Rule]] = {}
+_FULL: contextvars.ContextVar[bool] = contextvars.ContextVar("full", default=False)
+
+
+def shown(limit: int) -> int | None:
+    """How many elements a description shows of a long array: `limit`, or None (all of them)
+    under `inspect --full`. A shortened array always sits beside its `count` and `shown`
+    (docs/json.md, "Shortened arrays"); it never ends in a placeholder element."""
+    return None if _FULL.get() else limit
+
+
+def sample(items: list[Any], count: int) -> dict[str, Any]:
+    """A description's preview of `count` things: the first `shown` of them, never padded."""
+    return {"count": count, "shown": len(items), "items": items}
 
 
 def rule(fmt: str, name: str, *, scan: bool = False) -> Callable[[F], F]:
@@ -79,13 +93,24 @@ def _load(load: Callable[[Any], Any], arg: Any, report: FileReport) -> Any:
 
 
 def examine(
-    path: str, *, scan: bool, describe: bool = False, fmt: str | None = None
+    path: str, *, scan: bool, describe: bool = False, fmt: str | None = None, full: bool = False
 ) -> tuple[FileReport, dict[str, Any] | None]:
     """Open, sniff and check one path; with `describe`, also return the format's description.
 
     `scan=True` runs every rule (verify); `scan=False` only the structural ones (inspect).
+    `full=True` makes the description list every element of its long arrays (`shown`).
     Unreadable inputs give a report marked unreadable (exit code 2), never an exception.
     """
+    token = _FULL.set(full)
+    try:
+        return _examine(path, scan=scan, describe=describe, fmt=fmt)
+    finally:
+        _FULL.reset(token)
+
+
+def _examine(
+    path: str, *, scan: bool, describe: bool, fmt: str | None
+) -> tuple[FileReport, dict[str, Any] | None]:
     from matrixctl.formats import registry
 
     name = "<stdin>" if path == "-" else path

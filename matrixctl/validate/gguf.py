@@ -14,8 +14,8 @@ from typing import Any
 
 from matrixctl.formats import gguf as gg
 from matrixctl.io import Source
-from matrixctl.tensors import human_bytes
-from matrixctl.validate.engine import rule
+from matrixctl.tensors import human_bytes, tensor_row
+from matrixctl.validate.engine import rule, shown
 from matrixctl.validate.findings import Finding, finding
 
 FMT = gg.FORMAT
@@ -71,16 +71,15 @@ def load(src: Source) -> GgufSubject:
 
 def _value_text(s: GgufSubject, kv: gg.GgufKV) -> Any:
     value = kv.value
+    full = shown(PREVIEW) is None
     if isinstance(value, bytes):
-        return gg.show_bytes(value, STRING_PREVIEW)
+        return gg.show_bytes(value, None if full else STRING_PREVIEW)
     if isinstance(value, gg.GgufArray):
-        head = value.head(s.buf, PREVIEW)
+        # The first PREVIEW real items; the row's `count` and `shown` say how many there are.
+        head = value.head(s.buf, value.count if full else PREVIEW)
         if value.item_type == gg.FLOAT32:
             head = [gg.short_f32(v) for v in head]
-        shown = [gg.show_bytes(v, 40) if isinstance(v, bytes) else v for v in head]
-        if value.count > PREVIEW:
-            shown.append(f"... ({value.count:,} items)")
-        return shown
+        return [gg.show_bytes(v, None if full else 40) if isinstance(v, bytes) else v for v in head]
     if kv.vtype == gg.BOOL:
         return bool(value) if value in (0, 1) else f"0x{value:02x} (invalid bool)"
     if kv.vtype == gg.FLOAT32:
@@ -108,15 +107,20 @@ def describe(s: GgufSubject) -> dict[str, Any]:
     tok = tokenizer_summary(s)
     if tok:
         out["tokenizer"] = tok
-    out["metadata"] = [
-        {
-            "key": gg.neutral(kv.name, 120),
-            "type": kv.type_name,
-            "count": kv.value.count if isinstance(kv.value, gg.GgufArray) else None,
-            "value": _value_text(s, kv),
-        }
-        for kv in gf.kvs.values()
-    ]
+    rows = []
+    for kv in gf.kvs.values():
+        value = _value_text(s, kv)
+        is_array = isinstance(kv.value, gg.GgufArray)
+        rows.append(
+            {
+                "key": gg.neutral(kv.name, 120),
+                "type": kv.type_name,
+                "count": kv.value.count if isinstance(kv.value, gg.GgufArray) else None,
+                "shown": len(value) if is_array else None,
+                "value": value,
+            }
+        )
+    out["metadata"] = rows
     if gf.tensors:
         total = sum(t.nbytes or 0 for t in gf.tensors)
         out["tensor_bytes"] = human_bytes(total)
@@ -125,13 +129,14 @@ def describe(s: GgufSubject) -> dict[str, Any]:
             types[t.type_name] = types.get(t.type_name, 0) + 1
         out["types"] = dict(sorted(types.items(), key=lambda kv: (-kv[1], kv[0])))
         out["tensors"] = [
-            {
-                "name": gg.neutral(t.name, 120),
-                "type": t.type_name,
-                "shape": list(t.shape),
-                "offset": t.offset,
-                "bytes": t.nbytes,
-            }
+            tensor_row(
+                gg.neutral(t.name, 120),
+                (t.gtype.dtype or t.gtype.name) if t.gtype else None,
+                t.shape,
+                t.offset,
+                t.nbytes,
+                {"ggml_type": t.type_name},
+            )
             for t in gf.tensors
         ]
     return out

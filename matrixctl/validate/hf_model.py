@@ -18,6 +18,7 @@ from matrixctl.errors import FormatError
 from matrixctl.formats import embd
 from matrixctl.formats import hf_model as hf
 from matrixctl.formats import st_container as stc
+from matrixctl.tensors import tensor_row
 from matrixctl.validate.engine import rule, rules_for
 from matrixctl.validate.findings import Finding, finding, from_error
 
@@ -86,8 +87,10 @@ def describe(s: HfSubject) -> dict[str, Any]:
         }
     if all(sh.st is not None for sh in s.shards):
         out["tensors"] = [
-            {"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.nbytes}
-            for t in s.tensors()
+            tensor_row(t.name, t.dtype, t.shape, t.offset, t.nbytes, {"file": sh.name})
+            for sh in s.shards
+            if sh.st is not None
+            for t in sh.st.st.tensors
         ]
     return out
 

@@ -11,7 +11,7 @@ from typing import Any
 from matrixctl.crc import crc32
 from matrixctl.formats import matrix_atom as ma
 from matrixctl.io import Releaser, Source
-from matrixctl.validate.engine import rule
+from matrixctl.validate.engine import rule, sample, shown
 from matrixctl.validate.findings import Finding, finding
 
 FMT = ma.FORMAT
@@ -128,12 +128,12 @@ def describe(s: AtomSubject) -> dict[str, Any]:
     return out
 
 
-def preview(s: AtomSubject) -> list[dict[str, Any]]:
+def preview(s: AtomSubject) -> dict[str, Any]:
     h = s.header
     code = "H" if h.itemsize == 2 else "I"
-    rows = []
-    for atom in range(min(PREVIEW_ATOMS, h.atom_count)):
-        n = min(PREVIEW_TOKENS, h.atom_size)
+    rows: list[dict[str, Any]] = []
+    for atom in range(min(shown(PREVIEW_ATOMS) or h.atom_count, h.atom_count)):
+        n = min(shown(PREVIEW_TOKENS) or h.atom_size, h.atom_size)
         off = h.data_offset + atom * h.atom_size * (h.itemsize or 0)
         # Header fields can disagree (atom_size x atom_count != token_count is its own
         # finding): show only ids that are inside both the token count and the file.
@@ -143,7 +143,7 @@ def preview(s: AtomSubject) -> list[dict[str, Any]]:
         ids = struct.unpack_from(f"<{n}{code}", s.src.buf, off)
         more = " ..." if n < h.atom_size else ""
         rows.append({"atom": atom, "tokens": " ".join(map(str, ids)) + more})
-    return rows
+    return sample(rows, h.atom_count)
 
 
 @rule(FMT, "header fields")

@@ -7,6 +7,7 @@ from typing import Any
 
 from matrixctl.formats import npy
 from matrixctl.io import Source
+from matrixctl.tensors import tensor_row
 from matrixctl.validate.engine import rule
 from matrixctl.validate.findings import Finding, finding
 
@@ -37,13 +38,7 @@ def describe(s: NpySubject) -> dict[str, Any]:
         "descr": h.descr,
         "fortran_order": h.fortran,
         "tensors": [
-            {
-                "name": npy.tensor_name(s.src.path),
-                "dtype": h.dtype,
-                "shape": list(h.shape),
-                "offset": h.data_offset,
-                "bytes": h.nbytes,
-            }
+            tensor_row(npy.tensor_name(s.src.path), h.dtype, h.shape, h.data_offset, h.nbytes)
         ],
     }
 

@@ -10,6 +10,7 @@ from typing import Any
 from matrixctl.errors import FormatError
 from matrixctl.formats import npy
 from matrixctl.io import Source
+from matrixctl.tensors import tensor_row
 from matrixctl.validate.engine import rule
 from matrixctl.validate.findings import Finding, finding, from_error
 
@@ -35,14 +36,17 @@ def describe(s: NpzSubject) -> dict[str, Any]:
     for m in s.members:
         h = m.header
         rows.append(
-            {
-                "name": m.name,
-                "dtype": h.dtype if h else None,
-                "shape": list(h.shape) if h else None,
-                "bytes": h.nbytes if h else None,
-                "compression": "stored" if m.stored else "deflate",
-                "crc32": f"0x{m.info.CRC:08x}",
-            }
+            tensor_row(
+                m.name,
+                h.dtype if h else None,
+                h.shape if h else None,
+                m.data_offset if m.stored else None,
+                h.nbytes if h else None,
+                {
+                    "compression": "stored" if m.stored else "deflate",
+                    "crc32": f"0x{m.info.CRC:08x}",
+                },
+            )
         )
     out: dict[str, Any] = {"size": s.src.size, "tensor_count": len(s.members), "tensors": rows}
     if s.others:

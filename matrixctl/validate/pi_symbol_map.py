@@ -13,7 +13,7 @@ from typing import Any
 
 from matrixctl.io import Source
 from matrixctl.tokenizers import pi
-from matrixctl.validate.engine import rule
+from matrixctl.validate.engine import rule, sample, shown
 from matrixctl.validate.findings import Finding, finding
 
 FMT = pi.FORMAT
@@ -62,7 +62,9 @@ def describe(s: MapSubject) -> dict[str, Any]:
         "special_symbols": len(m.specials),
         "dtype": "uint16" if m.vocab_size <= 1 << 16 else "uint32",
     }
-    out["preview"] = [{"id": i, "text": t} for i, t in m.symbols[:PREVIEW]]
+    out["preview"] = sample(
+        [{"id": i, "text": t} for i, t in m.symbols[: shown(PREVIEW)]], len(m.symbols)
+    )
     return out
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from matrixctl.formats import st_container as st
 from matrixctl.io import Source
-from matrixctl.tensors import human_bytes
+from matrixctl.tensors import human_bytes, tensor_row
 from matrixctl.validate.engine import rule
 from matrixctl.validate.findings import Finding, finding
 
@@ -42,14 +42,7 @@ def describe(s: StSubject) -> dict[str, Any]:
     if f.metadata:
         out["metadata"] = dict(f.metadata)
     out["tensors"] = [
-        {
-            "name": t.name,
-            "dtype": t.dtype,
-            "st_dtype": t.st_dtype,
-            "shape": list(t.shape),
-            "offset": t.offset,
-            "bytes": t.nbytes,
-        }
+        tensor_row(t.name, t.dtype, t.shape, t.offset, t.nbytes, {"st_dtype": t.st_dtype})
         for t in f.tensors
     ]
     return out

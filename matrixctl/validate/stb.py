@@ -15,7 +15,7 @@ from matrixctl.errors import FormatError
 from matrixctl.formats import stb
 from matrixctl.formats.embd import crc_range
 from matrixctl.io import Source
-from matrixctl.tensors import human_bytes
+from matrixctl.tensors import human_bytes, tensor_row
 from matrixctl.validate.engine import rule
 from matrixctl.validate.findings import Finding, finding
 
@@ -81,16 +81,23 @@ def describe(s: StbSubject) -> dict[str, Any]:
     for e in f.entries:
         side = names.get(e.tensor_id)
         shape = side.shape if side is not None else e.direct_shape()
+        extra: dict[str, Any] = {
+            "tensor_id": e.tensor_id,
+            "layout": e.layout or f"?{e.layout_code}",
+        }
+        if e.dtype is None:
+            extra["dtype_code"] = e.dtype_code
+        if shape is None:
+            extra["shape_id"] = e.dims[0]
         rows.append(
-            {
-                "tensor_id": e.tensor_id,
-                "name": side.name if side is not None else None,
-                "dtype": stb.SPEC_DTYPES.get(e.dtype_code, f"?{e.dtype_code}"),
-                "shape": list(shape) if shape is not None else f"shape_id {e.dims[0]}",
-                "layout": e.layout or f"?{e.layout_code}",
-                "offset": e.offset,
-                "size_bytes": e.size_bytes,
-            }
+            tensor_row(
+                side.name if side is not None else None,
+                e.dtype,
+                shape,
+                e.offset,
+                e.size_bytes,
+                extra,
+            )
         )
     out["tensors"] = rows
     return out

@@ -19,7 +19,7 @@ from matrixctl.errors import FormatError, MatrixError
 from matrixctl.formats import stb
 from matrixctl.formats.embd import crc_range
 from matrixctl.io import Source
-from matrixctl.tensors import human_bytes
+from matrixctl.tensors import human_bytes, tensor_row
 from matrixctl.validate.engine import rule
 from matrixctl.validate.findings import Finding, finding
 from matrixctl.validate.stb import compare, padding_findings
@@ -94,16 +94,27 @@ def describe(s: SidecarSubject) -> dict[str, Any]:
         }
         for b in side.bin_files
     ]
-    out["tensors"] = [
-        {
-            "name": t.name,
-            "bin_file_id": t.bin_file_id,
-            "tensor_id": t.tensor_id,
-            "dtype": t.dtype,
-            "shape": list(t.shape),
-        }
-        for t in side.tensors
-    ]
+    by_file = {f.entry.bin_file_id: f for f in s.files}
+    rows = []
+    for t in side.tensors:
+        # The byte range is in the .stb file that holds the tensor, when that file is readable.
+        opened = by_file.get(t.bin_file_id)
+        entry = opened.by_id.get(t.tensor_id) if opened is not None else None
+        rows.append(
+            tensor_row(
+                t.name,
+                t.dtype,
+                t.shape,
+                entry.offset if entry is not None else None,
+                entry.size_bytes if entry is not None else None,
+                {
+                    "bin_file_id": t.bin_file_id,
+                    "file": opened.entry.path if opened is not None else None,
+                    "tensor_id": t.tensor_id,
+                },
+            )
+        )
+    out["tensors"] = rows
     return out
 
 

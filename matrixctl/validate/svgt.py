@@ -12,7 +12,7 @@ from typing import Any
 
 from matrixctl.formats import svgt
 from matrixctl.io import Source
-from matrixctl.validate.engine import rule
+from matrixctl.validate.engine import rule, sample, shown
 from matrixctl.validate.findings import Finding, finding
 
 FMT = svgt.FORMAT
@@ -48,14 +48,14 @@ def describe(s: SvgtSubject) -> dict[str, Any]:
     }
     if s.payload_ok and h.atom_count:
         grids = []
-        for atom in range(min(PREVIEW_ATOMS, h.atom_count)):
-            for r in range(min(h.rows, 4)):
+        for atom in range(min(shown(PREVIEW_ATOMS) or h.atom_count, h.atom_count)):
+            for r in range(min(h.rows, shown(4) or h.rows)):
                 off = h.data_offset + 2 * (atom * h.atom_size + r * h.cols)
-                n = min(h.cols, 16)
+                n = min(h.cols, shown(16) or h.cols)
                 ids = struct.unpack_from(f"<{n}H", s.src.buf, off)
                 more = " ..." if n < h.cols else ""
                 grids.append({"atom": atom, "row": r, "ids": " ".join(map(str, ids)) + more})
-        out["preview"] = grids
+        out["preview"] = sample(grids, h.atom_count * h.rows)
     return out
 
 

@@ -13,7 +13,7 @@ from matrixctl import codes
 from matrixctl.errors import FormatError
 from matrixctl.formats import ztensor as zt
 from matrixctl.io import Source
-from matrixctl.tensors import DTYPES, human_bytes
+from matrixctl.tensors import DTYPES, human_bytes, tensor_row
 from matrixctl.validate.engine import rule
 from matrixctl.validate.findings import Finding, finding, from_error
 
@@ -82,16 +82,19 @@ def describe(s: ZtSubject) -> dict[str, Any]:
             have = sum(d is not None for d in digests)
             digest_text = f"{have} of {len(comps)} components" if have else None
         rows.append(
-            {
-                "name": o.name,
-                "layout": o.layout,
-                "dtype": dtype,
-                "shape": list(o.shape),
-                "stored_bytes": stored,
-                "logical_bytes": logical,
-                "encoding": "+".join(encodings),
-                "digest": digest_text,
-            }
+            tensor_row(
+                o.name,
+                dtype,
+                o.shape,
+                comps[0].offset if len(comps) == 1 else None,
+                stored,
+                {
+                    "layout": o.layout,
+                    "logical_bytes": logical,
+                    "encoding": "+".join(encodings),
+                    "digest": digest_text,
+                },
+            )
         )
         if o.layout != "dense":
             for c in comps:

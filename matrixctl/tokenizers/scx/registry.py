@@ -780,6 +780,11 @@ def _int(doc: dict[str, Any], key: str, default: int | None, lo: int, hi: int, w
 
 def from_source(doc: Any) -> RegistryFile:
     """Build an unsigned registry from its JSON source (or from `inspect --json`'s view)."""
+    if isinstance(doc, dict) and "schema_version" in doc and isinstance(doc.get("files"), list):
+        # The whole `inspect --json` document (docs/json.md): its one file's description.
+        if len(doc["files"]) != 1:
+            raise _src_error("an inspect --json document of exactly one registry", "files")
+        doc = doc["files"][0]
     if isinstance(doc, dict) and isinstance(doc.get("registry"), dict):
         # The JSON view `inspect --json` prints: the body's fields under "registry", the
         # composites beside them.
