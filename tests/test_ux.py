@@ -47,7 +47,7 @@ def test_to_st_writes_safetensors_and_weights_names_embd(tmp_path: Path, npz: Pa
     assert run_cli("convert", str(npz), str(out), "--to", "st", "--json").json()["to"] == (
         "safetensors"
     )
-    doc = run_cli("inspect", "--json", str(out)).json()
+    (doc,) = run_cli("inspect", "--json", str(out)).json()["files"]
     assert doc["format"] == "safetensors" and doc["tensors"][0]["name"] == "emb"
     assert destination_format("model.bin", "weights") == "embd"
     assert destination_format("model.bin", "stb") == "stb"
