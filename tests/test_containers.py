@@ -91,7 +91,9 @@ def test_package_files_verify_and_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("header", "data", "code"),
     [
-        ({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, bytes(4), stc.ST_OFFSETS),
+        # A cut file: one root cause (the findings that follow are counted, not listed).
+        ({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, bytes(4), "ST_TRUNCATED"),
+        ({"x": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, bytes(8), stc.ST_OFFSETS),
         ({"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, bytes(8), stc.ST_LENGTH),
         ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, bytes(8), stc.ST_LAYOUT),
         ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, bytes(8), stc.ST_LAYOUT),

@@ -146,7 +146,7 @@ def preview(s: AtomSubject) -> dict[str, Any]:
     return sample(rows, h.atom_count)
 
 
-@rule(FMT, "header fields")
+@rule(FMT, "header fields", header=True)
 def check_fields(s: AtomSubject) -> Iterator[Finding]:
     h = s.header
     if h.version != ma.VERSION:
@@ -236,7 +236,7 @@ def check_fields(s: AtomSubject) -> Iterator[Finding]:
         )
 
 
-@rule(FMT, "file size")
+@rule(FMT, "file size", cause=True)
 def check_size(s: AtomSubject) -> Iterator[Finding]:
     h = s.header
     if h.itemsize is None or h.data_offset < ma.HEADER_SIZE:
@@ -260,7 +260,7 @@ def check_size(s: AtomSubject) -> Iterator[Finding]:
         )
 
 
-@rule(FMT, "header_crc32")
+@rule(FMT, "header_crc32", header=True)
 def check_header_crc(s: AtomSubject) -> Iterator[Finding]:
     h = s.header
     want = ma.header_crc(s.raw)
