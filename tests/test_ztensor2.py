@@ -342,7 +342,12 @@ def test_round_trip_property(tmp_path: Path) -> None:
 
     dtypes = st.sampled_from(["<f4", "<f2", "<f8", "<i8", "<i4", "i1", "u1", "<u2", "?", "<c8"])
     shapes = st.lists(st.integers(0, 5), min_size=0, max_size=3).map(tuple)
-    names = st.text(st.characters(blacklist_characters="\x00"), min_size=1, max_size=8)
+    # Names are Unicode text: no NUL, no lone surrogates (save_file refuses those, see below).
+    names = st.text(
+        st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
+        min_size=1,
+        max_size=8,
+    )
     tensors = st.dictionaries(names, dtypes.flatmap(lambda d: np_arrays(d, shapes)), max_size=4)
     counter = iter(range(10**6))
 
@@ -361,3 +366,15 @@ def test_round_trip_property(tmp_path: Path) -> None:
             assert flat.tobytes() == np.ascontiguousarray(arr).tobytes()
 
     check()
+
+
+def test_save_file_refuses_a_name_that_is_not_utf8_text(tmp_path: Path) -> None:
+    """A lone surrogate cannot be stored as a UTF-8 name: one usage error, nothing written
+    (found by the round-trip property)."""
+    from matrixctl.errors import UsageError
+    from matrixctl.formats.ztensor2 import save_file
+
+    out = tmp_path / "bad.zt"
+    with pytest.raises(UsageError, match="not valid Unicode"):
+        save_file({"ok": np.zeros(2, "<f4"), "\ud800": np.zeros(1, "<f4")}, str(out))
+    assert not out.exists() and list(tmp_path.iterdir()) == []

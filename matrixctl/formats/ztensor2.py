@@ -1863,6 +1863,9 @@ def save_file(
     from matrixctl.io import atomic_output
 
     level = parse_compress(compress)
+    for name in tensors:  # names are UTF-8 text in the manifest: checked before anything is written
+        if not isinstance(name, str) or not _encodable(name):
+            raise UsageError(f"tensor name {name!r} is not valid Unicode text (UTF-8)")
     with atomic_output(path, what="a zTensor 2 file") as fp:
         writer = Zt2Writer(fp, digest=digest, level=level, attributes=attributes)
         for name in sorted(tensors, key=lambda n: n.encode("utf-8")):
@@ -1895,3 +1898,11 @@ ZT2_UNSUPPORTED = codes.define(
     "Retired: earlier versions refused every zTensor v2 file with this code; v2 is now read.",
     group=G,
 )
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
