@@ -29,7 +29,6 @@ import re
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from matrixctl import codes
@@ -785,27 +784,44 @@ def safe_cut(text: str) -> int:
     return 0
 
 
-_FIRST = itemgetter(0)  # the pattern index of an ahocorasick_rs match tuple
-
-
 class Tokenizer:
-    """Encoder and decoder for one symbol map. Build once; encode many texts."""
+    """Encoder and decoder for one symbol map. Build once; encode many texts.
 
-    def __init__(self, smap: SymbolMap) -> None:
-        import ahocorasick_rs
-        import numpy as np
+    Matching and decoding run in the compiled kernel (`matrixctl/_pi_kernel.c`): a byte trie
+    of the patterns, walked greedily for the longest pattern at each position, with the GIL
+    released. `trie` is a compiled trie of this map (from the cache in
+    `matrixctl.tokenizers.pi_cache`); without it the trie is built from the symbols.
+    """
+
+    def __init__(self, smap: SymbolMap, trie: Any = None) -> None:
+        from matrixctl import _pi_kernel
 
         self.map = smap
         self.marking = smap.space_marking
+        self._trie = trie if trie is not None else _pi_kernel.Trie(*self.patterns(smap))
+        self.prefix = b" " if self.marking is not None and self.marking.adds_prefix else b""
+        self.lookahead: int = self._trie.lookahead
+        self.dtype = "uint16" if smap.vocab_size <= 1 << 16 else "uint32"
+        self._decode_table: Any = None
+        self._keys: Any = None
+
+    @staticmethod
+    def patterns(smap: SymbolMap) -> tuple[list[bytes], list[int]]:
+        """The matcher's patterns and the id each gives (-1: none). Every single byte that is
+        not itself a symbol is a pattern too (its byte token; without byte fallback `unk_id`
+        for a character's first byte and nothing for a continuation byte), so a match starts
+        at every position and the fallback needs no slow path."""
         patterns: list[bytes] = []
         ids: list[int] = []
+        specials = smap.specials
         for sid, text in smap.symbols:
-            if sid in smap.specials:
+            if sid in specials:
                 continue
             patterns.append(smap.key(text))
             ids.append(sid)
         have = set(patterns)
-        wordpiece = self.marking is not None and self.marking.scheme == "wordpiece"
+        marking = smap.space_marking
+        wordpiece = marking is not None and marking.scheme == "wordpiece"
         for b in range(256):
             one = bytes([b])
             if one in have:
@@ -820,52 +836,21 @@ class Tokenizer:
                 ids.append(smap.unk_id)  # a character's first byte: one unk per character
             else:
                 ids.append(-1)  # continuation byte of an uncovered character: dropped
-        self._ac = ahocorasick_rs.BytesAhoCorasick(
-            patterns, matchkind=ahocorasick_rs.MatchKind.LeftmostLongest
-        )
-        self._ids = np.array(ids, dtype=np.int64)
-        self._lens = np.array([len(p) for p in patterns], dtype=np.int64)
-        self._drop = any(i < 0 for i in ids)
-        self.prefix = b" " if self.marking is not None and self.marking.adds_prefix else b""
-        self.lookahead = max(len(p) for p in patterns)
-        self.dtype = "uint16" if smap.vocab_size <= 1 << 16 else "uint32"
-        self._decode_table: Any = None
+        return patterns, ids
 
     # Encoding ---------------------------------------------------------------------------------
 
-    def _match(self, data: bytes) -> np.ndarray:
-        """Pattern indexes of the greedy leftmost-longest tiling of `data`."""
+    def match(self, data: bytes, limit: int | None = None) -> tuple[np.ndarray, int]:
+        """Ids of the greedy leftmost-longest tiling of `data`, stopping before the first token
+        that starts after `limit` (default: the whole of `data`), and the bytes consumed."""
         import numpy as np
 
-        matches = self._ac.find_matches_as_indexes(data)
-        return np.fromiter(map(_FIRST, matches), dtype=np.int64, count=len(matches))
-
-    def _ids_of(self, idx: np.ndarray) -> np.ndarray:
-        ids = self._ids[idx]
-        if self._drop:
-            ids = ids[ids >= 0]
-        return ids
-
-    WINDOW = 1 << 18  # bytes matched per automaton call: keeps the match list in cache
+        raw, used = self._trie.match(data, len(data) if limit is None else limit)
+        return np.frombuffer(raw, dtype=np.int64), used
 
     def encode_normalized_bytes(self, data: bytes) -> np.ndarray:
         """Token ids of already-normalized UTF-8 text."""
-        import numpy as np
-
-        if len(data) <= self.WINDOW:
-            if not data:
-                return np.zeros(0, dtype=np.int64)
-            return self._ids_of(self._match(data))
-        # Long input: windows with the streaming encoder's look-ahead carry (exact).
-        enc = StreamEncoder(self)
-        enc._carry = b""  # `data` already holds the document's prefix, if any
-        view = memoryview(data)
-        parts = [
-            enc._tokenize(bytes(view[i : i + self.WINDOW]), final=False)
-            for i in range(0, len(data), self.WINDOW)
-        ]
-        parts.append(enc._tokenize(b"", final=True))
-        return np.concatenate(parts)
+        return self.match(data)[0]
 
     def prepare(self, text: str) -> bytes:
         """Normalized text as the bytes the automaton matches (space marking applied, without
@@ -885,8 +870,15 @@ class Tokenizer:
 
     # Decoding ---------------------------------------------------------------------------------
 
+    SPARSE = 1 << 22  # above this many ids, the decode table is indexed through `_keys`
+
     def _table(self) -> Any:
+        """The kernel's decode table: the bytes of every id that has text."""
         if self._decode_table is None:
+            import numpy as np
+
+            from matrixctl import _pi_kernel
+
             smap = self.map
             table: dict[int, bytes] = {smap.unk_id: REPLACEMENT.encode("utf-8")}
             table.setdefault(smap.pad_id, b"")
@@ -900,42 +892,43 @@ class Tokenizer:
                     table.setdefault(sid, text.encode("utf-8"))
                 else:
                     table[sid] = smap.key(text)
-            if smap.vocab_size <= 1 << 22:
-                dense: list[bytes | None] = [None] * smap.vocab_size
+            top = max(table) + 1
+            if top <= self.SPARSE:
+                dense: list[bytes | None] = [None] * top
                 for k, v in table.items():
                     dense[k] = v
-                self._decode_table = dense
-            else:
-                self._decode_table = table
+                self._keys = None
+                self._decode_table = _pi_kernel.Table(dense)
+            else:  # ids far apart: dense positions of the sorted ids
+                keys = sorted(table)
+                self._keys = np.array(keys, dtype=np.int64)
+                self._decode_table = _pi_kernel.Table([table[k] for k in keys])
         return self._decode_table
 
     def decode_bytes(self, ids: Any, *, start: int = 0, errors: str = "strict") -> bytes:
         """The bytes of token ids (not yet checked as UTF-8). `start` numbers the first token."""
-        return b"".join(self.decode_parts(ids, start=start, errors=errors))
+        import numpy as np
 
-    def decode_parts(self, ids: Any, *, start: int = 0, errors: str = "strict") -> list[bytes]:
-        """The bytes of each token id (empty for pad and eos)."""
         table = self._table()
-        values = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        try:
-            if isinstance(table, list):
-                parts = [table[i] for i in values]
-            else:
-                parts = [table.get(i) for i in values]
-        except (IndexError, TypeError):
-            parts = [table[i] if 0 <= i < len(table) else None for i in values]
-        if None in parts:
-            if errors == "strict":
-                n = parts.index(None)
-                raise FormatError(
-                    PI_DECODE_ID,
-                    f"token {start + n} (id {values[n]}) is not a symbol, byte, unk, pad or eos "
-                    "id of this map",
-                    field=f"token[{start + n}]",
-                )
-            rep = REPLACEMENT.encode("utf-8")
-            parts = [rep if p is None else p for p in parts]
-        return parts
+        values = np.asarray(ids).reshape(-1)
+        if self._keys is not None:
+            keys = self._keys
+            pos = np.minimum(np.searchsorted(keys, values), keys.size - 1)
+            arg = np.where(keys[pos] == values, pos, -1).astype(np.int64)
+        elif values.dtype in (np.uint16, np.uint32):
+            arg = np.ascontiguousarray(values)
+        else:
+            arg = values.astype(np.int64)
+        rep = REPLACEMENT.encode("utf-8") if errors != "strict" else None
+        data, bad = table.join(arg, arg.dtype.itemsize, rep)
+        if bad >= 0 and rep is None:
+            raise FormatError(
+                PI_DECODE_ID,
+                f"token {start + bad} (id {values[bad]}) is not a symbol, byte, unk, pad or eos "
+                "id of this map",
+                field=f"token[{start + bad}]",
+            )
+        return bytes(data)
 
     def decode(self, ids: Any, *, errors: str = "strict") -> str:
         """Text of token ids: the exact inverse of `encode` (up to normalization)."""
@@ -979,42 +972,16 @@ class StreamEncoder:
     def _tokenize_windows(self, data: bytes, *, final: bool) -> np.ndarray:
         import numpy as np
 
-        window = self.tok.WINDOW
-        if len(data) <= window:
-            return self._tokenize(data, final=final)
-        view = memoryview(data)
-        parts = [
-            self._tokenize(bytes(view[i : i + window]), final=False)
-            for i in range(0, len(data), window)
-        ]
-        if final:
-            parts.append(self._tokenize(b"", final=True))
-        return np.concatenate(parts)
-
-    def _tokenize(self, data: bytes, *, final: bool) -> np.ndarray:
-        import numpy as np
-
         buf = self._carry + data if self._carry else data
         if not buf:
             return np.zeros(0, dtype=np.int64)
-        tok = self.tok
         if final:
             self._carry = b""
-            return tok._ids_of(tok._match(buf))
-        limit = len(buf) - tok.lookahead
-        if limit < 0:
-            self._carry = buf
-            return np.zeros(0, dtype=np.int64)
-        idx = tok._match(buf)
-        ends = np.cumsum(tok._lens[idx])
-        starts = ends - tok._lens[idx]
+            return self.tok.match(buf)[0]
         # Tokens starting at or before `limit` cannot change with more input.
-        keep = int(np.searchsorted(starts, limit, side="right"))
-        if keep < idx.size:
-            self._carry = buf[int(starts[keep]) :]
-        else:
-            self._carry = b""
-        return tok._ids_of(idx[:keep])
+        ids, used = self.tok.match(buf, len(buf) - self.tok.lookahead)
+        self._carry = buf[used:]
+        return ids
 
 
 class StreamDecoder:
@@ -1035,9 +1002,7 @@ class StreamDecoder:
 
         ids = np.asarray(ids).reshape(-1)
         if self.tok.prefix:
-            parts = self.tok.decode_parts(ids, start=self.tokens, errors=self.errors)
-            self._drop_prefixes(ids, parts)
-            data = b"".join(parts)
+            data = self._decode_dropping_prefixes(ids)
         else:
             data = self.tok.decode_bytes(ids, start=self.tokens, errors=self.errors)
         first = self.tokens
@@ -1062,26 +1027,42 @@ class StreamDecoder:
         head, self._pending = self._pending, b""
         return self._text(head, None, self.tokens, 0)
 
-    def _drop_prefixes(self, ids: Any, parts: list[bytes]) -> None:
-        """Drop the space the encoder put before each document: the first byte of a document's
-        first non-empty token, if it is a space. Documents start at the beginning of the
-        stream and after every eos_id token."""
+    def _decode_dropping_prefixes(self, ids: Any) -> bytes:
+        """Decode, dropping the space the encoder put before each document: the first byte of
+        a document's first non-empty token, if it is a space. Documents start at the
+        beginning of the stream and after every eos_id token."""
         import numpy as np
 
-        eos = self.tok.map.eos_id
+        tok, errors, first = self.tok, self.errors, self.tokens
+        eos = tok.map.eos_id
         starts = [0] if self._at_start else []
         if eos is not None:
             starts += (np.flatnonzero(ids == eos) + 1).tolist()
-        n = len(parts)
+        n = int(ids.size)
         self._at_start = False
-        for start in starts:
-            j = start
-            while j < n and not parts[j] and ids[j] != eos:
-                j += 1  # pad tokens decode to nothing
-            if j >= n:
-                self._at_start = True  # the document's first text is in a later piece
-            elif ids[j] != eos and parts[j][:1] == b" ":
-                parts[j] = parts[j][1:]
+        out: list[bytes] = []
+        done = 0  # tokens decoded into `out` so far
+        try:
+            for begin in starts:
+                j = max(begin, done)
+                part = b""
+                while j < n and ids[j] != eos:
+                    part = tok.decode_bytes(ids[j : j + 1], start=first + j, errors=errors)
+                    if part:
+                        break
+                    j += 1  # pad tokens decode to nothing
+                if j >= n:
+                    self._at_start = True  # the document's first text is in a later piece
+                    break
+                if ids[j] != eos and part[:1] == b" ":
+                    out.append(tok.decode_bytes(ids[done:j], start=first + done, errors=errors))
+                    out.append(part[1:])
+                    done = j + 1
+        except FormatError:
+            tok.decode_bytes(ids, start=first, errors=errors)  # names the first bad token
+            raise
+        out.append(tok.decode_bytes(ids[done:], start=first + done, errors=errors))
+        return b"".join(out)
 
     def _text(self, head: bytes, ids: Any, first: int, carried: int) -> str:
         try:

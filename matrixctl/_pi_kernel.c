@@ -1,0 +1,514 @@
+/* The π tokenizer's compiled kernel: greedy leftmost-longest matching over UTF-8 bytes, and
+ * decoding of token ids into bytes (docs/formats/pi-symbol-map.md, "Encoding";
+ * docs/benchmarks.md for why this is C).
+ *
+ * Trie: a byte trie of the patterns (the symbols' keys plus every single byte that is not a
+ * symbol, so a match starts at every position). Node 0 is the root; its 256 children are a
+ * dense table, deeper edges live in one open-addressing hash table keyed by (node, byte).
+ * Each node has a value: the id the pattern ending there gives, -1 (the pattern gives no
+ * token) or NO_VALUE (no pattern ends there). Matching at a position walks the trie as far as
+ * the bytes allow and takes the deepest node with a value: the longest pattern starting there.
+ * With a pattern for every single byte, this is exactly leftmost-longest matching.
+ *
+ * The trie serializes to bytes (`to_bytes`) and loads back (`Trie.from_bytes`) with every
+ * index bounds-checked, so a damaged cache is rejected, never followed.
+ *
+ * Table: the bytes of every id (a decode table), joined for an array of ids.
+ *
+ * Both release the GIL while they work on buffers, so threads run in parallel.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define NO_VALUE INT64_MIN
+#define EMPTY_KEY UINT64_MAX
+#define MAGIC "PITRIE01"
+#define HEADER_WORDS 4 /* nnodes, nslots, maxlen, reserved (uint64 each) */
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t nnodes;
+    uint64_t nslots; /* power of two */
+    uint64_t maxlen;
+    uint32_t root[256]; /* child of the root for each byte, 0 = none */
+    int64_t *value;     /* nnodes */
+    uint64_t *keys;     /* nslots: node << 8 | byte, EMPTY_KEY = free */
+    uint32_t *child;    /* nslots */
+} TrieObject;
+
+static inline uint64_t slot_of(uint64_t key, uint64_t mask) {
+    return (key * 0x9E3779B97F4A7C15ULL >> 17) & mask;
+}
+
+static inline uint32_t trie_step(const TrieObject *t, uint32_t node, uint8_t byte) {
+    uint64_t key = ((uint64_t)node << 8) | byte;
+    uint64_t mask = t->nslots - 1;
+    uint64_t s = slot_of(key, mask);
+    for (;;) {
+        uint64_t k = t->keys[s];
+        if (k == key) return t->child[s];
+        if (k == EMPTY_KEY) return 0;
+        s = (s + 1) & mask;
+    }
+}
+
+static void trie_free_arrays(TrieObject *t) {
+    PyMem_RawFree(t->value);
+    PyMem_RawFree(t->keys);
+    PyMem_RawFree(t->child);
+    t->value = NULL;
+    t->keys = NULL;
+    t->child = NULL;
+}
+
+static void Trie_dealloc(TrieObject *self) {
+    trie_free_arrays(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int trie_alloc(TrieObject *t, uint64_t nnodes, uint64_t nslots) {
+    if (nnodes > UINT32_MAX || nslots > ((uint64_t)1 << 40)) {
+        PyErr_SetString(PyExc_ValueError, "trie too large");
+        return -1;
+    }
+    t->value = PyMem_RawMalloc(sizeof(int64_t) * (size_t)(nnodes ? nnodes : 1));
+    t->keys = PyMem_RawMalloc(sizeof(uint64_t) * (size_t)nslots);
+    t->child = PyMem_RawMalloc(sizeof(uint32_t) * (size_t)nslots);
+    if (!t->value || !t->keys || !t->child) {
+        trie_free_arrays(t);
+        PyErr_NoMemory();
+        return -1;
+    }
+    t->nnodes = nnodes;
+    t->nslots = nslots;
+    return 0;
+}
+
+/* Trie(patterns: sequence of bytes, values: sequence of int) */
+static int Trie_init(TrieObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"patterns", "values", NULL};
+    PyObject *patterns, *values;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO", kwlist, &patterns, &values)) return -1;
+    PyObject *pseq = PySequence_Fast(patterns, "patterns must be a sequence of bytes");
+    if (!pseq) return -1;
+    PyObject *vseq = PySequence_Fast(values, "values must be a sequence of int");
+    if (!vseq) {
+        Py_DECREF(pseq);
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(pseq);
+    int rc = -1;
+    if (PySequence_Fast_GET_SIZE(vseq) != n) {
+        PyErr_SetString(PyExc_ValueError, "patterns and values differ in length");
+        goto done;
+    }
+    /* Upper bound on nodes: 1 + total pattern bytes. */
+    uint64_t bound = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *p = PySequence_Fast_GET_ITEM(pseq, i);
+        if (!PyBytes_Check(p) || PyBytes_GET_SIZE(p) == 0) {
+            PyErr_SetString(PyExc_TypeError, "each pattern must be non-empty bytes");
+            goto done;
+        }
+        bound += (uint64_t)PyBytes_GET_SIZE(p);
+    }
+    uint64_t nslots = 1024;
+    while (nslots < bound + bound / 2) nslots <<= 1;
+    trie_free_arrays(self);
+    if (trie_alloc(self, bound, nslots) < 0) goto done;
+    memset(self->keys, 0xFF, sizeof(uint64_t) * (size_t)nslots);
+    memset(self->root, 0, sizeof(self->root));
+    self->value[0] = NO_VALUE;
+    uint64_t nodes = 1, maxlen = 0, mask = nslots - 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *p = PySequence_Fast_GET_ITEM(pseq, i);
+        long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(vseq, i));
+        if (v == -1 && PyErr_Occurred()) goto done;
+        if (v < -1) {
+            PyErr_SetString(PyExc_ValueError, "values must be ids >= 0 or -1");
+            goto done;
+        }
+        const uint8_t *s = (const uint8_t *)PyBytes_AS_STRING(p);
+        Py_ssize_t len = PyBytes_GET_SIZE(p);
+        if ((uint64_t)len > maxlen) maxlen = (uint64_t)len;
+        uint32_t node = self->root[s[0]];
+        if (node == 0) {
+            node = (uint32_t)nodes++;
+            self->value[node] = NO_VALUE;
+            self->root[s[0]] = node;
+        }
+        for (Py_ssize_t j = 1; j < len; j++) {
+            uint64_t key = ((uint64_t)node << 8) | s[j];
+            uint64_t at = slot_of(key, mask);
+            while (self->keys[at] != EMPTY_KEY && self->keys[at] != key) at = (at + 1) & mask;
+            if (self->keys[at] == EMPTY_KEY) {
+                self->keys[at] = key;
+                self->child[at] = (uint32_t)nodes;
+                self->value[nodes] = NO_VALUE;
+                nodes++;
+            }
+            node = self->child[at];
+        }
+        if (self->value[node] != NO_VALUE) {
+            PyErr_Format(PyExc_ValueError, "pattern %zd is listed twice", i);
+            goto done;
+        }
+        self->value[node] = (int64_t)v;
+    }
+    for (int b = 0; b < 256; b++) {
+        if (self->root[b] == 0 || self->value[self->root[b]] == NO_VALUE) {
+            PyErr_Format(PyExc_ValueError, "byte 0x%02x is not a pattern", b);
+            goto done;
+        }
+    }
+    self->nnodes = nodes;
+    self->maxlen = maxlen;
+    rc = 0;
+done:
+    Py_DECREF(pseq);
+    Py_DECREF(vseq);
+    return rc;
+}
+
+static int trie_ready(TrieObject *t) {
+    if (t->value == NULL) {
+        PyErr_SetString(PyExc_ValueError, "trie not initialized");
+        return 0;
+    }
+    return 1;
+}
+
+/* match(data, limit) -> (ids: bytes of native int64, consumed: int)
+ * Greedy leftmost-longest from the start of data; stops before the first match starting after
+ * `limit` (pass len(data) to match everything). Matches whose value is -1 give no id. */
+static PyObject *Trie_match(TrieObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t limit;
+    if (!trie_ready(self)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*n", &buf, &limit)) return NULL;
+    Py_ssize_t n = buf.len, cap = n / 3 + 64, k = 0, pos = 0;
+    int64_t *ids = PyMem_RawMalloc(sizeof(int64_t) * (size_t)cap);
+    if (!ids) {
+        PyBuffer_Release(&buf);
+        return PyErr_NoMemory();
+    }
+    const uint8_t *d = (const uint8_t *)buf.buf;
+    int nomem = 0;
+    Py_BEGIN_ALLOW_THREADS
+    const int64_t *value = self->value;
+    while (pos < n && pos <= limit) {
+        uint32_t node = self->root[d[pos]];
+        int64_t best = value[node];
+        Py_ssize_t best_end = pos + 1, p = pos + 1;
+        while (p < n) {
+            node = trie_step(self, node, d[p]);
+            if (node == 0) break;
+            p++;
+            if (value[node] != NO_VALUE) {
+                best = value[node];
+                best_end = p;
+            }
+        }
+        if (best >= 0) {
+            if (k == cap) {
+                Py_ssize_t more = cap + cap / 2;
+                int64_t *grown = PyMem_RawRealloc(ids, sizeof(int64_t) * (size_t)more);
+                if (!grown) {
+                    nomem = 1;
+                    break;
+                }
+                ids = grown;
+                cap = more;
+            }
+            ids[k++] = best;
+        }
+        pos = best_end;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    if (nomem) {
+        PyMem_RawFree(ids);
+        return PyErr_NoMemory();
+    }
+    PyObject *out = PyBytes_FromStringAndSize((const char *)ids, k * (Py_ssize_t)sizeof(int64_t));
+    PyMem_RawFree(ids);
+    if (!out) return NULL;
+    return Py_BuildValue("(Nn)", out, pos);
+}
+
+static PyObject *Trie_to_bytes(TrieObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!trie_ready(self)) return NULL;
+    size_t size = 8 + HEADER_WORDS * 8 + 256 * 4 + (size_t)self->nnodes * 8 +
+                  (size_t)self->nslots * 12;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (!out) return NULL;
+    char *w = PyBytes_AS_STRING(out);
+    uint64_t head[HEADER_WORDS] = {self->nnodes, self->nslots, self->maxlen, 0};
+    memcpy(w, MAGIC, 8);
+    w += 8;
+    memcpy(w, head, sizeof(head));
+    w += sizeof(head);
+    memcpy(w, self->root, sizeof(self->root));
+    w += sizeof(self->root);
+    memcpy(w, self->value, (size_t)self->nnodes * 8);
+    w += (size_t)self->nnodes * 8;
+    memcpy(w, self->keys, (size_t)self->nslots * 8);
+    w += (size_t)self->nslots * 8;
+    memcpy(w, self->child, (size_t)self->nslots * 4);
+    return out;
+}
+
+static PyTypeObject TrieType;
+
+/* Trie.from_bytes(data): the inverse of to_bytes; ValueError when anything is out of bounds. */
+static PyObject *Trie_from_bytes(PyObject *cls, PyObject *arg) {
+    Py_buffer buf;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    const char *r = buf.buf;
+    size_t len = (size_t)buf.len, fixed = 8 + HEADER_WORDS * 8 + 256 * 4;
+    uint64_t head[HEADER_WORDS];
+    TrieObject *t = NULL;
+    if (len < fixed || memcmp(r, MAGIC, 8) != 0) goto bad;
+    memcpy(head, r + 8, sizeof(head));
+    uint64_t nnodes = head[0], nslots = head[1];
+    if (nnodes < 257 || nnodes > UINT32_MAX || nslots < 1024 || (nslots & (nslots - 1)) ||
+        nslots > ((uint64_t)1 << 40) || head[2] == 0 || head[2] > 1 << 20)
+        goto bad;
+    if (len != fixed + nnodes * 8 + nslots * 12) goto bad;
+    t = (TrieObject *)((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, 0);
+    if (!t) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (trie_alloc(t, nnodes, nslots) < 0) {
+        Py_DECREF(t);
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    t->maxlen = head[2];
+    r += 8 + sizeof(head);
+    memcpy(t->root, r, sizeof(t->root));
+    r += sizeof(t->root);
+    memcpy(t->value, r, (size_t)nnodes * 8);
+    r += (size_t)nnodes * 8;
+    memcpy(t->keys, r, (size_t)nslots * 8);
+    r += (size_t)nslots * 8;
+    memcpy(t->child, r, (size_t)nslots * 4);
+    for (int b = 0; b < 256; b++)
+        if (t->root[b] == 0 || t->root[b] >= nnodes || t->value[t->root[b]] == NO_VALUE) goto bad;
+    for (uint64_t i = 0; i < nnodes; i++)
+        if (t->value[i] < -1 && t->value[i] != NO_VALUE) goto bad;
+    uint64_t used = 0;
+    for (uint64_t s = 0; s < nslots; s++) {
+        if (t->keys[s] == EMPTY_KEY) continue;
+        used++;
+        if ((t->keys[s] >> 8) >= nnodes || t->child[s] == 0 || t->child[s] >= nnodes) goto bad;
+    }
+    if (used == nslots) goto bad; /* a full table would make lookups loop forever */
+    PyBuffer_Release(&buf);
+    return (PyObject *)t;
+bad:
+    Py_XDECREF(t);
+    PyBuffer_Release(&buf);
+    PyErr_SetString(PyExc_ValueError, "not a valid compiled trie");
+    return NULL;
+}
+
+static PyObject *Trie_get_lookahead(TrieObject *self, void *Py_UNUSED(closure)) {
+    if (!trie_ready(self)) return NULL;
+    return PyLong_FromUnsignedLongLong(self->maxlen);
+}
+
+static PyMethodDef Trie_methods[] = {
+    {"match", (PyCFunction)Trie_match, METH_VARARGS,
+     "match(data, limit) -> (int64 ids as bytes, bytes consumed)"},
+    {"to_bytes", (PyCFunction)Trie_to_bytes, METH_NOARGS, "The trie as bytes."},
+    {"from_bytes", (PyCFunction)Trie_from_bytes, METH_O | METH_CLASS,
+     "A trie from to_bytes() output (checked)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Trie_getset[] = {
+    {"lookahead", (getter)Trie_get_lookahead, NULL, "The longest pattern, in bytes.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject TrieType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "matrixctl._pi_kernel.Trie",
+    .tp_basicsize = sizeof(TrieObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Trie(patterns, values): greedy leftmost-longest matcher over bytes.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Trie_init,
+    .tp_dealloc = (destructor)Trie_dealloc,
+    .tp_methods = Trie_methods,
+    .tp_getset = Trie_getset,
+};
+
+/* ---- decode table -------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t size;  /* number of ids */
+    Py_ssize_t *offs; /* size + 1 offsets into blob; a missing id has offs[i] == -1 marker */
+    uint8_t *present; /* size */
+    char *blob;
+} TableObject;
+
+static void Table_dealloc(TableObject *self) {
+    PyMem_RawFree(self->offs);
+    PyMem_RawFree(self->present);
+    PyMem_RawFree(self->blob);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Table(parts): parts[i] is the bytes of id i, or None when id i has no text. */
+static int Table_init(TableObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"parts", NULL};
+    PyObject *parts;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &parts)) return -1;
+    PyObject *seq = PySequence_Fast(parts, "parts must be a sequence");
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *p = PySequence_Fast_GET_ITEM(seq, i);
+        if (p == Py_None) continue;
+        if (!PyBytes_Check(p)) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "parts must be bytes or None");
+            return -1;
+        }
+        total += PyBytes_GET_SIZE(p);
+    }
+    PyMem_RawFree(self->offs);
+    PyMem_RawFree(self->present);
+    PyMem_RawFree(self->blob);
+    self->offs = PyMem_RawMalloc(sizeof(Py_ssize_t) * (size_t)(n + 1));
+    self->present = PyMem_RawMalloc((size_t)(n ? n : 1));
+    self->blob = PyMem_RawMalloc((size_t)(total ? total : 1));
+    if (!self->offs || !self->present || !self->blob) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *p = PySequence_Fast_GET_ITEM(seq, i);
+        self->offs[i] = at;
+        self->present[i] = p != Py_None;
+        if (p != Py_None) {
+            memcpy(self->blob + at, PyBytes_AS_STRING(p), (size_t)PyBytes_GET_SIZE(p));
+            at += PyBytes_GET_SIZE(p);
+        }
+    }
+    self->offs[n] = at;
+    self->size = n;
+    Py_DECREF(seq);
+    return 0;
+}
+
+static inline int64_t id_at(const char *p, Py_ssize_t i, int itemsize) {
+    switch (itemsize) {
+    case 2: return ((const uint16_t *)p)[i];
+    case 4: return ((const uint32_t *)p)[i];
+    default: return ((const int64_t *)p)[i];
+    }
+}
+
+/* join(ids, itemsize, replacement) -> (bytes, index of the first id with no text or -1).
+ * ids: a buffer of uint16 (itemsize 2), uint32 (4) or int64 (8). With replacement (bytes),
+ * ids with no text give it; with None, joining stops at the first such id. */
+static PyObject *Table_join(TableObject *self, PyObject *args) {
+    Py_buffer buf;
+    int itemsize;
+    PyObject *rep;
+    if (!self->offs) {
+        PyErr_SetString(PyExc_ValueError, "table not initialized");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "y*iO", &buf, &itemsize, &rep)) return NULL;
+    if ((itemsize != 2 && itemsize != 4 && itemsize != 8) || buf.len % itemsize ||
+        (rep != Py_None && !PyBytes_Check(rep))) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "ids must be uint16, uint32 or int64; replacement bytes");
+        return NULL;
+    }
+    Py_ssize_t n = buf.len / itemsize, size = self->size, bad = -1, total = 0;
+    const char *rp = rep == Py_None ? NULL : PyBytes_AS_STRING(rep);
+    Py_ssize_t rlen = rep == Py_None ? 0 : PyBytes_GET_SIZE(rep);
+    const Py_ssize_t *offs = self->offs;
+    const uint8_t *present = self->present;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t v = id_at(buf.buf, i, itemsize);
+        if (v < 0 || v >= size || !present[v]) {
+            if (bad < 0) bad = i;
+            if (!rp) break;
+            total += rlen;
+        } else {
+            total += offs[v + 1] - offs[v];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    Py_ssize_t stop = (bad >= 0 && !rp) ? bad : n;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    char *w = PyBytes_AS_STRING(out);
+    const char *blob = self->blob;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < stop; i++) {
+        int64_t v = id_at(buf.buf, i, itemsize);
+        if (v < 0 || v >= size || !present[v]) {
+            memcpy(w, rp, (size_t)rlen);
+            w += rlen;
+        } else {
+            Py_ssize_t l = offs[v + 1] - offs[v];
+            memcpy(w, blob + offs[v], (size_t)l);
+            w += l;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    return Py_BuildValue("(Nn)", out, bad);
+}
+
+static PyMethodDef Table_methods[] = {
+    {"join", (PyCFunction)Table_join, METH_VARARGS,
+     "join(ids, itemsize, replacement) -> (bytes, first id index with no text or -1)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject TableType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "matrixctl._pi_kernel.Table",
+    .tp_basicsize = sizeof(TableObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Table(parts): the bytes of each id, joined for arrays of ids.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Table_init,
+    .tp_dealloc = (destructor)Table_dealloc,
+    .tp_methods = Table_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "matrixctl._pi_kernel", "The π tokenizer's compiled kernel.", -1,
+    NULL, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__pi_kernel(void) {
+    if (PyType_Ready(&TrieType) < 0 || PyType_Ready(&TableType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&TrieType);
+    Py_INCREF(&TableType);
+    if (PyModule_AddObject(m, "Trie", (PyObject *)&TrieType) < 0 ||
+        PyModule_AddObject(m, "Table", (PyObject *)&TableType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
