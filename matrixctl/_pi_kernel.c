@@ -28,14 +28,20 @@
 #define HEADER_WORDS 4 /* nnodes, nslots, maxlen, reserved (uint64 each) */
 
 typedef struct {
+    uint64_t key;   /* node << 8 | byte, EMPTY_KEY = free */
+    uint32_t child; /* the node that edge leads to */
+    uint32_t unused;
+} Edge;
+
+typedef struct {
     PyObject_HEAD
     uint64_t nnodes;
     uint64_t nslots; /* power of two */
     uint64_t maxlen;
     uint32_t root[256]; /* child of the root for each byte, 0 = none */
     int64_t *value;     /* nnodes */
-    uint64_t *keys;     /* nslots: node << 8 | byte, EMPTY_KEY = free */
-    uint32_t *child;    /* nslots */
+    Edge *edges;        /* nslots */
+    uint32_t *l2;       /* 65536: child of root[b0] for byte b1, 0 = none */
 } TrieObject;
 
 static inline uint64_t slot_of(uint64_t key, uint64_t mask) {
@@ -47,20 +53,20 @@ static inline uint32_t trie_step(const TrieObject *t, uint32_t node, uint8_t byt
     uint64_t mask = t->nslots - 1;
     uint64_t s = slot_of(key, mask);
     for (;;) {
-        uint64_t k = t->keys[s];
-        if (k == key) return t->child[s];
-        if (k == EMPTY_KEY) return 0;
+        const Edge *e = &t->edges[s];
+        if (e->key == key) return e->child;
+        if (e->key == EMPTY_KEY) return 0;
         s = (s + 1) & mask;
     }
 }
 
 static void trie_free_arrays(TrieObject *t) {
     PyMem_RawFree(t->value);
-    PyMem_RawFree(t->keys);
-    PyMem_RawFree(t->child);
+    PyMem_RawFree(t->edges);
+    PyMem_RawFree(t->l2);
     t->value = NULL;
-    t->keys = NULL;
-    t->child = NULL;
+    t->edges = NULL;
+    t->l2 = NULL;
 }
 
 static void Trie_dealloc(TrieObject *self) {
@@ -74,15 +80,44 @@ static int trie_alloc(TrieObject *t, uint64_t nnodes, uint64_t nslots) {
         return -1;
     }
     t->value = PyMem_RawMalloc(sizeof(int64_t) * (size_t)(nnodes ? nnodes : 1));
-    t->keys = PyMem_RawMalloc(sizeof(uint64_t) * (size_t)nslots);
-    t->child = PyMem_RawMalloc(sizeof(uint32_t) * (size_t)nslots);
-    if (!t->value || !t->keys || !t->child) {
+    t->edges = PyMem_RawMalloc(sizeof(Edge) * (size_t)nslots);
+    t->l2 = PyMem_RawMalloc(sizeof(uint32_t) * 65536);
+    if (!t->value || !t->edges || !t->l2) {
         trie_free_arrays(t);
         PyErr_NoMemory();
         return -1;
     }
     t->nnodes = nnodes;
     t->nslots = nslots;
+    return 0;
+}
+
+/* After building: a hash table sized for the edges there are (load <= 1/2), and the dense
+ * second-level table. */
+static int trie_compact(TrieObject *t) {
+    uint64_t used = 0, nslots = 1024;
+    for (uint64_t s = 0; s < t->nslots; s++) used += t->edges[s].key != EMPTY_KEY;
+    while (nslots < 2 * used) nslots <<= 1;
+    Edge *edges = PyMem_RawMalloc(sizeof(Edge) * (size_t)nslots);
+    if (!edges) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(edges, 0xFF, sizeof(Edge) * (size_t)nslots);
+    uint64_t mask = nslots - 1;
+    for (uint64_t s = 0; s < t->nslots; s++) {
+        Edge e = t->edges[s];
+        if (e.key == EMPTY_KEY) continue;
+        uint64_t at = slot_of(e.key, mask);
+        while (edges[at].key != EMPTY_KEY) at = (at + 1) & mask;
+        edges[at] = e;
+    }
+    PyMem_RawFree(t->edges);
+    t->edges = edges;
+    t->nslots = nslots;
+    for (int b0 = 0; b0 < 256; b0++)
+        for (int b1 = 0; b1 < 256; b1++)
+            t->l2[b0 * 256 + b1] = trie_step(t, t->root[b0], (uint8_t)b1);
     return 0;
 }
 
@@ -118,7 +153,7 @@ static int Trie_init(TrieObject *self, PyObject *args, PyObject *kwds) {
     while (nslots < bound + bound / 2) nslots <<= 1;
     trie_free_arrays(self);
     if (trie_alloc(self, bound, nslots) < 0) goto done;
-    memset(self->keys, 0xFF, sizeof(uint64_t) * (size_t)nslots);
+    memset(self->edges, 0xFF, sizeof(Edge) * (size_t)nslots);
     memset(self->root, 0, sizeof(self->root));
     self->value[0] = NO_VALUE;
     uint64_t nodes = 1, maxlen = 0, mask = nslots - 1;
@@ -142,14 +177,18 @@ static int Trie_init(TrieObject *self, PyObject *args, PyObject *kwds) {
         for (Py_ssize_t j = 1; j < len; j++) {
             uint64_t key = ((uint64_t)node << 8) | s[j];
             uint64_t at = slot_of(key, mask);
-            while (self->keys[at] != EMPTY_KEY && self->keys[at] != key) at = (at + 1) & mask;
-            if (self->keys[at] == EMPTY_KEY) {
-                self->keys[at] = key;
-                self->child[at] = (uint32_t)nodes;
+            Edge *e = &self->edges[at];
+            while (e->key != EMPTY_KEY && e->key != key) {
+                at = (at + 1) & mask;
+                e = &self->edges[at];
+            }
+            if (e->key == EMPTY_KEY) {
+                e->key = key;
+                e->child = (uint32_t)nodes;
                 self->value[nodes] = NO_VALUE;
                 nodes++;
             }
-            node = self->child[at];
+            node = e->child;
         }
         if (self->value[node] != NO_VALUE) {
             PyErr_Format(PyExc_ValueError, "pattern %zd is listed twice", i);
@@ -165,6 +204,7 @@ static int Trie_init(TrieObject *self, PyObject *args, PyObject *kwds) {
     }
     self->nnodes = nodes;
     self->maxlen = maxlen;
+    if (trie_compact(self) < 0) goto done;
     rc = 0;
 done:
     Py_DECREF(pseq);
@@ -202,6 +242,15 @@ static PyObject *Trie_match(TrieObject *self, PyObject *args) {
         uint32_t node = self->root[d[pos]];
         int64_t best = value[node];
         Py_ssize_t best_end = pos + 1, p = pos + 1;
+        if (p < n && (node = self->l2[d[pos] * 256 + d[p]]) != 0) {
+            p++;
+            if (value[node] != NO_VALUE) {
+                best = value[node];
+                best_end = p;
+            }
+        } else {
+            p = n; /* no second byte, or no pattern continues with it */
+        }
         while (p < n) {
             node = trie_step(self, node, d[p]);
             if (node == 0) break;
@@ -241,7 +290,7 @@ static PyObject *Trie_match(TrieObject *self, PyObject *args) {
 static PyObject *Trie_to_bytes(TrieObject *self, PyObject *Py_UNUSED(ignored)) {
     if (!trie_ready(self)) return NULL;
     size_t size = 8 + HEADER_WORDS * 8 + 256 * 4 + (size_t)self->nnodes * 8 +
-                  (size_t)self->nslots * 12;
+                  (size_t)self->nslots * sizeof(Edge);
     PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
     if (!out) return NULL;
     char *w = PyBytes_AS_STRING(out);
@@ -254,9 +303,7 @@ static PyObject *Trie_to_bytes(TrieObject *self, PyObject *Py_UNUSED(ignored)) {
     w += sizeof(self->root);
     memcpy(w, self->value, (size_t)self->nnodes * 8);
     w += (size_t)self->nnodes * 8;
-    memcpy(w, self->keys, (size_t)self->nslots * 8);
-    w += (size_t)self->nslots * 8;
-    memcpy(w, self->child, (size_t)self->nslots * 4);
+    memcpy(w, self->edges, (size_t)self->nslots * sizeof(Edge));
     return out;
 }
 
@@ -276,7 +323,7 @@ static PyObject *Trie_from_bytes(PyObject *cls, PyObject *arg) {
     if (nnodes < 257 || nnodes > UINT32_MAX || nslots < 1024 || (nslots & (nslots - 1)) ||
         nslots > ((uint64_t)1 << 40) || head[2] == 0 || head[2] > 1 << 20)
         goto bad;
-    if (len != fixed + nnodes * 8 + nslots * 12) goto bad;
+    if (len != fixed + nnodes * 8 + nslots * sizeof(Edge)) goto bad;
     t = (TrieObject *)((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, 0);
     if (!t) {
         PyBuffer_Release(&buf);
@@ -293,20 +340,22 @@ static PyObject *Trie_from_bytes(PyObject *cls, PyObject *arg) {
     r += sizeof(t->root);
     memcpy(t->value, r, (size_t)nnodes * 8);
     r += (size_t)nnodes * 8;
-    memcpy(t->keys, r, (size_t)nslots * 8);
-    r += (size_t)nslots * 8;
-    memcpy(t->child, r, (size_t)nslots * 4);
+    memcpy(t->edges, r, (size_t)nslots * sizeof(Edge));
     for (int b = 0; b < 256; b++)
         if (t->root[b] == 0 || t->root[b] >= nnodes || t->value[t->root[b]] == NO_VALUE) goto bad;
     for (uint64_t i = 0; i < nnodes; i++)
         if (t->value[i] < -1 && t->value[i] != NO_VALUE) goto bad;
     uint64_t used = 0;
     for (uint64_t s = 0; s < nslots; s++) {
-        if (t->keys[s] == EMPTY_KEY) continue;
+        const Edge *e = &t->edges[s];
+        if (e->key == EMPTY_KEY) continue;
         used++;
-        if ((t->keys[s] >> 8) >= nnodes || t->child[s] == 0 || t->child[s] >= nnodes) goto bad;
+        if ((e->key >> 8) >= nnodes || e->child == 0 || e->child >= nnodes) goto bad;
     }
     if (used == nslots) goto bad; /* a full table would make lookups loop forever */
+    for (int b0 = 0; b0 < 256; b0++)
+        for (int b1 = 0; b1 < 256; b1++)
+            t->l2[b0 * 256 + b1] = trie_step(t, t->root[b0], (uint8_t)b1);
     PyBuffer_Release(&buf);
     return (PyObject *)t;
 bad:
@@ -349,17 +398,23 @@ static PyTypeObject TrieType = {
 
 /* ---- decode table -------------------------------------------------------------------- */
 
+/* One 16-byte record per id: its length and up to 15 bytes inline, so joining copies a fixed
+ * 16 bytes per token and advances by the length. Longer texts live in `blob`. */
+#define INLINE 15
+#define LONG_MARK 255
+#define MISSING_MARK 254
+
 typedef struct {
     PyObject_HEAD
     Py_ssize_t size;  /* number of ids */
-    Py_ssize_t *offs; /* size + 1 offsets into blob; a missing id has offs[i] == -1 marker */
-    uint8_t *present; /* size */
+    uint8_t *recs;    /* (size + 1) * 16: a spare record, as a 16-byte copy reads one byte on */
+    Py_ssize_t *offs; /* size + 1 offsets into blob, for long texts */
     char *blob;
 } TableObject;
 
 static void Table_dealloc(TableObject *self) {
+    PyMem_RawFree(self->recs);
     PyMem_RawFree(self->offs);
-    PyMem_RawFree(self->present);
     PyMem_RawFree(self->blob);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -380,15 +435,15 @@ static int Table_init(TableObject *self, PyObject *args, PyObject *kwds) {
             PyErr_SetString(PyExc_TypeError, "parts must be bytes or None");
             return -1;
         }
-        total += PyBytes_GET_SIZE(p);
+        if (PyBytes_GET_SIZE(p) > INLINE) total += PyBytes_GET_SIZE(p);
     }
+    PyMem_RawFree(self->recs);
     PyMem_RawFree(self->offs);
-    PyMem_RawFree(self->present);
     PyMem_RawFree(self->blob);
+    self->recs = PyMem_RawCalloc((size_t)(n + 1), 16);
     self->offs = PyMem_RawMalloc(sizeof(Py_ssize_t) * (size_t)(n + 1));
-    self->present = PyMem_RawMalloc((size_t)(n ? n : 1));
     self->blob = PyMem_RawMalloc((size_t)(total ? total : 1));
-    if (!self->offs || !self->present || !self->blob) {
+    if (!self->recs || !self->offs || !self->blob) {
         Py_DECREF(seq);
         PyErr_NoMemory();
         return -1;
@@ -396,11 +451,20 @@ static int Table_init(TableObject *self, PyObject *args, PyObject *kwds) {
     Py_ssize_t at = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *p = PySequence_Fast_GET_ITEM(seq, i);
+        uint8_t *rec = self->recs + 16 * i;
         self->offs[i] = at;
-        self->present[i] = p != Py_None;
-        if (p != Py_None) {
-            memcpy(self->blob + at, PyBytes_AS_STRING(p), (size_t)PyBytes_GET_SIZE(p));
-            at += PyBytes_GET_SIZE(p);
+        if (p == Py_None) {
+            rec[0] = MISSING_MARK;
+            continue;
+        }
+        Py_ssize_t len = PyBytes_GET_SIZE(p);
+        if (len <= INLINE) {
+            rec[0] = (uint8_t)len;
+            memcpy(rec + 1, PyBytes_AS_STRING(p), (size_t)len);
+        } else {
+            rec[0] = LONG_MARK;
+            memcpy(self->blob + at, PyBytes_AS_STRING(p), (size_t)len);
+            at += len;
         }
     }
     self->offs[n] = at;
@@ -417,6 +481,17 @@ static inline int64_t id_at(const char *p, Py_ssize_t i, int itemsize) {
     }
 }
 
+/* Grow `*out` to hold at least `need` bytes; 0 on success. */
+static inline int grow_to(char **out, size_t *cap, size_t need) {
+    size_t more = *cap + *cap / 2;
+    if (more < need) more = need;
+    char *grown = PyMem_RawRealloc(*out, more);
+    if (!grown) return -1;
+    *out = grown;
+    *cap = more;
+    return 0;
+}
+
 /* join(ids, itemsize, replacement) -> (bytes, index of the first id with no text or -1).
  * ids: a buffer of uint16 (itemsize 2), uint32 (4) or int64 (8). With replacement (bytes),
  * ids with no text give it; with None, joining stops at the first such id. */
@@ -424,7 +499,7 @@ static PyObject *Table_join(TableObject *self, PyObject *args) {
     Py_buffer buf;
     int itemsize;
     PyObject *rep;
-    if (!self->offs) {
+    if (!self->recs) {
         PyErr_SetString(PyExc_ValueError, "table not initialized");
         return NULL;
     }
@@ -435,46 +510,58 @@ static PyObject *Table_join(TableObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "ids must be uint16, uint32 or int64; replacement bytes");
         return NULL;
     }
-    Py_ssize_t n = buf.len / itemsize, size = self->size, bad = -1, total = 0;
+    Py_ssize_t n = buf.len / itemsize, size = self->size, bad = -1;
     const char *rp = rep == Py_None ? NULL : PyBytes_AS_STRING(rep);
     Py_ssize_t rlen = rep == Py_None ? 0 : PyBytes_GET_SIZE(rep);
-    const Py_ssize_t *offs = self->offs;
-    const uint8_t *present = self->present;
+    size_t cap = (size_t)n * 4 + 64, w = 0;
+    char *out = PyMem_RawMalloc(cap);
+    if (!out) {
+        PyBuffer_Release(&buf);
+        return PyErr_NoMemory();
+    }
+    int nomem = 0;
+    const uint8_t *recs = self->recs;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t v = id_at(buf.buf, i, itemsize);
-        if (v < 0 || v >= size || !present[v]) {
+        const uint8_t *rec = (v >= 0 && v < size) ? recs + 16 * v : NULL;
+        if (rec && rec[0] <= INLINE) {
+            if (w + 16 > cap && grow_to(&out, &cap, w + 16) < 0) {
+                nomem = 1;
+                break;
+            }
+            memcpy(out + w, rec + 1, 16);
+            w += rec[0];
+            continue;
+        }
+        size_t len;
+        const char *src;
+        if (!rec || rec[0] == MISSING_MARK) {
             if (bad < 0) bad = i;
             if (!rp) break;
-            total += rlen;
-        } else {
-            total += offs[v + 1] - offs[v];
+            src = rp;
+            len = (size_t)rlen;
+        } else { /* LONG_MARK: offsets advance only past long texts */
+            src = self->blob + self->offs[v];
+            len = (size_t)(self->offs[v + 1] - self->offs[v]);
         }
-    }
-    Py_END_ALLOW_THREADS
-    Py_ssize_t stop = (bad >= 0 && !rp) ? bad : n;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
-    if (!out) {
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
-    char *w = PyBytes_AS_STRING(out);
-    const char *blob = self->blob;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < stop; i++) {
-        int64_t v = id_at(buf.buf, i, itemsize);
-        if (v < 0 || v >= size || !present[v]) {
-            memcpy(w, rp, (size_t)rlen);
-            w += rlen;
-        } else {
-            Py_ssize_t l = offs[v + 1] - offs[v];
-            memcpy(w, blob + offs[v], (size_t)l);
-            w += l;
+        if (w + len + 16 > cap && grow_to(&out, &cap, w + len + 16) < 0) {
+            nomem = 1;
+            break;
         }
+        memcpy(out + w, src, len);
+        w += len;
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
-    return Py_BuildValue("(Nn)", out, bad);
+    if (nomem) {
+        PyMem_RawFree(out);
+        return PyErr_NoMemory();
+    }
+    PyObject *res = PyBytes_FromStringAndSize(out, (Py_ssize_t)w);
+    PyMem_RawFree(out);
+    if (!res) return NULL;
+    return Py_BuildValue("(Nn)", res, bad);
 }
 
 static PyMethodDef Table_methods[] = {
@@ -494,9 +581,70 @@ static PyTypeObject TableType = {
     .tp_methods = Table_methods,
 };
 
+/* ---- normalization segments ---------------------------------------------------------- */
+
+/* segments(text, gap) -> [a0, b0, a1, b1, ...]: the parts of `text` that normalization can
+ * change. ASCII text is stable under every form, and a cut before an ASCII character is safe
+ * (it never combines with what precedes it), so only each run of non-ASCII characters, with
+ * the character before it (a base its combining marks may compose with), needs normalizing.
+ * Segments closer than `gap` characters are merged. */
+static PyObject *segments(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *text;
+    Py_ssize_t gap;
+    if (!PyArg_ParseTuple(args, "Un", &text, &gap)) return NULL;
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), i = 0;
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    Py_ssize_t a = -1, b = -1; /* the open segment */
+    while (i < n) {
+        if (PyUnicode_READ(kind, data, i) < 0x80) {
+            i++;
+            continue;
+        }
+        Py_ssize_t s = i;
+        while (i < n && PyUnicode_READ(kind, data, i) >= 0x80) i++;
+        Py_ssize_t start = s > 0 ? s - 1 : 0;
+        if (a >= 0 && start - b < gap) {
+            b = i;
+            continue;
+        }
+        if (a >= 0) {
+            PyObject *pa = PyLong_FromSsize_t(a), *pb = PyLong_FromSsize_t(b);
+            int bad = !pa || !pb || PyList_Append(out, pa) < 0 || PyList_Append(out, pb) < 0;
+            Py_XDECREF(pa);
+            Py_XDECREF(pb);
+            if (bad) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        a = start;
+        b = i;
+    }
+    if (a >= 0) {
+        PyObject *pa = PyLong_FromSsize_t(a), *pb = PyLong_FromSsize_t(b);
+        int bad = !pa || !pb || PyList_Append(out, pa) < 0 || PyList_Append(out, pb) < 0;
+        Py_XDECREF(pa);
+        Py_XDECREF(pb);
+        if (bad) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"segments", segments, METH_VARARGS,
+     "segments(text, gap) -> [a0, b0, ...]: the parts of text normalization can change."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "matrixctl._pi_kernel", "The π tokenizer's compiled kernel.", -1,
-    NULL, NULL, NULL, NULL, NULL,
+    module_methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__pi_kernel(void) {

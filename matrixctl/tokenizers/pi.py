@@ -734,10 +734,31 @@ def default_map_path() -> str:
     return str(resources.files("matrixctl") / "data" / "pi_symbol_map.json")
 
 
+NORMALIZE_GAP = 64  # segments to normalize closer than this many characters are merged
+
+
 def normalize(text: str, form: str) -> str:
-    if form == "none":
+    """`unicodedata.normalize`, applied only where it can change something: ASCII is stable
+    under every form and a cut before an ASCII character is safe (see `safe_cut`), so only
+    runs of non-ASCII characters, each with the character before it, are normalized (the
+    kernel finds them). Same result as normalizing the whole text."""
+    if form == "none" or text.isascii():
         return text
-    return unicodedata.normalize(form.upper(), text)  # type: ignore[arg-type]
+    from matrixctl import _pi_kernel
+
+    upper: Any = form.upper()
+    cuts = _pi_kernel.segments(text, NORMALIZE_GAP)
+    if len(cuts) == 2 and cuts[0] == 0 and cuts[1] == len(text):
+        return unicodedata.normalize(upper, text)
+    out: list[str] = []
+    last = 0
+    for k in range(0, len(cuts), 2):
+        a, b = cuts[k], cuts[k + 1]
+        out.append(text[last:a])
+        out.append(unicodedata.normalize(upper, text[a:b]))
+        last = b
+    out.append(text[last:])
+    return "".join(out)
 
 
 # Normalization works on whole strings; a stream is cut only before a character that can never
@@ -1007,7 +1028,7 @@ class StreamDecoder:
             data = self.tok.decode_bytes(ids, start=self.tokens, errors=self.errors)
         first = self.tokens
         self.tokens += int(ids.size)
-        buf = self._pending + data
+        buf = self._pending + data if self._pending else data
         # Hold back an incomplete UTF-8 sequence at the end (at most 3 bytes).
         cut = len(buf)
         for back in range(1, min(4, len(buf)) + 1):
@@ -1020,7 +1041,8 @@ class StreamDecoder:
             if need > back:
                 cut = len(buf) - back
             break
-        head, self._pending = buf[:cut], buf[cut:]
+        head = memoryview(buf)[:cut] if cut < len(buf) else buf
+        self._pending = buf[cut:]
         return self._text(head, ids, first, len(buf) - len(data))
 
     def finish(self) -> str:
@@ -1064,9 +1086,9 @@ class StreamDecoder:
         out.append(tok.decode_bytes(ids[done:], start=first + done, errors=errors))
         return b"".join(out)
 
-    def _text(self, head: bytes, ids: Any, first: int, carried: int) -> str:
+    def _text(self, head: bytes | memoryview, ids: Any, first: int, carried: int) -> str:
         try:
-            return head.decode("utf-8", self.errors)
+            return str(head, "utf-8", self.errors)
         except UnicodeDecodeError as exc:
             index = self._token_at(ids, first, exc.start - carried)
             raise FormatError(
