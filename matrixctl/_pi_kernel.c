@@ -220,14 +220,21 @@ static int trie_ready(TrieObject *t) {
     return 1;
 }
 
-/* match(data, limit) -> (ids: bytes of native int64, consumed: int)
+/* match(data, limit, itemsize) -> (ids: bytes of native uint16, uint32 or int64 by itemsize 2,
+ * 4 or 8, consumed: int)
  * Greedy leftmost-longest from the start of data; stops before the first match starting after
  * `limit` (pass len(data) to match everything). Matches whose value is -1 give no id. */
 static PyObject *Trie_match(TrieObject *self, PyObject *args) {
     Py_buffer buf;
     Py_ssize_t limit;
+    int itemsize;
     if (!trie_ready(self)) return NULL;
-    if (!PyArg_ParseTuple(args, "y*n", &buf, &limit)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*ni", &buf, &limit, &itemsize)) return NULL;
+    if (itemsize != 2 && itemsize != 4 && itemsize != 8) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "itemsize must be 2, 4 or 8");
+        return NULL;
+    }
     Py_ssize_t n = buf.len, cap = n / 3 + 64, k = 0, pos = 0;
     int64_t *ids = PyMem_RawMalloc(sizeof(int64_t) * (size_t)cap);
     if (!ids) {
@@ -281,7 +288,17 @@ static PyObject *Trie_match(TrieObject *self, PyObject *args) {
         PyMem_RawFree(ids);
         return PyErr_NoMemory();
     }
-    PyObject *out = PyBytes_FromStringAndSize((const char *)ids, k * (Py_ssize_t)sizeof(int64_t));
+    PyObject *out = PyBytes_FromStringAndSize(NULL, k * itemsize);
+    if (out) { /* narrowing is exact: the caller picks an itemsize every id fits in */
+        char *w = PyBytes_AS_STRING(out);
+        if (itemsize == 8) {
+            memcpy(w, ids, (size_t)k * 8);
+        } else if (itemsize == 4) {
+            for (Py_ssize_t i = 0; i < k; i++) ((uint32_t *)w)[i] = (uint32_t)ids[i];
+        } else {
+            for (Py_ssize_t i = 0; i < k; i++) ((uint16_t *)w)[i] = (uint16_t)ids[i];
+        }
+    }
     PyMem_RawFree(ids);
     if (!out) return NULL;
     return Py_BuildValue("(Nn)", out, pos);
@@ -372,7 +389,7 @@ static PyObject *Trie_get_lookahead(TrieObject *self, void *Py_UNUSED(closure)) 
 
 static PyMethodDef Trie_methods[] = {
     {"match", (PyCFunction)Trie_match, METH_VARARGS,
-     "match(data, limit) -> (int64 ids as bytes, bytes consumed)"},
+     "match(data, limit, itemsize) -> (ids as bytes, bytes consumed)"},
     {"to_bytes", (PyCFunction)Trie_to_bytes, METH_NOARGS, "The trie as bytes."},
     {"from_bytes", (PyCFunction)Trie_from_bytes, METH_O | METH_CLASS,
      "A trie from to_bytes() output (checked)."},

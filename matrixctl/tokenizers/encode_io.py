@@ -12,10 +12,11 @@ from matrixctl.tokenizers import pi
 READ_CHUNK = 1 << 20
 
 
-def load_tokenizer(symbols: str | None) -> tuple[pi.SymbolMap, bytes, pi.Tokenizer]:
-    path = symbols or pi.default_map_path()
-    smap, raw = pi.load_symbol_map(path)
-    return smap, raw, pi.Tokenizer(smap)
+def load_tokenizer(symbols: str | None) -> tuple[pi.SymbolMap, pi.Tokenizer]:
+    """The map (default: the bundled one) and its tokenizer, through the per-user cache."""
+    from matrixctl.tokenizers import pi_cache
+
+    return pi_cache.load_tokenizer(symbols or pi.default_map_path())
 
 
 def encode_file(
@@ -24,7 +25,7 @@ def encode_file(
     """Stream UTF-8 text into a token stream with one document. Returns a summary."""
     from matrixctl.formats.token_stream import TokenStreamWriter
 
-    smap, _, tok = load_tokenizer(symbols)
+    smap, tok = load_tokenizer(symbols)
     name = display_name(input_path)
     nbytes = 0
     with open_input_stream(input_path) as raw, atomic_output(output, what="a token stream") as out:
@@ -42,8 +43,8 @@ def encode_file(
         writer = TokenStreamWriter(out, dtype=tok.dtype, vocab_size=smap.vocab_size)
         enc = tok.stream()
         for text in pi.iter_text(Counting(), name, READ_CHUNK):
-            writer.write(enc.feed(text))
-        writer.write(enc.finish())
+            writer.write_bytes(enc.feed_bytes(text))
+        writer.write_bytes(enc.finish_bytes())
         writer.end_document(name if label is None else label)
         end = writer.close()
     return {
@@ -64,7 +65,7 @@ def decode_file(input_path: str, output: str, *, symbols: str | None, errors: st
     """Token stream (or text ids) to UTF-8 text, streamed; atomic when writing a file."""
     from matrixctl.packing import read_token_input
 
-    smap, _, tok = load_tokenizer(symbols)
+    smap, tok = load_tokenizer(symbols)
     name = display_name(input_path)
     with open_input_stream(input_path) as raw:
         tokens = read_token_input(raw)

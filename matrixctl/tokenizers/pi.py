@@ -7,12 +7,13 @@ A symbol map (`pi_symbol_map.json`) lists `{"id", "text"}` symbols. Encoding is:
    there; where no symbol starts, the character's UTF-8 bytes become `byte_base_id + b`
    (with `byte_fallback`) or the character becomes one `unk_id` (without).
 
-The matcher is a compiled Aho-Corasick automaton (`ahocorasick_rs`, Rust `aho-corasick` crate,
-`MatchKind.LeftmostLongest`) over the UTF-8 bytes. Every single byte that is not itself a symbol
-is added as a one-byte pattern (its byte token, or `unk` for a lead byte and "nothing" for a
-continuation byte), so the matches tile the input with no gaps: the fallback needs no slow path
-and stays exact. On valid UTF-8, leftmost-longest over bytes equals leftmost-longest over
-characters (a symbol's first byte is a lead byte, so matches start on character boundaries).
+The matcher is the compiled kernel `matrixctl/_pi_kernel.c`: a byte trie of the symbols'
+keys, walked at each position for the longest key that starts there. Every single byte that is
+not itself a symbol is added as a one-byte pattern (its byte token, or `unk` for a lead byte and
+"nothing" for a continuation byte), so a match starts at every position and the matches tile
+the input with no gaps: the fallback needs no slow path and stays exact. On valid UTF-8,
+leftmost-longest over bytes equals leftmost-longest over characters (a symbol's first byte is a
+lead byte, so matches start on character boundaries).
 
 Decoding is the exact inverse: symbol ids give their text, byte ids give bytes that are
 reassembled into UTF-8 (an invalid sequence is an error naming the token, or U+FFFD with
@@ -391,10 +392,19 @@ class SymbolMap:
 
     def canonical_hash(self) -> str:
         """`sha256:` + hex digest of the canonical JSON (docs/formats/pi-symbol-map.md)."""
+        known: str | None = self.__dict__.get("_canonical_hash")
+        if known is not None:
+            return known
         h = hashlib.sha256()
         for piece in self._canonical_pieces():
             h.update(piece)
-        return "sha256:" + h.hexdigest()
+        value = "sha256:" + h.hexdigest()
+        self.remember_hash(value)
+        return value
+
+    def remember_hash(self, value: str) -> None:
+        """Keep the canonical hash (computed once; the map cache stores it)."""
+        object.__setattr__(self, "_canonical_hash", value)
 
     @property
     def max_symbol_bytes(self) -> int:
@@ -703,15 +713,28 @@ def check_map(raw: bytes) -> tuple[SymbolMap | None, list[Finding]]:
 
 def load_symbol_map(path: str) -> tuple[SymbolMap, bytes]:
     """Read and check a map file; raise the first error as a FormatError. Returns (map, raw)."""
-    from matrixctl.errors import from_os_error
-    from matrixctl.io import display_name, open_input_stream
+    raw = read_map_bytes(path)
+    return check_map_bytes(raw, path), raw
 
-    name = display_name(path)
+
+def read_map_bytes(path: str) -> bytes:
+    """The bytes of a map file (at most MAX_MAP_BYTES + 1, so check_map can refuse more)."""
+    from matrixctl.errors import from_os_error
+    from matrixctl.io import open_input_stream
+
     with open_input_stream(path) as fp:
         try:
-            raw = fp.read(MAX_MAP_BYTES + 1)
+            raw: bytes = fp.read(MAX_MAP_BYTES + 1)
         except OSError as exc:
             raise from_os_error(exc, path) from None
+    return raw
+
+
+def check_map_bytes(raw: bytes, path: str) -> SymbolMap:
+    """`check_map`, raising its first error as a FormatError naming `path`."""
+    from matrixctl.io import display_name
+
+    name = display_name(path)
     smap, findings = check_map(raw)
     errors = [f for f in findings if f.severity is codes.Severity.ERROR]
     if smap is None or errors:
@@ -724,7 +747,7 @@ def load_symbol_map(path: str) -> tuple[SymbolMap, bytes]:
         raise FormatError(
             first.code, first.message + more, path=name, offset=first.offset, field=first.field
         )
-    return smap, raw
+    return smap
 
 
 def default_map_path() -> str:
@@ -819,10 +842,11 @@ class Tokenizer:
 
         self.map = smap
         self.marking = smap.space_marking
-        self._trie = trie if trie is not None else _pi_kernel.Trie(*self.patterns(smap))
+        self.trie = trie if trie is not None else _pi_kernel.Trie(*self.patterns(smap))
         self.prefix = b" " if self.marking is not None and self.marking.adds_prefix else b""
-        self.lookahead: int = self._trie.lookahead
+        self.lookahead: int = self.trie.lookahead
         self.dtype = "uint16" if smap.vocab_size <= 1 << 16 else "uint32"
+        self.itemsize = 2 if self.dtype == "uint16" else 4  # every id < vocab_size fits
         self._decode_table: Any = None
         self._keys: Any = None
 
@@ -866,7 +890,7 @@ class Tokenizer:
         that starts after `limit` (default: the whole of `data`), and the bytes consumed."""
         import numpy as np
 
-        raw, used = self._trie.match(data, len(data) if limit is None else limit)
+        raw, used = self.trie.match(data, len(data) if limit is None else limit, 8)
         return np.frombuffer(raw, dtype=np.int64), used
 
     def encode_normalized_bytes(self, data: bytes) -> np.ndarray:
@@ -971,38 +995,54 @@ class StreamEncoder:
         self._fresh = True  # no text yet: an empty document gets no prefix token
 
     def feed(self, text: str) -> np.ndarray:
+        """Ids (int64) of the tokens `text` completes."""
         import numpy as np
 
+        return np.frombuffer(self._feed(text, 8), dtype=np.int64)
+
+    def finish(self) -> np.ndarray:
+        """Ids (int64) of the remaining tokens."""
+        import numpy as np
+
+        return np.frombuffer(self._finish(8), dtype=np.int64)
+
+    def feed_bytes(self, text: str) -> bytes:
+        """`feed` as the bytes of the ids in the tokenizer's dtype (no numpy needed)."""
+        return self._feed(text, self.tok.itemsize)
+
+    def finish_bytes(self) -> bytes:
+        """`finish` as the bytes of the ids in the tokenizer's dtype."""
+        return self._finish(self.tok.itemsize)
+
+    def _feed(self, text: str, itemsize: int) -> bytes:
         pending = self._raw + text if self._raw else text
         cut = safe_cut(pending)
         if cut == 0:
             self._raw = pending
-            return np.zeros(0, dtype=np.int64)
+            return b""
         self._raw = pending[cut:]
         data = self.tok.prepare(pending[:cut])
         self._fresh = self._fresh and not data
-        return self._tokenize_windows(data, final=False)
+        return self._tokenize(data, itemsize, final=False)
 
-    def finish(self) -> np.ndarray:
+    def _finish(self, itemsize: int) -> bytes:
         data = self.tok.prepare(self._raw)
         self._raw = ""
         if self._fresh and not data:
             self._carry = b""
-        return self._tokenize_windows(data, final=True)
+        return self._tokenize(data, itemsize, final=True)
 
-    def _tokenize_windows(self, data: bytes, *, final: bool) -> np.ndarray:
-        import numpy as np
-
+    def _tokenize(self, data: bytes, itemsize: int, *, final: bool) -> bytes:
         buf = self._carry + data if self._carry else data
         if not buf:
-            return np.zeros(0, dtype=np.int64)
+            return b""
         if final:
             self._carry = b""
-            return self.tok.match(buf)[0]
+            return self.tok.trie.match(buf, len(buf), itemsize)[0]  # type: ignore[no-any-return]
         # Tokens starting at or before `limit` cannot change with more input.
-        ids, used = self.tok.match(buf, len(buf) - self.tok.lookahead)
+        ids, used = self.tok.trie.match(buf, len(buf) - self.tok.lookahead, itemsize)
         self._carry = buf[used:]
-        return ids
+        return ids  # type: ignore[no-any-return]
 
 
 class StreamDecoder:
