@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from matrixctl import codes
+from matrixctl import _pi_kernel, codes
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.validate.findings import Finding, finding
 
@@ -751,10 +751,13 @@ def check_map_bytes(raw: bytes, path: str) -> SymbolMap:
 
 
 def default_map_path() -> str:
-    """The bundled default symbol map (see tools/build_default_symbols.py)."""
-    from importlib import resources
+    """The bundled default symbol map (see tools/build_default_symbols.py). A path beside the
+    package (importlib.resources costs ~10 ms of start-up; matrixctl is never zipped)."""
+    import os
 
-    return str(resources.files("matrixctl") / "data" / "pi_symbol_map.json")
+    import matrixctl
+
+    return os.path.join(os.path.dirname(matrixctl.__file__), "data", "pi_symbol_map.json")
 
 
 NORMALIZE_GAP = 64  # segments to normalize closer than this many characters are merged
@@ -767,8 +770,6 @@ def normalize(text: str, form: str) -> str:
     kernel finds them). Same result as normalizing the whole text."""
     if form == "none" or text.isascii():
         return text
-    from matrixctl import _pi_kernel
-
     upper: Any = form.upper()
     cuts = _pi_kernel.segments(text, NORMALIZE_GAP)
     if len(cuts) == 2 and cuts[0] == 0 and cuts[1] == len(text):
@@ -838,8 +839,6 @@ class Tokenizer:
     """
 
     def __init__(self, smap: SymbolMap, trie: Any = None) -> None:
-        from matrixctl import _pi_kernel
-
         self.map = smap
         self.marking = smap.space_marking
         self.trie = trie if trie is not None else _pi_kernel.Trie(*self.patterns(smap))
@@ -921,8 +920,6 @@ class Tokenizer:
         """The kernel's decode table: the bytes of every id that has text."""
         if self._decode_table is None:
             import numpy as np
-
-            from matrixctl import _pi_kernel
 
             smap = self.map
             table: dict[int, bytes] = {smap.unk_id: REPLACEMENT.encode("utf-8")}

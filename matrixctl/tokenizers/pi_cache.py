@@ -22,6 +22,7 @@ and the format version: another interpreter never reads it.
 
 from __future__ import annotations
 
+import gc
 import marshal
 import os
 import struct
@@ -135,7 +136,12 @@ def load(raw: bytes) -> tuple[pi.SymbolMap, Any] | None:
             return None
         from matrixctl import _pi_kernel
 
-        smap = _map_of(marshal.loads(payload[:n_fields]))
+        gc.disable()  # 62k small tuples: collections during the load would double its time
+        try:
+            fields = marshal.loads(payload[:n_fields])
+        finally:
+            gc.enable()
+        smap = _map_of(fields)
         trie = _pi_kernel.Trie.from_bytes(payload[n_fields:])
     except (ValueError, TypeError, EOFError, struct.error):
         return None
