@@ -28,7 +28,7 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -323,6 +323,29 @@ class SymbolMap:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     space_marking: SpaceMarking | None = None
     specials: frozenset[int] = frozenset()  # symbol ids listed but never matched
+
+    @classmethod
+    def deferred(
+        cls, load_symbols: Callable[[], tuple[tuple[int, str], ...]], **fields: Any
+    ) -> SymbolMap:
+        """A map whose `symbols` are produced by `load_symbols` on first use (the map cache:
+        encoding with a compiled trie never needs them). Every other field is given."""
+        smap = cls.__new__(cls)
+        for name, value in fields.items():
+            object.__setattr__(smap, name, value)
+        object.__setattr__(smap, "_load_symbols", load_symbols)
+        return smap
+
+    if not TYPE_CHECKING:  # (mypy keeps checking every other attribute name)
+
+        def __getattr__(self, name: str) -> Any:
+            # Reached only when `symbols` is not set yet: a deferred map loads it now.
+            load = self.__dict__.get("_load_symbols")
+            if name != "symbols" or load is None:
+                raise AttributeError(name)
+            value = load()
+            object.__setattr__(self, "symbols", value)
+            return value
 
     def canonical(self) -> dict[str, Any]:
         """The fields that define the tokenizer, in the canonical form that is hashed. The
@@ -1035,11 +1058,11 @@ class StreamEncoder:
             return b""
         if final:
             self._carry = b""
-            return self.tok.trie.match(buf, len(buf), itemsize)[0]  # type: ignore[no-any-return]
+            return self.tok.trie.match(buf, len(buf), itemsize)[0]
         # Tokens starting at or before `limit` cannot change with more input.
         ids, used = self.tok.trie.match(buf, len(buf) - self.tok.lookahead, itemsize)
         self._carry = buf[used:]
-        return ids  # type: ignore[no-any-return]
+        return ids
 
 
 class StreamDecoder:

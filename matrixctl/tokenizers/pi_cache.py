@@ -16,12 +16,14 @@ so `tokenize pi encode|decode` keep, per map content, the checked map and the co
 - the folder follows the XDG rules: `$MATRIXCTL_CACHE_DIR`, else `$XDG_CACHE_HOME/matrixctl`,
   else `~/.cache/matrixctl`; `MATRIXCTL_NO_CACHE=1` turns the cache off.
 
-The payload is `marshal` data (the map's fields), so the entry name carries the Python version
-and the format version: another interpreter never reads it.
+The payload is `marshal` data (the map's fields; its symbols, read only when something needs them,
+such as decoding) and the trie, so the entry name carries the Python version and the format
+version: another interpreter never reads it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import marshal
 import os
@@ -33,9 +35,9 @@ from typing import Any
 from matrixctl.crc import crc32
 from matrixctl.tokenizers import pi
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAGIC = b"MXPICACH"
-HEAD = struct.Struct("<8sII32sQQ")  # magic, version, payload CRC-32, map BLAKE3, lengths
+HEAD = struct.Struct("<8sII32sQQQ")  # magic, version, payload CRC-32, map BLAKE3, 3 lengths
 ENV_DIR = "MATRIXCTL_CACHE_DIR"
 ENV_OFF = "MATRIXCTL_NO_CACHE"
 
@@ -74,7 +76,6 @@ def _fields(smap: pi.SymbolMap) -> tuple[Any, ...]:
         smap.byte_fallback,
         smap.byte_base_id,
         smap.normalization,
-        smap.symbols,
         smap.eos_id,
         smap.version,
         dict(smap.extra),
@@ -84,23 +85,30 @@ def _fields(smap: pi.SymbolMap) -> tuple[Any, ...]:
     )
 
 
-def _map_of(fields: tuple[Any, ...]) -> pi.SymbolMap:
-    (vocab, unk, pad, fallback, base, norm, symbols, eos, version, extra, marking, specials, h) = (
-        fields
-    )
+def _unmarshal(data: Any) -> Any:
+    gc.disable()  # 62k small tuples: collections during the load would double its time
+    try:
+        return marshal.loads(data)
+    finally:
+        gc.enable()
+
+
+def _map_of(fields: tuple[Any, ...], symbols: Any) -> pi.SymbolMap:
+    """The map of cached fields; its symbols (marshal data) are read on first use only."""
+    (vocab, unk, pad, fallback, base, norm, eos, version, extra, marking, specials, h) = fields
     space = None
     if marking is not None:
         space, why = pi.parse_space_marking(marking)
         if why is not None:
             raise ValueError(why)
-    smap = pi.SymbolMap(
+    smap = pi.SymbolMap.deferred(
+        lambda: _unmarshal(symbols),
         vocab_size=vocab,
         unk_id=unk,
         pad_id=pad,
         byte_fallback=fallback,
         byte_base_id=base,
         normalization=norm,
-        symbols=symbols,
         eos_id=eos,
         version=version,
         extra=extra,
@@ -124,25 +132,21 @@ def load(raw: bytes) -> tuple[pi.SymbolMap, Any] | None:
     except OSError:
         return None
     try:
-        magic, version, crc, map_key, n_fields, n_trie = HEAD.unpack_from(data)
+        magic, version, crc, map_key, n_fields, n_symbols, n_trie = HEAD.unpack_from(data)
         payload = memoryview(data)[HEAD.size :]
         if (
             magic != MAGIC
             or version != FORMAT_VERSION
             or map_key != digest
-            or n_fields + n_trie != len(payload)
+            or n_fields + n_symbols + n_trie != len(payload)
             or crc32(payload) != crc
         ):
             return None
         from matrixctl import _pi_kernel
 
-        gc.disable()  # 62k small tuples: collections during the load would double its time
-        try:
-            fields = marshal.loads(payload[:n_fields])
-        finally:
-            gc.enable()
-        smap = _map_of(fields)
-        trie = _pi_kernel.Trie.from_bytes(payload[n_fields:])
+        symbols = payload[n_fields : n_fields + n_symbols]
+        smap = _map_of(marshal.loads(payload[:n_fields]), symbols)
+        trie = _pi_kernel.Trie.from_bytes(payload[n_fields + n_symbols :])
     except (ValueError, TypeError, EOFError, struct.error):
         return None
     return smap, trie
@@ -155,9 +159,10 @@ def store(raw: bytes, smap: pi.SymbolMap, trie: Any) -> None:
         return
     digest = map_digest(raw)
     fields = marshal.dumps(_fields(smap))
+    symbols = marshal.dumps(smap.symbols)
     compiled = trie.to_bytes()
-    crc = crc32(compiled, crc32(fields))
-    head = HEAD.pack(MAGIC, FORMAT_VERSION, crc, digest, len(fields), len(compiled))
+    crc = crc32(compiled, crc32(symbols, crc32(fields)))
+    head = HEAD.pack(MAGIC, FORMAT_VERSION, crc, digest, len(fields), len(symbols), len(compiled))
     path = entry_path(folder, digest)
     tmp = None
     try:
@@ -166,6 +171,7 @@ def store(raw: bytes, smap: pi.SymbolMap, trie: Any) -> None:
         with os.fdopen(fd, "wb") as fp:
             fp.write(head)
             fp.write(fields)
+            fp.write(symbols)
             fp.write(compiled)
         os.replace(tmp, path)
         tmp = None
@@ -173,10 +179,8 @@ def store(raw: bytes, smap: pi.SymbolMap, trie: Any) -> None:
         pass
     finally:
         if tmp is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
 
 
 def load_tokenizer(path: str) -> tuple[pi.SymbolMap, pi.Tokenizer]:
