@@ -3,12 +3,14 @@
  * docs/benchmarks.md for why this is C).
  *
  * Trie: a byte trie of the patterns (the symbols' keys plus every single byte that is not a
- * symbol, so a match starts at every position). Node 0 is the root; its 256 children are a
- * dense table, deeper edges live in one open-addressing hash table keyed by (node, byte).
- * Each node has a value: the id the pattern ending there gives, -1 (the pattern gives no
+ * symbol, so a match starts at every position), stored as a double array: slot s has `base`,
+ * `check` and `value`; the child of s for byte c is t = base[s] + c when check[t] == s. The
+ * root is slot 0. A value is the id the pattern ending there gives, -1 (the pattern gives no
  * token) or NO_VALUE (no pattern ends there). Matching at a position walks the trie as far as
- * the bytes allow and takes the deepest node with a value: the longest pattern starting there.
- * With a pattern for every single byte, this is exactly leftmost-longest matching.
+ * the bytes allow and takes the deepest slot with a value: the longest pattern starting there.
+ * With a pattern for every single byte, this is exactly leftmost-longest matching. One walk
+ * step reads one 16-byte slot, and the slots of the bundled map fit in 2-3 MB, so the walk
+ * stays in cache (a hash table of edges was 2-3x slower, docs/benchmarks.md).
  *
  * The trie serializes to bytes (`to_bytes`) and loads back (`Trie.from_bytes`) with every
  * index bounds-checked, so a damaged cache is rejected, never followed.
@@ -20,105 +22,268 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define NO_VALUE INT64_MIN
 #define EMPTY_KEY UINT64_MAX
-#define MAGIC "PITRIE01"
-#define HEADER_WORDS 4 /* nnodes, nslots, maxlen, reserved (uint64 each) */
+#define MAGIC "PITRIE02"
+#define HEADER_WORDS 4 /* nslots, maxlen, reserved, reserved (uint64 each) */
+#define MAX_SLOTS ((uint64_t)INT32_MAX)
 
 typedef struct {
-    uint64_t key;   /* node << 8 | byte, EMPTY_KEY = free */
-    uint32_t child; /* the node that edge leads to */
-    uint32_t unused;
-} Edge;
+    int32_t base;  /* children of this slot are at base + byte */
+    int32_t check; /* the parent slot, -1 for a free slot */
+    int64_t value;
+} Slot;
 
 typedef struct {
     PyObject_HEAD
-    uint64_t nnodes;
-    uint64_t nslots; /* power of two */
+    uint64_t nslots;
     uint64_t maxlen;
-    uint32_t root[256]; /* child of the root for each byte, 0 = none */
-    int64_t *value;     /* nnodes */
-    Edge *edges;        /* nslots */
-    uint32_t *l2;       /* 65536: child of root[b0] for byte b1, 0 = none */
+    Slot *slots;
 } TrieObject;
+
+static void Trie_dealloc(TrieObject *self) {
+    PyMem_RawFree(self->slots);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* ---- building: a hash trie first (dedup, node numbering), then the double array ---------- */
+
+typedef struct {
+    uint64_t key; /* parent << 8 | byte, EMPTY_KEY = free */
+    uint32_t child;
+    uint32_t unused;
+} Edge;
 
 static inline uint64_t slot_of(uint64_t key, uint64_t mask) {
     return (key * 0x9E3779B97F4A7C15ULL >> 17) & mask;
 }
 
-static inline uint32_t trie_step(const TrieObject *t, uint32_t node, uint8_t byte) {
-    uint64_t key = ((uint64_t)node << 8) | byte;
-    uint64_t mask = t->nslots - 1;
-    uint64_t s = slot_of(key, mask);
-    for (;;) {
-        const Edge *e = &t->edges[s];
-        if (e->key == key) return e->child;
-        if (e->key == EMPTY_KEY) return 0;
-        s = (s + 1) & mask;
+typedef struct {
+    uint64_t nnodes, nedges, nslots_hash;
+    int64_t *value; /* per node */
+    Edge *edges;    /* hash of edges */
+} Builder;
+
+static void builder_free(Builder *b) {
+    PyMem_RawFree(b->value);
+    PyMem_RawFree(b->edges);
+}
+
+/* Insert the patterns; node 0 is the root. 0 on success, -1 with an exception set. */
+static int build_hash(Builder *b, PyObject *pseq, PyObject *vseq, Py_ssize_t n, uint64_t *maxlen) {
+    uint64_t bound = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *p = PySequence_Fast_GET_ITEM(pseq, i);
+        if (!PyBytes_Check(p) || PyBytes_GET_SIZE(p) == 0) {
+            PyErr_SetString(PyExc_TypeError, "each pattern must be non-empty bytes");
+            return -1;
+        }
+        bound += (uint64_t)PyBytes_GET_SIZE(p);
     }
-}
-
-static void trie_free_arrays(TrieObject *t) {
-    PyMem_RawFree(t->value);
-    PyMem_RawFree(t->edges);
-    PyMem_RawFree(t->l2);
-    t->value = NULL;
-    t->edges = NULL;
-    t->l2 = NULL;
-}
-
-static void Trie_dealloc(TrieObject *self) {
-    trie_free_arrays(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int trie_alloc(TrieObject *t, uint64_t nnodes, uint64_t nslots) {
-    if (nnodes > UINT32_MAX || nslots > ((uint64_t)1 << 40)) {
-        PyErr_SetString(PyExc_ValueError, "trie too large");
+    if (bound > MAX_SLOTS / 2) {
+        PyErr_SetString(PyExc_ValueError, "patterns too large for one trie");
         return -1;
     }
-    t->value = PyMem_RawMalloc(sizeof(int64_t) * (size_t)(nnodes ? nnodes : 1));
-    t->edges = PyMem_RawMalloc(sizeof(Edge) * (size_t)nslots);
-    t->l2 = PyMem_RawMalloc(sizeof(uint32_t) * 65536);
-    if (!t->value || !t->edges || !t->l2) {
-        trie_free_arrays(t);
+    uint64_t nslots = 1024;
+    while (nslots < bound + bound / 2) nslots <<= 1;
+    b->value = PyMem_RawMalloc(sizeof(int64_t) * (size_t)bound);
+    b->edges = PyMem_RawMalloc(sizeof(Edge) * (size_t)nslots);
+    if (!b->value || !b->edges) {
         PyErr_NoMemory();
         return -1;
     }
-    t->nnodes = nnodes;
-    t->nslots = nslots;
+    memset(b->edges, 0xFF, sizeof(Edge) * (size_t)nslots);
+    b->nslots_hash = nslots;
+    b->value[0] = NO_VALUE;
+    uint64_t nodes = 1, mask = nslots - 1;
+    *maxlen = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *p = PySequence_Fast_GET_ITEM(pseq, i);
+        long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(vseq, i));
+        if (v == -1 && PyErr_Occurred()) return -1;
+        if (v < -1) {
+            PyErr_SetString(PyExc_ValueError, "values must be ids >= 0 or -1");
+            return -1;
+        }
+        const uint8_t *s = (const uint8_t *)PyBytes_AS_STRING(p);
+        Py_ssize_t len = PyBytes_GET_SIZE(p);
+        if ((uint64_t)len > *maxlen) *maxlen = (uint64_t)len;
+        uint64_t node = 0;
+        for (Py_ssize_t j = 0; j < len; j++) {
+            uint64_t key = (node << 8) | s[j];
+            uint64_t at = slot_of(key, mask);
+            Edge *e = &b->edges[at];
+            while (e->key != EMPTY_KEY && e->key != key) {
+                at = (at + 1) & mask;
+                e = &b->edges[at];
+            }
+            if (e->key == EMPTY_KEY) {
+                e->key = key;
+                e->child = (uint32_t)nodes;
+                b->value[nodes] = NO_VALUE;
+                nodes++;
+            }
+            node = e->child;
+        }
+        if (b->value[node] != NO_VALUE) {
+            PyErr_Format(PyExc_ValueError, "pattern %zd is listed twice", i);
+            return -1;
+        }
+        b->value[node] = (int64_t)v;
+    }
+    b->nnodes = nodes;
+    b->nedges = nodes - 1;
     return 0;
 }
 
-/* After building: a hash table sized for the edges there are (load <= 1/2), and the dense
- * second-level table. */
-static int trie_compact(TrieObject *t) {
-    uint64_t used = 0, nslots = 1024;
-    for (uint64_t s = 0; s < t->nslots; s++) used += t->edges[s].key != EMPTY_KEY;
-    while (nslots < 2 * used) nslots <<= 1;
-    Edge *edges = PyMem_RawMalloc(sizeof(Edge) * (size_t)nslots);
-    if (!edges) {
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int slots_grow(Slot **slots, uint64_t *cap, uint64_t need) {
+    if (need <= *cap) return 0;
+    uint64_t more = *cap * 2;
+    if (more < need) more = need;
+    if (more > MAX_SLOTS) {
+        PyErr_SetString(PyExc_ValueError, "patterns too large for one trie");
+        return -1;
+    }
+    Slot *grown = PyMem_RawRealloc(*slots, sizeof(Slot) * (size_t)more);
+    if (!grown) {
         PyErr_NoMemory();
         return -1;
     }
-    memset(edges, 0xFF, sizeof(Edge) * (size_t)nslots);
-    uint64_t mask = nslots - 1;
-    for (uint64_t s = 0; s < t->nslots; s++) {
-        Edge e = t->edges[s];
-        if (e.key == EMPTY_KEY) continue;
-        uint64_t at = slot_of(e.key, mask);
-        while (edges[at].key != EMPTY_KEY) at = (at + 1) & mask;
-        edges[at] = e;
-    }
-    PyMem_RawFree(t->edges);
-    t->edges = edges;
-    t->nslots = nslots;
-    for (int b0 = 0; b0 < 256; b0++)
-        for (int b1 = 0; b1 < 256; b1++)
-            t->l2[b0 * 256 + b1] = trie_step(t, t->root[b0], (uint8_t)b1);
+    for (uint64_t i = *cap; i < more; i++) grown[i] = (Slot){0, -1, NO_VALUE};
+    *slots = grown;
+    *cap = more;
     return 0;
+}
+
+/* The double array of a built hash trie: nodes in breadth-first order, each placed at the
+ * first base where all its children's slots are free. */
+static int build_double_array(TrieObject *t, Builder *b) {
+    int rc = -1;
+    uint64_t ne = b->nedges, nn = b->nnodes;
+    /* Edges sorted by (parent, byte): the children of each node, in byte order. */
+    uint64_t *keys = PyMem_RawMalloc(sizeof(uint64_t) * (size_t)(ne ? ne : 1));
+    uint32_t *child_of = NULL, *first = NULL, *queue = NULL, *where = NULL;
+    int64_t *nxt = NULL, *prv = NULL;
+    Slot *slots = NULL;
+    uint64_t cap = 0;
+    if (!keys) goto nomem;
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < b->nslots_hash; i++)
+        if (b->edges[i].key != EMPTY_KEY) keys[k++] = b->edges[i].key;
+    qsort(keys, (size_t)ne, sizeof(uint64_t), cmp_u64);
+    child_of = PyMem_RawMalloc(sizeof(uint32_t) * (size_t)(ne ? ne : 1));
+    first = PyMem_RawMalloc(sizeof(uint32_t) * (size_t)(nn + 1));
+    queue = PyMem_RawMalloc(sizeof(uint32_t) * (size_t)nn);
+    where = PyMem_RawMalloc(sizeof(uint32_t) * (size_t)nn);
+    if (!child_of || !first || !queue || !where) goto nomem;
+    uint64_t mask = b->nslots_hash - 1;
+    for (uint64_t i = 0; i < ne; i++) { /* the child of each sorted edge */
+        uint64_t at = slot_of(keys[i], mask);
+        while (b->edges[at].key != keys[i]) at = (at + 1) & mask;
+        child_of[i] = b->edges[at].child;
+    }
+    for (uint64_t i = 0, e = 0; i <= nn; i++) { /* first[node]: its first edge */
+        while (e < ne && (keys[e] >> 8) < i) e++;
+        first[i] = (uint32_t)e;
+    }
+    cap = nn + 512;
+    if (slots_grow(&slots, &(uint64_t){0}, cap) < 0) goto done;
+    nxt = PyMem_RawMalloc(sizeof(int64_t) * (size_t)cap);
+    prv = PyMem_RawMalloc(sizeof(int64_t) * (size_t)cap);
+    if (!nxt || !prv) goto nomem;
+    /* A doubly linked list of the free slots, so placing a node visits free slots only. */
+    for (uint64_t i = 1; i < cap; i++) {
+        nxt[i] = i + 1 < cap ? (int64_t)i + 1 : -1;
+        prv[i] = i > 1 ? (int64_t)i - 1 : -1;
+    }
+    int64_t free_head = 1, free_tail = (int64_t)cap - 1;
+    slots[0] = (Slot){0, 0, b->value[0]}; /* the root: its own parent, never a child */
+    where[0] = 0;
+    uint64_t head = 0, tail = 0;
+    queue[tail++] = 0;
+    while (head < tail) {
+        uint32_t node = queue[head++];
+        uint32_t e0 = first[node], e1 = first[node + 1];
+        if (e0 == e1) continue; /* a leaf: base 0 leads nowhere (check never matches) */
+        uint32_t lo = (uint32_t)(keys[e0] & 0xFF);
+        uint64_t base = 0;
+        for (int64_t f = free_head;; f = nxt[f]) {
+            if (f == -1 || (uint64_t)f + 256 > cap) { /* grow, then go on from the new slots */
+                uint64_t old = cap;
+                if (slots_grow(&slots, &cap, cap + cap / 2 + 512) < 0) goto done;
+                int64_t *gn = PyMem_RawRealloc(nxt, sizeof(int64_t) * (size_t)cap);
+                if (!gn) goto nomem;
+                nxt = gn;
+                int64_t *gp = PyMem_RawRealloc(prv, sizeof(int64_t) * (size_t)cap);
+                if (!gp) goto nomem;
+                prv = gp;
+                for (uint64_t i = old; i < cap; i++) {
+                    nxt[i] = i + 1 < cap ? (int64_t)i + 1 : -1;
+                    prv[i] = i > old ? (int64_t)i - 1 : free_tail;
+                }
+                if (free_tail >= 0) nxt[free_tail] = (int64_t)old;
+                else free_head = (int64_t)old;
+                free_tail = (int64_t)cap - 1;
+                if (f == -1) f = (int64_t)old;
+            }
+            if ((uint64_t)f < lo + 1) continue;
+            base = (uint64_t)f - lo; /* two nodes may share a base: check tells them apart */
+            uint32_t e = e0 + 1;
+            for (; e < e1; e++)
+                if (slots[base + (keys[e] & 0xFF)].check != -1) break;
+            if (e == e1) break;
+        }
+        slots[where[node]].base = (int32_t)base;
+        for (uint32_t e = e0; e < e1; e++) {
+            uint64_t at = base + (keys[e] & 0xFF);
+            uint32_t c = child_of[e];
+            slots[at].check = (int32_t)where[node];
+            slots[at].value = b->value[c];
+            where[c] = (uint32_t)at;
+            queue[tail++] = c;
+            /* unlink the slot from the free list */
+            int64_t pn = prv[at], nn2 = nxt[at];
+            if (pn >= 0) nxt[pn] = nn2;
+            else free_head = nn2;
+            if (nn2 >= 0) prv[nn2] = pn;
+            else free_tail = pn;
+        }
+    }
+    /* Trim to the last used slot + 256, so every base + byte stays inside. */
+    uint64_t last = 0;
+    for (uint64_t i = 0; i < cap; i++)
+        if (slots[i].check != -1 && (uint64_t)slots[i].base > last) last = (uint64_t)slots[i].base;
+    uint64_t size = last + 256 > nn ? last + 256 : nn;
+    if (size > cap) size = cap;
+    t->slots = PyMem_RawRealloc(slots, sizeof(Slot) * (size_t)size);
+    if (!t->slots) {
+        t->slots = slots;
+        size = cap;
+    }
+    slots = NULL;
+    t->nslots = size;
+    rc = 0;
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    PyMem_RawFree(keys);
+    PyMem_RawFree(child_of);
+    PyMem_RawFree(first);
+    PyMem_RawFree(queue);
+    PyMem_RawFree(where);
+    PyMem_RawFree(nxt);
+    PyMem_RawFree(prv);
+    PyMem_RawFree(slots);
+    return rc;
 }
 
 /* Trie(patterns: sequence of bytes, values: sequence of int) */
@@ -134,86 +299,37 @@ static int Trie_init(TrieObject *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(pseq);
+    Builder b = {0, 0, 0, NULL, NULL};
+    uint64_t maxlen = 0;
     int rc = -1;
     if (PySequence_Fast_GET_SIZE(vseq) != n) {
         PyErr_SetString(PyExc_ValueError, "patterns and values differ in length");
         goto done;
     }
-    /* Upper bound on nodes: 1 + total pattern bytes. */
-    uint64_t bound = 1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *p = PySequence_Fast_GET_ITEM(pseq, i);
-        if (!PyBytes_Check(p) || PyBytes_GET_SIZE(p) == 0) {
-            PyErr_SetString(PyExc_TypeError, "each pattern must be non-empty bytes");
-            goto done;
-        }
-        bound += (uint64_t)PyBytes_GET_SIZE(p);
-    }
-    uint64_t nslots = 1024;
-    while (nslots < bound + bound / 2) nslots <<= 1;
-    trie_free_arrays(self);
-    if (trie_alloc(self, bound, nslots) < 0) goto done;
-    memset(self->edges, 0xFF, sizeof(Edge) * (size_t)nslots);
-    memset(self->root, 0, sizeof(self->root));
-    self->value[0] = NO_VALUE;
-    uint64_t nodes = 1, maxlen = 0, mask = nslots - 1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *p = PySequence_Fast_GET_ITEM(pseq, i);
-        long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(vseq, i));
-        if (v == -1 && PyErr_Occurred()) goto done;
-        if (v < -1) {
-            PyErr_SetString(PyExc_ValueError, "values must be ids >= 0 or -1");
-            goto done;
-        }
-        const uint8_t *s = (const uint8_t *)PyBytes_AS_STRING(p);
-        Py_ssize_t len = PyBytes_GET_SIZE(p);
-        if ((uint64_t)len > maxlen) maxlen = (uint64_t)len;
-        uint32_t node = self->root[s[0]];
-        if (node == 0) {
-            node = (uint32_t)nodes++;
-            self->value[node] = NO_VALUE;
-            self->root[s[0]] = node;
-        }
-        for (Py_ssize_t j = 1; j < len; j++) {
-            uint64_t key = ((uint64_t)node << 8) | s[j];
-            uint64_t at = slot_of(key, mask);
-            Edge *e = &self->edges[at];
-            while (e->key != EMPTY_KEY && e->key != key) {
-                at = (at + 1) & mask;
-                e = &self->edges[at];
-            }
-            if (e->key == EMPTY_KEY) {
-                e->key = key;
-                e->child = (uint32_t)nodes;
-                self->value[nodes] = NO_VALUE;
-                nodes++;
-            }
-            node = e->child;
-        }
-        if (self->value[node] != NO_VALUE) {
-            PyErr_Format(PyExc_ValueError, "pattern %zd is listed twice", i);
-            goto done;
-        }
-        self->value[node] = (int64_t)v;
-    }
-    for (int b = 0; b < 256; b++) {
-        if (self->root[b] == 0 || self->value[self->root[b]] == NO_VALUE) {
-            PyErr_Format(PyExc_ValueError, "byte 0x%02x is not a pattern", b);
-            goto done;
-        }
-    }
-    self->nnodes = nodes;
+    if (build_hash(&b, pseq, vseq, n, &maxlen) < 0) goto done;
+    PyMem_RawFree(self->slots);
+    self->slots = NULL;
+    if (build_double_array(self, &b) < 0) goto done;
     self->maxlen = maxlen;
-    if (trie_compact(self) < 0) goto done;
+    for (int c = 0; c < 256; c++) {
+        uint64_t at = (uint64_t)self->slots[0].base + (uint64_t)c;
+        if (self->slots[at].check != 0 || self->slots[at].value == NO_VALUE) {
+            PyErr_Format(PyExc_ValueError, "byte 0x%02x is not a pattern", c);
+            PyMem_RawFree(self->slots);
+            self->slots = NULL;
+            goto done;
+        }
+    }
     rc = 0;
 done:
+    builder_free(&b);
     Py_DECREF(pseq);
     Py_DECREF(vseq);
     return rc;
 }
 
 static int trie_ready(TrieObject *t) {
-    if (t->value == NULL) {
+    if (t->slots == NULL) {
         PyErr_SetString(PyExc_ValueError, "trie not initialized");
         return 0;
     }
@@ -244,26 +360,19 @@ static PyObject *Trie_match(TrieObject *self, PyObject *args) {
     const uint8_t *d = (const uint8_t *)buf.buf;
     int nomem = 0;
     Py_BEGIN_ALLOW_THREADS
-    const int64_t *value = self->value;
+    const Slot *slots = self->slots;
+    const int32_t root_base = slots[0].base;
     while (pos < n && pos <= limit) {
-        uint32_t node = self->root[d[pos]];
-        int64_t best = value[node];
+        int32_t s = root_base + d[pos];
+        int64_t best = slots[s].value;
         Py_ssize_t best_end = pos + 1, p = pos + 1;
-        if (p < n && (node = self->l2[d[pos] * 256 + d[p]]) != 0) {
-            p++;
-            if (value[node] != NO_VALUE) {
-                best = value[node];
-                best_end = p;
-            }
-        } else {
-            p = n; /* no second byte, or no pattern continues with it */
-        }
         while (p < n) {
-            node = trie_step(self, node, d[p]);
-            if (node == 0) break;
+            int32_t t = slots[s].base + d[p];
+            if (slots[t].check != s) break;
+            s = t;
             p++;
-            if (value[node] != NO_VALUE) {
-                best = value[node];
+            if (slots[s].value != NO_VALUE) {
+                best = slots[s].value;
                 best_end = p;
             }
         }
@@ -306,73 +415,58 @@ static PyObject *Trie_match(TrieObject *self, PyObject *args) {
 
 static PyObject *Trie_to_bytes(TrieObject *self, PyObject *Py_UNUSED(ignored)) {
     if (!trie_ready(self)) return NULL;
-    size_t size = 8 + HEADER_WORDS * 8 + 256 * 4 + (size_t)self->nnodes * 8 +
-                  (size_t)self->nslots * sizeof(Edge);
+    size_t size = 8 + HEADER_WORDS * 8 + (size_t)self->nslots * sizeof(Slot);
     PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
     if (!out) return NULL;
     char *w = PyBytes_AS_STRING(out);
-    uint64_t head[HEADER_WORDS] = {self->nnodes, self->nslots, self->maxlen, 0};
+    uint64_t head[HEADER_WORDS] = {self->nslots, self->maxlen, 0, 0};
     memcpy(w, MAGIC, 8);
-    w += 8;
-    memcpy(w, head, sizeof(head));
-    w += sizeof(head);
-    memcpy(w, self->root, sizeof(self->root));
-    w += sizeof(self->root);
-    memcpy(w, self->value, (size_t)self->nnodes * 8);
-    w += (size_t)self->nnodes * 8;
-    memcpy(w, self->edges, (size_t)self->nslots * sizeof(Edge));
+    memcpy(w + 8, head, sizeof(head));
+    memcpy(w + 8 + sizeof(head), self->slots, (size_t)self->nslots * sizeof(Slot));
     return out;
 }
 
-static PyTypeObject TrieType;
-
-/* Trie.from_bytes(data): the inverse of to_bytes; ValueError when anything is out of bounds. */
+/* Trie.from_bytes(data): the inverse of to_bytes; ValueError when anything is out of bounds:
+ * every base + 255 and every check inside the array, every value an id, -1 or NO_VALUE, and
+ * the root with a child that has a value for every byte. */
 static PyObject *Trie_from_bytes(PyObject *cls, PyObject *arg) {
     Py_buffer buf;
     if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
     const char *r = buf.buf;
-    size_t len = (size_t)buf.len, fixed = 8 + HEADER_WORDS * 8 + 256 * 4;
+    size_t len = (size_t)buf.len, fixed = 8 + HEADER_WORDS * 8;
     uint64_t head[HEADER_WORDS];
     TrieObject *t = NULL;
     if (len < fixed || memcmp(r, MAGIC, 8) != 0) goto bad;
     memcpy(head, r + 8, sizeof(head));
-    uint64_t nnodes = head[0], nslots = head[1];
-    if (nnodes < 257 || nnodes > UINT32_MAX || nslots < 1024 || (nslots & (nslots - 1)) ||
-        nslots > ((uint64_t)1 << 40) || head[2] == 0 || head[2] > 1 << 20)
-        goto bad;
-    if (len != fixed + nnodes * 8 + nslots * sizeof(Edge)) goto bad;
+    uint64_t nslots = head[0];
+    if (nslots < 257 || nslots > MAX_SLOTS || head[1] == 0 || head[1] > 1 << 20) goto bad;
+    if (len != fixed + nslots * sizeof(Slot)) goto bad;
     t = (TrieObject *)((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, 0);
     if (!t) {
         PyBuffer_Release(&buf);
         return NULL;
     }
-    if (trie_alloc(t, nnodes, nslots) < 0) {
+    t->slots = PyMem_RawMalloc(sizeof(Slot) * (size_t)nslots);
+    if (!t->slots) {
         Py_DECREF(t);
         PyBuffer_Release(&buf);
-        return NULL;
+        return PyErr_NoMemory();
     }
-    t->maxlen = head[2];
-    r += 8 + sizeof(head);
-    memcpy(t->root, r, sizeof(t->root));
-    r += sizeof(t->root);
-    memcpy(t->value, r, (size_t)nnodes * 8);
-    r += (size_t)nnodes * 8;
-    memcpy(t->edges, r, (size_t)nslots * sizeof(Edge));
-    for (int b = 0; b < 256; b++)
-        if (t->root[b] == 0 || t->root[b] >= nnodes || t->value[t->root[b]] == NO_VALUE) goto bad;
-    for (uint64_t i = 0; i < nnodes; i++)
-        if (t->value[i] < -1 && t->value[i] != NO_VALUE) goto bad;
-    uint64_t used = 0;
-    for (uint64_t s = 0; s < nslots; s++) {
-        const Edge *e = &t->edges[s];
-        if (e->key == EMPTY_KEY) continue;
-        used++;
-        if ((e->key >> 8) >= nnodes || e->child == 0 || e->child >= nnodes) goto bad;
+    memcpy(t->slots, r + fixed, (size_t)nslots * sizeof(Slot));
+    t->nslots = nslots;
+    t->maxlen = head[1];
+    for (uint64_t i = 0; i < nslots; i++) {
+        const Slot *x = &t->slots[i];
+        if (x->base < 0 || (uint64_t)x->base + 256 > nslots || x->check < -1 ||
+            (x->check >= 0 && (uint64_t)x->check >= nslots) ||
+            (x->value < -1 && x->value != NO_VALUE))
+            goto bad;
     }
-    if (used == nslots) goto bad; /* a full table would make lookups loop forever */
-    for (int b0 = 0; b0 < 256; b0++)
-        for (int b1 = 0; b1 < 256; b1++)
-            t->l2[b0 * 256 + b1] = trie_step(t, t->root[b0], (uint8_t)b1);
+    if (t->slots[0].check != 0) goto bad;
+    for (int c = 0; c < 256; c++) {
+        const Slot *x = &t->slots[t->slots[0].base + c];
+        if (x->check != 0 || x->value == NO_VALUE) goto bad;
+    }
     PyBuffer_Release(&buf);
     return (PyObject *)t;
 bad:

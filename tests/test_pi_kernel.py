@@ -75,9 +75,9 @@ def test_trie_refuses_bad_patterns_and_damaged_bytes() -> None:
     for bad in (
         good[:-1],  # truncated
         b"X" + good[1:],  # magic
-        good[:header] + b"\0\0\0\0" + good[header + 4 :],  # root child 0: no node
-        good[:header] + b"\xff\xff\xff\x7f" + good[header + 4 :],  # root child out of range
-        good[:8] + (1 << 40).to_bytes(8, "little") + good[16:],  # node count
+        good[:header] + b"\0\0\0\0" + good[header + 4 :],  # root base 0: children on the root
+        good[:header] + b"\xff\xff\xff\x7f" + good[header + 4 :],  # root base out of range
+        good[:8] + (1 << 40).to_bytes(8, "little") + good[16:],  # slot count
     ):
         with pytest.raises(ValueError, match="not a valid compiled trie"):
             _pi_kernel.Trie.from_bytes(bad)
