@@ -300,6 +300,12 @@ static int Trie_init(TrieObject *self, PyObject *args, PyObject *kwds) {
     }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(pseq);
     Builder b = {0, 0, 0, NULL, NULL};
+    if (self->slots) { /* other threads may be matching with it, without the GIL */
+        PyErr_SetString(PyExc_TypeError, "Trie is already initialized");
+        Py_DECREF(pseq);
+        Py_DECREF(vseq);
+        return -1;
+    }
     uint64_t maxlen = 0;
     int rc = -1;
     if (PySequence_Fast_GET_SIZE(vseq) != n) {
@@ -307,8 +313,6 @@ static int Trie_init(TrieObject *self, PyObject *args, PyObject *kwds) {
         goto done;
     }
     if (build_hash(&b, pseq, vseq, n, &maxlen) < 0) goto done;
-    PyMem_RawFree(self->slots);
-    self->slots = NULL;
     if (build_double_array(self, &b) < 0) goto done;
     self->maxlen = maxlen;
     for (int c = 0; c < 256; c++) {
@@ -535,6 +539,10 @@ static int Table_init(TableObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"parts", NULL};
     PyObject *parts;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &parts)) return -1;
+    if (self->recs) { /* other threads may be joining with it, without the GIL */
+        PyErr_SetString(PyExc_TypeError, "Table is already initialized");
+        return -1;
+    }
     PyObject *seq = PySequence_Fast(parts, "parts must be a sequence");
     if (!seq) return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), total = 0;
@@ -548,13 +556,16 @@ static int Table_init(TableObject *self, PyObject *args, PyObject *kwds) {
         }
         if (PyBytes_GET_SIZE(p) > INLINE) total += PyBytes_GET_SIZE(p);
     }
-    PyMem_RawFree(self->recs);
-    PyMem_RawFree(self->offs);
-    PyMem_RawFree(self->blob);
     self->recs = PyMem_RawCalloc((size_t)(n + 1), 16);
     self->offs = PyMem_RawMalloc(sizeof(Py_ssize_t) * (size_t)(n + 1));
     self->blob = PyMem_RawMalloc((size_t)(total ? total : 1));
     if (!self->recs || !self->offs || !self->blob) {
+        PyMem_RawFree(self->recs);
+        PyMem_RawFree(self->offs);
+        PyMem_RawFree(self->blob);
+        self->recs = NULL;
+        self->offs = NULL;
+        self->blob = NULL;
         Py_DECREF(seq);
         PyErr_NoMemory();
         return -1;

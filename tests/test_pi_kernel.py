@@ -83,6 +83,17 @@ def test_trie_refuses_bad_patterns_and_damaged_bytes() -> None:
             _pi_kernel.Trie.from_bytes(bad)
 
 
+def test_kernel_objects_are_initialized_once() -> None:
+    """Threads match and join without the GIL, so a second __init__ is refused."""
+    trie = _pi_kernel.Trie(list(BYTES), list(BYTES.values()))
+    with pytest.raises(TypeError, match="already initialized"):
+        trie.__init__(list(BYTES), list(BYTES.values()))
+    table = _pi_kernel.Table([b"x"])
+    with pytest.raises(TypeError, match="already initialized"):
+        table.__init__([b"y"])
+    assert table.join(np.zeros(1, dtype=np.int64), 8, None) == (b"x", -1)
+
+
 def test_decode_table_joins_short_long_and_missing_ids() -> None:
     long = "a text longer than fifteen bytes: π".encode()
     table = _pi_kernel.Table([b"", b"x", long, None, b"\xcf"])
