@@ -144,7 +144,7 @@ def entries(folder: Path) -> list[Path]:
 
 def test_cache_hit_gives_the_same_map_and_tokens(cache: Path) -> None:
     path = pi.default_map_path()
-    smap, tok = pi_cache.load_tokenizer(path)  # miss: checked in full, then stored
+    smap, _, tok = pi_cache.load_tokenizer(path)  # miss: checked in full, then stored
     assert len(entries(cache)) == 1
     hit = pi_cache.load(Path(path).read_bytes())
     assert hit is not None

@@ -12,8 +12,9 @@ from matrixctl.tokenizers import pi
 READ_CHUNK = 1 << 20
 
 
-def load_tokenizer(symbols: str | None) -> tuple[pi.SymbolMap, pi.Tokenizer]:
-    """The map (default: the bundled one) and its tokenizer, through the per-user cache."""
+def load_tokenizer(symbols: str | None) -> tuple[pi.SymbolMap, bytes, pi.Tokenizer]:
+    """The map (default: the bundled one), its bytes and its tokenizer, through the per-user
+    cache (matrixctl/tokenizers/pi_cache.py)."""
     from matrixctl.tokenizers import pi_cache
 
     return pi_cache.load_tokenizer(symbols or pi.default_map_path())
@@ -25,7 +26,7 @@ def encode_file(
     """Stream UTF-8 text into a token stream with one document. Returns a summary."""
     from matrixctl.formats.token_stream import TokenStreamWriter
 
-    smap, tok = load_tokenizer(symbols)
+    smap, _, tok = load_tokenizer(symbols)
     name = display_name(input_path)
     nbytes = 0
     with open_input_stream(input_path) as raw, atomic_output(output, what="a token stream") as out:
@@ -65,7 +66,7 @@ def decode_file(input_path: str, output: str, *, symbols: str | None, errors: st
     """Token stream (or text ids) to UTF-8 text, streamed; atomic when writing a file."""
     from matrixctl.packing import read_token_input
 
-    smap, tok = load_tokenizer(symbols)
+    smap, _, tok = load_tokenizer(symbols)
     name = display_name(input_path)
     with open_input_stream(input_path) as raw:
         tokens = read_token_input(raw)

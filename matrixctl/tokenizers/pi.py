@@ -983,7 +983,7 @@ class Tokenizer:
         elif values.dtype in (np.uint16, np.uint32):
             arg = np.ascontiguousarray(values)
         else:
-            arg = values.astype(np.int64)
+            arg = np.ascontiguousarray(values, dtype=np.int64)  # no copy for int64 input
         rep = REPLACEMENT.encode("utf-8") if errors != "strict" else None
         data, bad = table.join(arg, arg.dtype.itemsize, rep)
         if bad >= 0 and rep is None:

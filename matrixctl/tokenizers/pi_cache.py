@@ -183,15 +183,15 @@ def store(raw: bytes, smap: pi.SymbolMap, trie: Any) -> None:
                 os.unlink(tmp)
 
 
-def load_tokenizer(path: str) -> tuple[pi.SymbolMap, pi.Tokenizer]:
-    """The map at `path` and its tokenizer: from the cache when an entry for its exact bytes
-    is there and sound, else checked in full (`load_symbol_map`) and then stored."""
+def load_tokenizer(path: str) -> tuple[pi.SymbolMap, bytes, pi.Tokenizer]:
+    """The map at `path`, its bytes and its tokenizer: from the cache when an entry for its
+    exact bytes is there and sound, else checked in full (`check_map`) and then stored."""
     raw = pi.read_map_bytes(path)
     hit = load(raw)
     if hit is not None:
         smap, trie = hit
-        return smap, pi.Tokenizer(smap, trie)
+        return smap, raw, pi.Tokenizer(smap, trie)
     smap = pi.check_map_bytes(raw, path)
     tok = pi.Tokenizer(smap)
     store(raw, smap, tok.trie)
-    return smap, tok
+    return smap, raw, tok
