@@ -417,6 +417,45 @@ static PyObject *Trie_match(TrieObject *self, PyObject *args) {
     return Py_BuildValue("(Nn)", out, pos);
 }
 
+/* spans(data) -> bytes of native int64 triples (value, start, end), one per match of the
+ * greedy leftmost-longest tiling of data, matches whose value is -1 included. */
+static PyObject *Trie_spans(TrieObject *self, PyObject *arg) {
+    Py_buffer buf;
+    if (!trie_ready(self)) return NULL;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t n = buf.len, pos = 0, k = 0;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (n ? n : 1) * 3 * (Py_ssize_t)sizeof(int64_t));
+    if (!out) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    int64_t *w = (int64_t *)PyBytes_AS_STRING(out);
+    const uint8_t *d = (const uint8_t *)buf.buf;
+    const Slot *slots = self->slots;
+    while (pos < n) { /* at most one match per byte, so the output fits */
+        int32_t s = slots[0].base + d[pos];
+        int64_t best = slots[s].value;
+        Py_ssize_t best_end = pos + 1, p = pos + 1;
+        while (p < n) {
+            int32_t t = slots[s].base + d[p];
+            if (slots[t].check != s) break;
+            s = t;
+            p++;
+            if (slots[s].value != NO_VALUE) {
+                best = slots[s].value;
+                best_end = p;
+            }
+        }
+        w[k++] = best;
+        w[k++] = pos;
+        w[k++] = best_end;
+        pos = best_end;
+    }
+    PyBuffer_Release(&buf);
+    if (_PyBytes_Resize(&out, k * (Py_ssize_t)sizeof(int64_t)) < 0) return NULL;
+    return out;
+}
+
 static PyObject *Trie_to_bytes(TrieObject *self, PyObject *Py_UNUSED(ignored)) {
     if (!trie_ready(self)) return NULL;
     size_t size = 8 + HEADER_WORDS * 8 + (size_t)self->nslots * sizeof(Slot);
@@ -488,6 +527,8 @@ static PyObject *Trie_get_lookahead(TrieObject *self, void *Py_UNUSED(closure)) 
 static PyMethodDef Trie_methods[] = {
     {"match", (PyCFunction)Trie_match, METH_VARARGS,
      "match(data, limit, itemsize) -> (ids as bytes, bytes consumed)"},
+    {"spans", (PyCFunction)Trie_spans, METH_O,
+     "spans(data) -> int64 (value, start, end) triples of every match, as bytes"},
     {"to_bytes", (PyCFunction)Trie_to_bytes, METH_NOARGS, "The trie as bytes."},
     {"from_bytes", (PyCFunction)Trie_from_bytes, METH_O | METH_CLASS,
      "A trie from to_bytes() output (checked)."},
