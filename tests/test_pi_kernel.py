@@ -55,6 +55,22 @@ def test_trie_matches_the_plain_reference(words: list[bytes], data: bytes, drop:
     assert again.lookahead == trie.lookahead == max(map(len, patterns))
 
 
+@settings(max_examples=100, deadline=None)
+@given(words=st.lists(st.binary(min_size=2, max_size=5), max_size=20), data=st.binary(max_size=120))
+def test_spans_tile_the_input_like_the_reference(words: list[bytes], data: bytes) -> None:
+    patterns = dict(BYTES)
+    patterns[b"\x00"] = -1
+    patterns.update({w: i for i, w in enumerate(words)})
+    trie = _pi_kernel.Trie(list(patterns), list(patterns.values()))
+    triples = np.frombuffer(trie.spans(data), dtype=np.int64).reshape(-1, 3).tolist()
+    pos = 0
+    for value, start, end in triples:
+        assert start == pos < end and patterns[data[start:end]] == value
+        pos = end
+    assert pos == len(data)
+    assert [v for v, _, _ in triples if v >= 0] == longest_match(patterns, data)
+
+
 def test_trie_stops_after_the_limit() -> None:
     trie = _pi_kernel.Trie([*BYTES, b"abc"], [*BYTES.values(), 7])
     raw, used = trie.match(b"xxabcab", 2, 8)  # tokens starting at 0, 1 and 2

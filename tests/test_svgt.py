@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 import struct
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -150,7 +152,9 @@ def test_svg_is_deterministic_and_colors_follow_the_documented_hash(tmp_path: Pa
     assert x == 0x9E37E786
     x = (x * 0x85EBCA6B) & 0xFFFFFFFF
     x ^= x >> 13
-    r, g, b = (64 + ((x >> s) & 0xFF) * 191 // 255 for s in (0, 8, 16))
+    # id 1 is in the first band (ids 0-255, base #4477aa), whitened by byte 0 of x * 45 // 255 %.
+    t = (x & 0xFF) * 45 // 255
+    r, g, b = (c + (255 - c) * t // 100 for c in (0x44, 0x77, 0xAA))
     assert token_color(1) == f"#{r:02x}{g:02x}{b:02x}"
     fills = set(re.findall(r'fill="(#[0-9a-f]{6})"><title>id 5 ', render(tmp_path, None)))
     assert fills == {token_color(5)}
@@ -164,3 +168,79 @@ def test_svg_atom_range(tmp_path: Path) -> None:
         render(tmp_path, "2:5")
     with pytest.raises(UsageError):
         render(tmp_path, "x")
+
+
+def test_svg_bands_and_legend(tmp_path: Path) -> None:
+    """Decision: the hue says the id's range (ids 0-255, 256-1,023, 1,024-4,095, 4,096-16,383,
+    16,384-65,535), the hash only the shade; the legend lists every range."""
+    from matrixctl.convert.svg import BANDS, band_of, token_color
+
+    assert [band_of(i) for i in (0, 255, 256, 1023, 1024, 4096, 16383, 16384, 65535)] == [
+        0, 0, 1, 1, 2, 3, 3, 4, 4
+    ]  # fmt: skip
+    for lo, hi, base in BANDS:
+        for tid in (lo, (lo + hi) // 2, hi):
+            r, g, b = (int(token_color(tid)[i : i + 2], 16) for i in (1, 3, 5))
+            # Mixed with white: every channel between the base and 45 % of the way to white.
+            for got, c in zip((r, g, b), base, strict=True):
+                assert c <= got <= c + (255 - c) * 45 // 100
+    svg = ET.fromstring(render(tmp_path, None))
+    kinds = [e.get("data-kind") for e in svg.iter(f"{NS}rect") if e.get("class") == "swatch"]
+    assert kinds == ["band"] * len(BANDS)  # no pack beside it: no role swatches
+    assert "starts need the ingest pack" in render(tmp_path, None)
+
+
+NS = "{http://www.w3.org/2000/svg}"
+CELL_TITLE = re.compile(r"id (\d+) \(atom (\d+), row (\d+), col (\d+)\)")
+
+
+def test_svg_of_a_pack_marks_eos_padding_and_document_starts(tmp_path: Path) -> None:
+    """Decision: the SVG-Tensor and MATRIX-ATOM headers hold no eos id, pad id or document
+    boundary, so the renderer takes them from the ingest pack whose manifest names the file:
+    cells past the manifest's `tokens` are padding, cells holding `eos_id` before it are ends of
+    documents, and each document index offset (but 0) gets a start bar on its cell."""
+    from matrixctl.convert.svg import PAD_FILL, token_color
+    from tests.conftest import FIXTURES, run_cli
+
+    pack = tmp_path / "pack"
+    args = ["--atom-size", "64", "--svgt", "8x8", "-q"]
+    assert run_cli("ingest", "docs", str(FIXTURES / "corpus"), "-o", str(pack), *args).code == 0
+    manifest = json.loads((pack / "ingest_manifest.json").read_text())
+    eos, tokens = manifest["eos_id"], manifest["tokens"]
+    ids = np.frombuffer((pack / "matrix_atoms.bin").read_bytes(), "<u2", offset=64)
+    record = np.dtype([("offset", "<u8"), ("length", "<u8"), ("pad", "<u8"), ("item", "<u8")])
+    index = (pack / "doc_index.bin").read_bytes()
+    starts = {int(o) for o in np.frombuffer(index, record, offset=48)["offset"]} - {0}
+    assert tokens < ids.size and len(starts) >= 5  # padding and several documents to see
+    out = tmp_path / "p.svg"
+    assert run_cli("convert", str(pack / "atoms.svgt"), str(out), "-q").code == 0
+    text = out.read_text()
+    root = ET.fromstring(text)
+    cells: dict[int, ET.Element] = {}
+    for rect in root.iter(f"{NS}rect"):
+        title = rect.find(f"{NS}title")
+        if title is None:
+            continue
+        tid, atom, row, col = map(int, CELL_TITLE.match(title.text or "").groups())  # type: ignore[union-attr]
+        pos = atom * 64 + row * 8 + col
+        assert tid == ids[pos]
+        cells[pos] = rect
+    assert sorted(cells) == list(range(ids.size))
+    for pos, rect in cells.items():
+        role = rect.get("class")
+        if pos >= tokens:
+            assert role == "pad" and rect.get("fill") == PAD_FILL, pos
+        elif ids[pos] == eos:
+            assert role == "eos", pos
+        else:
+            assert role is None and rect.get("fill") == token_color(int(ids[pos])), pos
+    marks = [r for r in root.iter(f"{NS}rect") if r.get("class") == "doc-start"]
+    assert {int(m.get("data-pos", -1)) for m in marks} == starts
+    for m in marks:
+        cell = cells[int(m.get("data-pos", -1))]
+        assert m.get("x") == cell.get("x")  # on the left edge of the document's first cell
+    kinds = [r.get("data-kind") for r in root.iter(f"{NS}rect") if r.get("class") == "swatch"]
+    assert kinds[-3:] == ["eos", "pad", "doc"]
+    again = tmp_path / "q.svg"
+    assert run_cli("convert", str(pack / "atoms.svgt"), str(again), "-q").code == 0
+    assert again.read_bytes() == out.read_bytes()

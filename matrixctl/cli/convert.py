@@ -58,7 +58,17 @@ def convert(
             metavar="D|GLOB=D",
             help="Tensor containers: cast every floating-point tensor to D, or the tensors "
             "matching GLOB to D (repeatable; later ones win). Without it nothing is cast and "
-            "a tensor the output cannot hold is refused.",
+            "a tensor the output cannot hold is refused. Token ids from a .npy: uint16 or "
+            "uint32, the id dtype to write.",
+        ),
+    ] = None,
+    vocab_size: Annotated[
+        int | None,
+        typer.Option(
+            "--vocab-size",
+            metavar="N",
+            help=".npy to a token stream or MATRIX-ATOM: the vocab_size to declare (every id "
+            "must be below it). Default: none for a stream, largest id + 1 for atoms.",
         ),
     ] = None,
     compress: Annotated[
@@ -75,6 +85,24 @@ def convert(
             "--digest",
             metavar="crc32c|sha256|none",
             help="zTensor output: the per-component digest (default crc32c).",
+        ),
+    ] = None,
+    quantize: Annotated[
+        str | None,
+        typer.Option(
+            "--quantize",
+            metavar="q8_0",
+            help="GGUF output: store floating tensors of rank >= 2 whose rows are whole "
+            "32-element blocks as Q8_0 (quantized by matrixctl); the others keep their type.",
+        ),
+    ] = None,
+    zt_version: Annotated[
+        int | None,
+        typer.Option(
+            "--zt-version",
+            metavar="1|2",
+            help="zTensor output: the container version (default: 2 when the input is zTensor "
+            "2, else 1.1; docs/formats/ztensor2.md says why).",
         ),
     ] = None,
     meta: Annotated[
@@ -117,7 +145,8 @@ def convert(
 ) -> None:
     """Convert between formats: tensor containers (zTensor, safetensors, NumPy .npy/.npz,
     EMBD .weights, STB .stb) into one another, a Hugging Face model folder or a GGUF model into
-    any of them, and SVG-Tensor to an SVG picture (`atoms.svgt atoms.svg`).
+    any of them, SVG-Tensor to an SVG picture (`atoms.svgt atoms.svg`), and token ids to .npy
+    and back: a token stream (.mxt) to a 1-D array, MATRIX-ATOM (.bin) to atoms x atom_size.
 
     Tensor names, shapes and values are preserved; a tensor the output cannot hold exactly is
     refused (nothing is written) unless --dtype asks for a cast. Streams one tensor at a time.
@@ -143,6 +172,7 @@ def convert(
                 known or "format not recognised from its bytes",
                 path=source.name,
             )
+        dst_fmt = conv.ztensor_version(dst_fmt, zt_version, src_fmt)
         converter = conv.find(src_fmt, dst_fmt)
         options: dict[str, Any] = {
             "atoms": atoms,
@@ -155,6 +185,8 @@ def convert(
             "digest": digest,
             "densify": densify or None,
             "keep_quantized": keep_quantized or None,
+            "vocab_size": vocab_size,
+            "quantize": quantize.lower() if quantize else None,
         }
         conv.check_options(converter, options)
         if "progress" in converter.options:

@@ -97,6 +97,15 @@ def findings_table(report: FileReport) -> Any:
     return table
 
 
+def suppressed_line(report: FileReport) -> Any:
+    """ "N further findings follow from this" under a root cause (a truncated file)."""
+    from rich.text import Text
+
+    n = report.suppressed
+    verb = "follows" if n == 1 else "follow"
+    return Text(f"{n} further finding{'s' * (n != 1)} {verb} from this", style="dim")
+
+
 def render_description(report: FileReport, doc: dict[str, Any] | None) -> None:
     from rich.text import Text
 
@@ -112,7 +121,8 @@ def render_description(report: FileReport, doc: dict[str, Any] | None) -> None:
         if scalars:
             con.print(_kv_table("", scalars))
         for key, value in doc.items():
-            if isinstance(value, dict) and isinstance(value.get("items"), list):
+            items = value.get("items") if isinstance(value, dict) else None
+            if isinstance(items, list) and all(isinstance(i, dict) for i in items):
                 # A sample: {"count", "shown", "items"} (inspect --full shows every item).
                 count, items = value.get("count"), value["items"]
                 title = key if count == len(items) else f"{key} (first {len(items)} of {count:,})"
@@ -123,9 +133,12 @@ def render_description(report: FileReport, doc: dict[str, Any] | None) -> None:
             elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
                 if key == "fields":
                     continue  # the byte map is for --json readers and docs
-                con.print(_list_table(key, value))
+                rows = [_quoted_text(r) for r in value] if key == "id_text" else value
+                con.print(_list_table(key, rows))
     if report.findings:
         con.print(findings_table(report))
+        if report.suppressed:
+            con.print(suppressed_line(report))
     else:
         con.print(Text("no findings in the structural checks", style="green"))
     if report.skipped:
@@ -136,6 +149,18 @@ def render_description(report: FileReport, doc: dict[str, Any] | None) -> None:
             )
         )
     con.print()
+
+
+def _quoted_text(row: dict[str, Any]) -> dict[str, Any]:
+    """A token's text in quotes with escapes, so leading spaces and controls can be seen; ids
+    without thousands separators (as in `ids`)."""
+    import json
+
+    row = {**row, "id": str(row["id"])}
+    text = row.get("text")
+    if text is not None and row.get("kind") != "byte":
+        row["text"] = json.dumps(text, ensure_ascii=False)
+    return row
 
 
 def render_verify(reports: list[FileReport], strict: bool) -> None:
@@ -158,8 +183,116 @@ def render_verify(reports: list[FileReport], strict: bool) -> None:
         con.print(line)
         if report.findings:
             con.print(findings_table(report))
+            if report.suppressed:
+                con.print(suppressed_line(report))
     if len(reports) > 1:
         bad = sum(1 for r in reports if not r.ok(strict))
         con.print(
             Text(f"{len(reports)} files: {len(reports) - bad} ok, {bad} failed", style="bold")
         )
+
+
+def _num(value: Any) -> Any:
+    from rich.text import Text
+
+    if value is None:
+        return Text("-", style="dim")
+    if isinstance(value, float):
+        return Text(f"{value:.6g}")
+    return _text(value)
+
+
+def _tensor_stats_table(rows: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="stats", title_justify="left")
+    for col in ("tensor", "dtype", "shape", "count", "min", "max", "mean", "std", "zeros"):
+        table.add_column(col, justify="left" if col in ("tensor", "dtype", "shape") else "right")
+    table.add_column("NaN", justify="right")
+    table.add_column("Inf", justify="right")
+    for row in rows:
+        st = row["stats"]
+        head = (_text(row["name"]), _text(row["dtype"]), _text("x".join(map(str, row["shape"]))))
+        if "not_computed" in st:
+            table.add_row(*head, Text(safe(st["not_computed"]), style="dim"), *([""] * 7))
+            continue
+        flagged = [Text(f"{st[k]:,}", style="bold red" if st[k] else "dim") for k in ("nan", "inf")]
+        table.add_row(
+            *head,
+            *(_num(st[k]) for k in ("count", "min", "max", "mean", "std", "zeros")),
+            *flagged,
+        )
+    return table
+
+
+def _histogram_table(bins: list[dict[str, int]], what: str) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"document lengths ({what} bins, tokens)", title_justify="left")
+    table.add_column("length", justify="right")
+    table.add_column("documents", justify="right")
+    table.add_column("", min_width=10)
+    most = max((b["documents"] for b in bins), default=0) or 1
+    for b in bins:
+        span = str(b["from"]) if b["from"] == b["to"] else f"{b['from']:,}-{b['to']:,}"
+        bar = "█" * round(30 * b["documents"] / most) if b["documents"] else ""
+        table.add_row(span, f"{b['documents']:,}", Text(bar, style="cyan"))
+    return table
+
+
+def _top_ids_table(rows: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="most frequent ids", title_justify="left")
+    table.add_column("id", justify="right")
+    table.add_column("count", justify="right")
+    table.add_column("share", justify="right")
+    with_text = any("text" in r for r in rows)
+    if with_text:
+        table.add_column("text")
+        table.add_column("role")
+    for r in rows:
+        cells = [Text(str(r["id"])), Text(f"{r['count']:,}"), Text(f"{100 * r['share']:.2f}%")]
+        if with_text:
+            text = r.get("text")
+            # Quoted and escaped: a space, a newline or an escape sequence stays visible.
+            cells.append(Text("-", style="dim") if text is None else Text(f"'{safe(text)}'"))
+            cells.append(_text(r.get("role")))
+        table.add_row(*cells)
+    return table
+
+
+def render_stats(
+    report: FileReport, numbers: dict[str, Any] | None, why: str | None = None
+) -> None:
+    """The numbers of `inspect --stats`, after the description; `why` says why there are none."""
+    from rich.text import Text
+
+    con = console()
+    if numbers is None:
+        if why is None:
+            why = "the structural checks failed" if not report.ok() else "none for this format"
+        con.print(Text(f"stats: {why}", style="dim"))
+        con.print()
+        return
+    if "tensors" in numbers:
+        con.print(_tensor_stats_table(numbers["tensors"]))
+        con.print(Text("min, max, mean, std over the finite values; std with ddof=0", style="dim"))
+        con.print()
+        return
+    summary = {
+        k: v
+        for k, v in numbers.items()
+        if not isinstance(v, list | dict) and k not in ("length_bins", "padding_share")
+    }
+    if "padding_share" in numbers:
+        summary["padding share"] = f"{100 * numbers['padding_share']:.2f}%"
+    con.print(_kv_table("stats", summary))
+    if numbers.get("length_histogram"):
+        con.print(_histogram_table(numbers["length_histogram"], numbers["length_bins"]))
+    if numbers.get("top_ids"):
+        con.print(_top_ids_table(numbers["top_ids"]))
+    con.print()

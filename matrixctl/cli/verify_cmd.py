@@ -27,7 +27,8 @@ def verify(
     With --quiet only files with findings are reported, so a clean run prints nothing.
     Exit code 0 when every file is valid, 1 when a file was read but is invalid, 2 when a path
     cannot be read. `--json` prints {"schema_version", "ok", "strict", "files": [{"path",
-    "format", "ok", "findings", "checks", "skipped"}]}.
+    "format", "ok", "findings", "checks", "skipped", "suppressed"}]}; "suppressed" counts the
+    findings that only follow from a truncated file's root cause.
     """
     from matrixctl.validate.engine import examine
 

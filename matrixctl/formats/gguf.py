@@ -488,7 +488,7 @@ def _truncated(what: str, offset: int, need: int, left: int, field_name: str) ->
     return FormatError(
         GGUF_TRUNCATED,
         f"{what} needs {need:,} bytes at offset {offset:,}, but the file has only {max(left, 0):,} "
-        "left",
+        f"left (file is {offset + max(left, 0):,} bytes, expected at least {offset + need:,})",
         offset=offset,
         field=field_name,
     )
@@ -546,7 +546,7 @@ class _Reader:
             raise FormatError(
                 GGUF_TRUNCATED,
                 f"{what} declares {n:,} bytes at offset {self.pos:,}, past the end of the "
-                f"{self.size:,}-byte file",
+                f"{self.size:,}-byte file (expected at least {self.pos + n:,})",
                 offset=at,
                 field=field_name,
             )
@@ -613,7 +613,8 @@ def _array(r: _Reader, fld: str, problems: list[Problem], depth: int) -> GgufArr
         raise FormatError(
             GGUF_TRUNCATED,
             f"an array of {count:,} {TYPE_NAMES[item_type]} needs {count * size:,} bytes at "
-            f"offset {r.pos:,}, past the end of the {r.size:,}-byte file",
+            f"offset {r.pos:,}, past the end of the {r.size:,}-byte file (expected at least "
+            f"{r.pos + count * size:,})",
             offset=count_at,
             field=fld,
         )
@@ -636,7 +637,7 @@ def _walk_strings(buf: Any, pos: int, count: int, end: int, fld: str) -> tuple[a
             raise FormatError(
                 GGUF_TRUNCATED,
                 f"item {i} declares {n:,} bytes at offset {pos:,}, past the end of the "
-                f"{end:,}-byte file",
+                f"{end:,}-byte file (expected at least {pos + n:,})",
                 offset=pos - 8,
                 field=f"{fld}[{i}]",
             )

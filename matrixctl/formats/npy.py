@@ -325,10 +325,63 @@ def sniff_npz(head: bytes, size: int) -> bool:
     return b"/" not in name
 
 
+NPZ_TRUNCATED = codes.define(
+    "NPZ_TRUNCATED",
+    "The .npz ends inside a member or before the ZIP central directory (a cut file).",
+    group=G,
+)
+
+
+def _zip_cut(buf: Any, size: int) -> tuple[int, str] | None:
+    """Where a ZIP that has lost its end record was cut: walk the local member headers from the
+    start (sizes from the header or its ZIP64 extra) and return (bytes needed, what) for the
+    first member or directory that runs past the end; None when the start is not members."""
+    pos = 0
+    while pos + 4 <= size and bytes(buf[pos : pos + 4]) == b"PK\x03\x04":
+        if pos + 30 > size:
+            return pos + 30, f"the header of the member at {pos:,} is cut"
+        flags, csize, nlen, xlen = struct.unpack_from("<2xH10xI4xHH", buf, pos + 4)
+        if flags & 0x08:
+            return None  # sizes follow the data: the walk cannot skip it
+        name_end = pos + 30 + nlen
+        if name_end + xlen > size:
+            return name_end + xlen, f"the header of the member at {pos:,} is cut"
+        name = bytes(buf[pos + 30 : name_end]).decode("utf-8", "replace")
+        x = name_end
+        while csize == 0xFFFFFFFF and x + 4 <= name_end + xlen:
+            tag, n = struct.unpack_from("<HH", buf, x)
+            if tag == 1 and n >= 16:
+                csize = struct.unpack_from("<Q", buf, x + 12)[0]
+            x += 4 + n
+        end = name_end + xlen + csize
+        if end > size:
+            return end, f"member {name!r:.60} is cut"
+        pos = end
+    if pos == 0:
+        return None
+    while pos + 4 <= size and bytes(buf[pos : pos + 4]) == b"PK\x01\x02":
+        if pos + 46 > size:
+            return pos + 46 + 22, "the ZIP central directory is cut"
+        nlen, xlen, clen = struct.unpack_from("<HHH", buf, pos + 28)
+        pos += 46 + nlen + xlen + clen
+    if pos + 22 <= size:
+        return None  # room for the end record: damaged, not cut
+    return pos + 22, "the ZIP central directory's end record is cut"
+
+
 def open_zip(src: Source) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(_MapFile(src.buf, src.size))
     except (zipfile.BadZipFile, ValueError, OSError, struct.error, NotImplementedError) as exc:
+        cut = _zip_cut(src.buf, src.size)
+        if cut is not None:
+            need, what = cut
+            raise FormatError(
+                NPZ_TRUNCATED,
+                f"file is {src.size:,} bytes, expected at least {need:,}: {what}",
+                offset=src.size,
+                field="zip",
+            ) from None
         raise FormatError(
             NPZ_ZIP, f"not a readable ZIP archive ({exc})", offset=0, field="zip"
         ) from None

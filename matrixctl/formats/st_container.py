@@ -199,7 +199,8 @@ def parse(buf: Any, size: int) -> StFile:
     if n > size - PREFIX:
         raise FormatError(
             ST_HEADER_SIZE,
-            f"header size {n:,} is larger than the {size - PREFIX:,} bytes after it",
+            f"header size {n:,} is larger than the {size - PREFIX:,} bytes after it (file is "
+            f"{size:,} bytes, the header alone needs {PREFIX + n:,})",
             offset=0,
             field="header_size",
         )

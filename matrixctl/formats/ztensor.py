@@ -313,8 +313,9 @@ def read_footer(buf: Any, size: int) -> tuple[int, int]:
     if tail[8:] != MAGIC:
         raise FormatError(
             ZT_FOOTER_MAGIC,
-            f"the footer magic is {tail[8:]!r}, expected b'ZTEN1000': the file is truncated "
-            "or its writer did not finish",
+            f"the file ({size:,} bytes) ends with {tail[8:]!r}, not the footer magic "
+            "b'ZTEN1000': it is cut short (its size is recorded only in the missing footer) or "
+            "its writer did not finish",
             offset=size - 8,
             field="footer_magic",
         )

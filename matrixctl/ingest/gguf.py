@@ -79,6 +79,8 @@ class VocabPlan:
     special_ids: dict[str, int]  # GGUF's own (bos, eos, unk, pad, sep, cls, mask, ...)
     not_utf8: dict[int, bytes] = field(default_factory=dict)
     reasons: dict[str, int] = field(default_factory=dict)  # why tokens are special: counts
+    texts: list[str] = field(default_factory=list)  # every token's text, in GGUF order
+    keys: list[bytes] = field(default_factory=list)  # the bytes each token matches
 
 
 # The symbol map ------------------------------------------------------------------------------
@@ -202,7 +204,7 @@ def build_vocab(gf: gg.GgufFile, buf: Any) -> VocabPlan:
     pre = gf.text("tokenizer.ggml.pre")
     marking = detect_marking(gf, model, texts, types.tolist())
     base = _byte_run(texts)
-    keys = _keys(texts, marking)
+    keys = keys_of(texts, marking)
     lens = np.fromiter(map(len, keys), dtype=np.int64, count=n)
     matched = ((types == NORMAL) | (types == USER_DEFINED)) & (lens > 0) & (lens <= MAX_SYMBOL_KEY)
     if not_utf8:
@@ -268,7 +270,7 @@ def build_vocab(gf: gg.GgufFile, buf: Any) -> VocabPlan:
         space_marking=marking,
         specials=frozenset(special_set),
     )
-    return VocabPlan(smap, model, pre, n, specials_gguf, not_utf8, reasons)
+    return VocabPlan(smap, model, pre, n, specials_gguf, not_utf8, reasons, texts, keys)
 
 
 def _decode_all(arr: gg.GgufArray, buf: Any) -> tuple[list[str], dict[int, bytes]]:
@@ -295,7 +297,7 @@ def _decode_all(arr: gg.GgufArray, buf: Any) -> tuple[list[str], dict[int, bytes
     return texts, not_utf8
 
 
-def _keys(texts: list[str], marking: pi.SpaceMarking | None) -> list[bytes]:
+def keys_of(texts: list[str], marking: pi.SpaceMarking | None) -> list[bytes]:
     """The bytes each token matches under the marking (batch by batch over the joined text
     when the marking is a plain replacement and no token holds a NUL)."""
     key = marking.key if marking is not None else (lambda t: t.encode("utf-8"))
@@ -530,6 +532,8 @@ def _json_lines(doc: dict[str, Any], indent: str = "  ") -> str:
 def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
     """Write the folder; return the manifest."""
     from matrixctl.convert.tensors import convert_source
+    from matrixctl.ingest.gguf_tokenizer import measure as measure_tokenizer
+    from matrixctl.ingest.gguf_tokenizer import report_line
     from matrixctl.ingest.pack import created_stamp
 
     if opts.embeddings != "none" and opts.embeddings not in EMBEDDINGS:
@@ -583,6 +587,7 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
                 plan = build_vocab(gf, src.buf)
             except FormatError as err:
                 raise err.with_path(src.name) from None
+            measured = measure_tokenizer(gf, src.buf, plan)
             map_bytes = plan.smap.to_json_bytes()
             known[gi.SYMBOLS] = "sha256:" + hashlib.sha256(map_bytes).hexdigest()
             _write(os.path.join(tmp, gi.SYMBOLS), map_bytes)
@@ -627,6 +632,8 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
                     "eos_id": smap.eos_id,
                     "special_ids": plan.special_ids,
                     "special_symbols": len(smap.specials),
+                    "type": measured.type.name,
+                    "agreement": measured.manifest,
                 },
                 "embeddings": embeddings,
                 "files": files,
@@ -644,6 +651,7 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
         hasher.join()
         source.close()
     manifest["notes"] = notes
+    manifest["report"] = report_line(measured)  # (line, warning?): the tokenizer's type
     return manifest
 
 

@@ -932,6 +932,22 @@ class Tokenizer:
         data = self.prepare(text)
         return self.encode_normalized_bytes(self.prefix + data if data else data)
 
+    def spans(self, text: str) -> tuple[bytes, list[tuple[int, int, int]]]:
+        """The bytes `encode` matches (the document's prefix included) and each token of
+        `encode(text)` as (id, start, end) in them; an unk token spans its whole character."""
+        import numpy as np
+
+        data = self.prepare(text)
+        data = self.prefix + data if data else data
+        triples = np.frombuffer(self.trie.spans(data), dtype=np.int64).reshape(-1, 3).tolist()
+        out: list[tuple[int, int, int]] = []
+        for sid, pos, end in triples:
+            if sid >= 0:
+                out.append((sid, pos, end))
+            elif out and out[-1][2] == pos and data[pos] & 0xC0 == 0x80:
+                out[-1] = (out[-1][0], out[-1][1], end)  # a continuation byte of an unk
+        return data, out
+
     def stream(self) -> StreamEncoder:
         return StreamEncoder(self)
 

@@ -63,7 +63,7 @@ def _at(name: str) -> int:
     return di.FIELDS[name][0]
 
 
-@rule(FMT, "header fields")
+@rule(FMT, "header fields", header=True)
 def check_fields(s: IndexSubject) -> Iterator[Finding]:
     h = s.header
     if h.version != di.VERSION:
@@ -104,7 +104,7 @@ def check_fields(s: IndexSubject) -> Iterator[Finding]:
         )
 
 
-@rule(FMT, "file size")
+@rule(FMT, "file size", cause=True)
 def check_size(s: IndexSubject) -> Iterator[Finding]:
     h = s.header
     want = di.HEADER_SIZE + h.doc_count * di.RECORD_SIZE

@@ -98,6 +98,19 @@ def describe(s: EmbdSubject) -> dict[str, Any]:
 # Structural rules ---------------------------------------------------------------------------
 
 
+@rule(FMT, "file length against total_file_size", cause=True)
+def check_length(s: EmbdSubject) -> Iterator[Finding]:
+    """Root cause of a cut file (the header rule repeats EMBD_FILE_SIZE: not counted)."""
+    size, want = s.embd.size, s.embd.header.total_file_size
+    if size < want:
+        yield finding(
+            embd.EMBD_FILE_SIZE,
+            f"file is {size:,} bytes; total_file_size says {want:,} (cut at byte {size:,})",
+            offset=size,
+            field="total_file_size",
+        )
+
+
 @rule(FMT, embd.R_HEADER)
 def check_header(s: EmbdSubject) -> Iterator[Finding]:
     yield from s.problems(embd.R_HEADER)

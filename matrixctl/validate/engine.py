@@ -4,6 +4,12 @@ A rule is a function `subject -> Iterable[Finding]` registered for one format. R
 `scan=True` read the payload (CRCs, digests, id ranges) and run only under `verify`; the others
 check structure and run under `inspect` too. A rule that raises a `FormatError` becomes an error
 finding; the remaining rules still run, and they skip themselves when what they need is broken.
+
+One root cause, one finding: a rule registered with `cause=True` compares the file's length with
+what its header declares and runs before the others. When it reports an error (the file is cut
+short), every later finding only follows from the missing bytes: the other rules still run, but
+their findings are counted in `FileReport.suppressed` instead of listed, except those of rules
+registered with `header=True` (they read only the header, which the cut left whole).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from matrixctl import codes
+from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, InputError, MatrixError
 from matrixctl.io import Source
 from matrixctl.validate.findings import FileReport, Finding, finding, from_error
@@ -29,6 +36,8 @@ class Rule:
     name: str
     fn: RuleFn
     scan: bool
+    cause: bool = False
+    header: bool = False
 
 
 _RULES: dict[str, list[Rule]] = {}
@@ -47,14 +56,22 @@ def sample(items: list[Any], count: int) -> dict[str, Any]:
     return {"count": count, "shown": len(items), "items": items}
 
 
-def rule(fmt: str, name: str, *, scan: bool = False) -> Callable[[F], F]:
-    """Register `fn` as a rule of format `fmt`. `name` is what reports list as checked."""
+def rule(
+    fmt: str, name: str, *, scan: bool = False, cause: bool = False, header: bool = False
+) -> Callable[[F], F]:
+    """Register `fn` as a rule of format `fmt`. `name` is what reports list as checked.
+
+    `cause=True` marks the rule that finds a truncated file (fewer bytes than the header
+    declares): it runs first, and its error makes the findings of the other rules consequences.
+    `header=True` marks a rule that reads only the header's own bytes: a cut after the header
+    cannot cause its findings, so they are always listed.
+    """
 
     def register(fn: F) -> F:
         rules = _RULES.setdefault(fmt, [])
         if any(r.name == name for r in rules):
             raise RuntimeError(f"rule {fmt}/{name} registered twice")
-        rules.append(Rule(fmt, name, fn, scan))
+        rules.append(Rule(fmt, name, fn, scan, cause, header))
         return fn
 
     return register
@@ -65,15 +82,26 @@ def rules_for(fmt: str) -> list[Rule]:
 
 
 def run_rules(fmt: str, subject: Any, report: FileReport, *, scan: bool) -> None:
-    for r in rules_for(fmt):
+    """Run the rules of `fmt` on `subject` into `report`, root-cause rules first."""
+    ordered = sorted(rules_for(fmt), key=lambda r: not r.cause)  # stable: registration order
+    roots: set[str] = set()  # codes of root-cause errors
+    for r in ordered:
         if r.scan and not scan:
             report.skipped.append(r.name)
             continue
+        found: list[Finding] = []
         try:
-            report.findings.extend(r.fn(subject))
+            found.extend(r.fn(subject))
         except FormatError as err:
-            report.findings.append(from_error(err))
+            found.append(from_error(err))
         report.checks.append(r.name)
+        if roots and not (r.cause or r.header):
+            # Consequences of the root cause: counted, not listed (a repeat is not counted).
+            report.suppressed += sum(f.code not in roots for f in found)
+            continue
+        report.findings.extend(found)
+        if r.cause:
+            roots |= {f.code for f in found if f.severity is Severity.ERROR}
 
 
 def handler(fmt: str) -> Any:
@@ -93,23 +121,31 @@ def _load(load: Callable[[Any], Any], arg: Any, report: FileReport) -> Any:
 
 
 def examine(
-    path: str, *, scan: bool, describe: bool = False, fmt: str | None = None, full: bool = False
+    path: str,
+    *,
+    scan: bool,
+    describe: bool = False,
+    fmt: str | None = None,
+    full: bool = False,
+    ids: Any = None,
 ) -> tuple[FileReport, dict[str, Any] | None]:
     """Open, sniff and check one path; with `describe`, also return the format's description.
 
     `scan=True` runs every rule (verify); `scan=False` only the structural ones (inspect).
     `full=True` makes the description list every element of its long arrays (`shown`).
     Unreadable inputs give a report marked unreadable (exit code 2), never an exception.
+    `ids` (a `matrixctl.validate.ids.IdPreview`) adds an id preview to the description of a
+    format whose handler has `describe_ids` (token streams, MATRIX-ATOM).
     """
     token = _FULL.set(full)
     try:
-        return _examine(path, scan=scan, describe=describe, fmt=fmt)
+        return _examine(path, scan=scan, describe=describe, fmt=fmt, ids=ids)
     finally:
         _FULL.reset(token)
 
 
 def _examine(
-    path: str, *, scan: bool, describe: bool, fmt: str | None
+    path: str, *, scan: bool, describe: bool, fmt: str | None, ids: Any = None
 ) -> tuple[FileReport, dict[str, Any] | None]:
     from matrixctl.formats import registry
 
@@ -120,7 +156,7 @@ def _examine(
             report = FileReport(name, entry.name)
             mod = importlib.import_module(entry.handler)
             subject = _load(mod.load_dir, path, report)
-            return _finish(mod, entry.name, subject, report, scan=scan, describe=describe)
+            return _finish(mod, entry.name, subject, report, scan=scan, describe=describe, ids=ids)
         src = Source.open(path)
     except MatrixError as err:
         report = FileReport(name, None, unreadable=isinstance(err, InputError))
@@ -142,17 +178,29 @@ def _examine(
         report = FileReport(src.name, fmt)
         mod = handler(fmt)
         subject = _load(mod.load, src, report)
-        return _finish(mod, fmt, subject, report, scan=scan, describe=describe)
+        return _finish(mod, fmt, subject, report, scan=scan, describe=describe, ids=ids)
 
 
 def _finish(
-    mod: Any, fmt: str, subject: Any, report: FileReport, *, scan: bool, describe: bool
+    mod: Any,
+    fmt: str,
+    subject: Any,
+    report: FileReport,
+    *,
+    scan: bool,
+    describe: bool,
+    ids: Any = None,
 ) -> tuple[FileReport, dict[str, Any] | None]:
     if subject is None:
         return report, None
     try:
         run_rules(fmt, subject, report, scan=scan)
-        return report, (mod.describe(subject) if describe else None)
+        if not describe:
+            return report, None
+        desc = mod.describe(subject)
+        if ids is not None and hasattr(mod, "describe_ids"):
+            desc.update(mod.describe_ids(subject, ids))
+        return report, desc
     finally:
         close = getattr(subject, "close", None)
         if close is not None:

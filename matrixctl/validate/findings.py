@@ -53,6 +53,8 @@ class FileReport:
     checks: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     unreadable: bool = False
+    # Findings that only follow from a root cause (a truncated file): counted, not listed.
+    suppressed: int = 0
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity is severity)
@@ -75,4 +77,5 @@ class FileReport:
             "findings": [f.to_json() for f in self.findings],
             "checks": list(self.checks),
             "skipped": list(self.skipped),
+            "suppressed": self.suppressed,
         }

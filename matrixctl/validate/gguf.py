@@ -171,6 +171,31 @@ def check_table(s: GgufSubject) -> Iterator[Finding]:
         yield finding(p.code, p.message, offset=p.offset, field=p.field)
 
 
+@rule(FMT, "file size", cause=True)
+def check_size(s: GgufSubject) -> Iterator[Finding]:
+    """A cut file: the tensors lie back to back in table order (so their sizes can be trusted:
+    a single hostile offset is the data rule's GGUF_TENSOR_BOUNDS) and the file ends first."""
+    gf = s.gf
+    if not gf.alignment_ok or not gf.tensors:
+        return
+    pos = 0
+    for t in gf.tensors:
+        if t.nbytes is None or t.rel_offset != pos:
+            return
+        pos += -(-t.nbytes // gf.alignment) * gf.alignment
+    last = gf.tensors[-1]
+    assert last.nbytes is not None
+    expected = gf.data_offset + last.rel_offset + last.nbytes
+    if gf.size < expected:
+        yield finding(
+            gg.GGUF_TRUNCATED,
+            f"file is {gf.size:,} bytes; its {len(gf.tensors)} tensor(s) need {expected:,} "
+            f"(cut at byte {gf.size:,})",
+            offset=gf.size,
+            field="data",
+        )
+
+
 @rule(FMT, "tensor data: alignment, bounds, overlaps, layout")
 def check_data(s: GgufSubject) -> Iterator[Finding]:
     gf = s.gf

@@ -38,6 +38,13 @@ GGUF_MANIFEST = codes.define(
     "gguf_manifest.json is not a JSON object with the v1 fields, or names files it does not list.",
     group=FMT,
 )
+GGUF_AGREEMENT_SAMPLE = codes.define(
+    "GGUF_AGREEMENT_SAMPLE",
+    "tokenizer.agreement was measured on another sample than the one this matrixctl bundles, so "
+    "verify cannot measure it again (its form is still checked).",
+    group=FMT,
+    severity=codes.Severity.INFO,
+)
 FIELDS: dict[str, type | tuple[type, ...]] = {
     "version": int,
     "kind": str,
@@ -149,6 +156,12 @@ def describe(s: FolderSubject) -> dict[str, Any]:
             marking.get("scheme") if isinstance(marking, dict) else None
         )
         out["tokenizer"]["special_symbols"] = tok.get("special_symbols")
+        if "type" in tok:  # manifests before the tokenizer type have neither field
+            out["tokenizer"]["type"] = tok.get("type")
+            agree = tok.get("agreement")
+            out["tokenizer"]["agreement"] = (
+                agree.get("share") if isinstance(agree, dict) else "not measured"
+            )
     embd = m.get("embeddings")
     if isinstance(embd, dict):
         out["embeddings"] = {
@@ -174,6 +187,75 @@ def _regular(path: str | None) -> bool:
 @rule(FMT, "manifest fields, file names")
 def check_manifest(s: FolderSubject) -> Iterator[Finding]:
     yield from s.findings
+
+
+AGREEMENT_COUNTS = ("reference_tokens", "pi_tokens", "matched")
+
+
+@rule(FMT, "tokenizer type and agreement")
+def check_tokenizer_type(s: FolderSubject) -> Iterator[Finding]:
+    """The optional `tokenizer.type` and `tokenizer.agreement` (docs/formats/gguf.md): the type
+    follows from the manifest's model and pre; the agreement's share from its counts."""
+    from matrixctl.tokenizers import reference as ref
+
+    m = s.manifest
+    if m is None:
+        return
+    tok = m["tokenizer"]
+    if "type" in tok:
+        model, pre = tok.get("model"), tok.get("pre")
+        want = ref.tokenizer_type(
+            model if isinstance(model, str) else None, pre if isinstance(pre, str) else None
+        ).name
+        if tok["type"] != want:
+            yield finding(
+                PACK_MISMATCH,
+                f"tokenizer.type is {tok['type']!r:.80}, model {model!r:.40} and pre "
+                f"{pre!r:.40} give {want!r}",
+                field="tokenizer.type",
+            )
+    agree = tok.get("agreement")
+    if agree is None:
+        return
+    if not isinstance(agree, dict):
+        yield finding(
+            GGUF_MANIFEST,
+            "tokenizer.agreement is not an object or null",
+            field="tokenizer.agreement",
+        )
+        return
+    counts = [agree.get(k) for k in AGREEMENT_COUNTS]
+    for key, value in zip(AGREEMENT_COUNTS, counts, strict=True):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            yield finding(
+                GGUF_MANIFEST,
+                f"tokenizer.agreement.{key} is {value!r:.40}, not a count",
+                field=f"tokenizer.agreement.{key}",
+            )
+            return
+    for key in ("sample", "sample_sha256", "reference"):
+        if not isinstance(agree.get(key), str):
+            yield finding(
+                GGUF_MANIFEST,
+                f"tokenizer.agreement.{key} is missing or not a string",
+                field=f"tokenizer.agreement.{key}",
+            )
+    result = ref.Agreement(
+        **{k: int(c or 0) for k, c in zip(AGREEMENT_COUNTS, counts, strict=True)}
+    )
+    if result.matched > min(result.reference_tokens, result.pi_tokens):
+        yield finding(
+            PACK_MISMATCH,
+            f"tokenizer.agreement.matched {result.matched} exceeds a token count",
+            field="tokenizer.agreement.matched",
+        )
+    elif agree.get("share") != result.rounded():
+        yield finding(
+            PACK_MISMATCH,
+            f"tokenizer.agreement.share is {agree.get('share')!r:.40}, its counts give "
+            f"{result.rounded()}",
+            field="tokenizer.agreement.share",
+        )
 
 
 @rule(FMT, "files present with recorded sizes")
@@ -281,6 +363,7 @@ def check_consistency(s: FolderSubject) -> Iterator[Finding]:
                 field=f"tokenizer.{key}",
             )
     yield from _sidecar(s, tok, smap.vocab_size)
+    yield from _agreement(s, tok, smap)
     embd = m.get("embeddings")
     if isinstance(embd, dict):
         yield from _embeddings(s, embd, smap.vocab_size)
@@ -317,6 +400,80 @@ def _sidecar(s: FolderSubject, tok: dict[str, Any], vocab: int) -> Iterator[Find
                 PACK_MISMATCH,
                 f"{tok.get('sidecar')}: {key} has {got} items for {vocab:,} tokens",
                 field=f"sidecar.{key}",
+            )
+
+
+def _agreement(s: FolderSubject, tok: dict[str, Any], smap: Any) -> Iterator[Finding]:
+    """Measure the agreement again, from the map and the sidecar's merges or scores, and
+    compare it with tokenizer.agreement (when the manifest has one, on the bundled sample)."""
+    from matrixctl.ingest import gguf as ig
+    from matrixctl.ingest import gguf_tokenizer as gt
+    from matrixctl.tokenizers import reference as ref
+
+    recorded = tok.get("agreement")
+    if not isinstance(recorded, dict) or not isinstance(tok.get("type"), str):
+        return
+    if recorded.get("sample_sha256") != gt.sample_sha256():
+        yield finding(
+            GGUF_AGREEMENT_SAMPLE,
+            f"tokenizer.agreement was measured on a sample with "
+            f"{str(recorded.get('sample_sha256'))[:23]:.23}..., not the bundled one: not "
+            "measured again",
+            field="tokenizer.agreement.sample_sha256",
+        )
+        return
+    path = s.file(tok.get("sidecar"))
+    if not _regular(path) or path is None or os.path.getsize(path) > MAX_SIDECAR:
+        return
+    try:
+        with open(path, "rb") as fp:
+            doc = json.loads(fp.read().decode("utf-8"))
+        meta = doc["metadata"]
+        special_ids = doc.get("special_ids") or {}
+    except (OSError, ValueError, RecursionError, KeyError, TypeError):
+        return  # the sidecar's own check reports it
+    model, pre = tok.get("model"), tok.get("pre")
+    kind = ref.tokenizer_type(
+        model if isinstance(model, str) else None, pre if isinstance(pre, str) else None
+    )
+    if not kind.measurable or not isinstance(meta, dict) or not isinstance(special_ids, dict):
+        return
+    merges = meta.get("tokenizer.ggml.merges")
+    scores = meta.get("tokenizer.ggml.scores")
+    if not (isinstance(merges, list) and all(isinstance(m, str) for m in merges)):
+        merges = None
+    if not (isinstance(scores, list) and all(isinstance(v, (int, float)) for v in scores)):
+        scores = None
+    texts = [""] * smap.vocab_size
+    for sid, text in smap.symbols:
+        texts[sid] = text
+    if smap.byte_fallback and smap.byte_base_id is not None:
+        for b in range(256):
+            texts[smap.byte_base_id + b] = f"<0x{b:02X}>"
+    plan = ig.VocabPlan(
+        smap,
+        model if isinstance(model, str) else None,
+        pre if isinstance(pre, str) else None,
+        smap.vocab_size,
+        {k: v for k, v in special_ids.items() if isinstance(v, int)},
+        texts=texts,
+        keys=ig.keys_of(texts, smap.space_marking),
+    )
+    again = gt.measure_with(
+        plan,
+        kind,
+        [m.encode("utf-8") for m in merges] if merges is not None else None,
+        [float(v) for v in scores] if scores is not None else None,
+    ).manifest
+    if again is None:
+        return
+    for key, value in again.items():
+        if recorded.get(key) != value:
+            yield finding(
+                PACK_MISMATCH,
+                f"tokenizer.agreement.{key} is {recorded.get(key)!r:.60}, measured again on "
+                f"the bundled sample: {value!r:.60}",
+                field=f"tokenizer.agreement.{key}",
             )
 
 

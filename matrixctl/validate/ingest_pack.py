@@ -203,13 +203,14 @@ def describe(s: PackSubject) -> dict[str, Any]:
     return out
 
 
-@rule(FMT, "manifest fields, artifact names")
+@rule(FMT, "manifest fields, artifact names", header=True)
 def check_manifest(s: PackSubject) -> Iterator[Finding]:
     yield from s.findings
 
 
-@rule(FMT, "artifacts present with recorded sizes")
-def check_present(s: PackSubject) -> Iterator[Finding]:
+def _present(s: PackSubject) -> Iterator[tuple[Finding, bool]]:
+    """Each artifact's presence and size problem, and whether it is a root cause (missing, or
+    shorter than recorded: cut) rather than a different size (longer, or an edited file)."""
     m = s.manifest
     if m is None:
         return
@@ -220,17 +221,40 @@ def check_present(s: PackSubject) -> Iterator[Finding]:
         try:
             st = os.lstat(path)
         except OSError:
-            yield finding(PACK_MISSING, f"{name} is missing", field=f"files.{name}")
+            yield finding(PACK_MISSING, f"{name} is missing", field=f"files.{name}"), True
             continue
         if not stat.S_ISREG(st.st_mode):
-            yield finding(PACK_MISSING, f"{name} is not a regular file", field=f"files.{name}")
-            continue
-        if isinstance(rec, dict) and rec.get("bytes") != st.st_size:
-            yield finding(
-                PACK_SIZE,
-                f"{name} is {st.st_size} bytes, the manifest says {rec.get('bytes')}",
-                field=f"files.{name}.bytes",
+            yield (
+                finding(PACK_MISSING, f"{name} is not a regular file", field=f"files.{name}"),
+                True,
             )
+            continue
+        want = rec.get("bytes") if isinstance(rec, dict) else None
+        if isinstance(rec, dict) and want != st.st_size:
+            cut = isinstance(want, int) and st.st_size < want
+            yield (
+                finding(
+                    PACK_SIZE,
+                    f"{name} is {st.st_size} bytes, the manifest says {want}"
+                    + (f" (cut at byte {st.st_size})" if cut else ""),
+                    field=f"files.{name}.bytes",
+                ),
+                cut,
+            )
+
+
+@rule(FMT, "artifacts present and whole", cause=True)
+def check_present(s: PackSubject) -> Iterator[Finding]:
+    """Root causes: a missing or cut artifact (what follows from it is counted, not listed)."""
+    yield from (f for f, root in _present(s) if root)
+
+
+@rule(FMT, "artifacts have their recorded sizes")
+def check_sizes(s: PackSubject) -> Iterator[Finding]:
+    yield from (f for f, root in _present(s) if not root)
+    m = s.manifest
+    if m is None:
+        return
     for key in ("atom_file", "tokenizer"):
         if m[key] not in m["files"]:
             yield finding(PACK_MANIFEST, f"{key} {m[key]!r} has no entry in files", field=key)

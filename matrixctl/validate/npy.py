@@ -43,7 +43,7 @@ def describe(s: NpySubject) -> dict[str, Any]:
     }
 
 
-@rule(FMT, "data size")
+@rule(FMT, "data size", cause=True)
 def check_size(s: NpySubject) -> Iterator[Finding]:
     h = s.header
     end = h.data_offset + h.nbytes

@@ -49,13 +49,13 @@ def describe(s: ShardSubject) -> dict[str, Any]:
     }
 
 
-@rule(FMT, "header fields and header_hash")
+@rule(FMT, "header fields and header_hash", header=True)
 def check_header(s: ShardSubject) -> Iterator[Finding]:
     for err in sh.header_problems(s.header, s.raw):
         yield from_error(err)
 
 
-@rule(FMT, "file size")
+@rule(FMT, "file size", cause=True)
 def check_size(s: ShardSubject) -> Iterator[Finding]:
     h = s.header
     if h.bundle_bytes == 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from matrixctl import codes
 from matrixctl.formats import st_container as st
 from matrixctl.io import Source
 from matrixctl.tensors import human_bytes, tensor_row
@@ -18,6 +19,12 @@ from matrixctl.validate.findings import Finding, finding
 
 FMT = st.FORMAT
 SCAN_CHUNK = 8 << 20
+
+ST_TRUNCATED = codes.define(
+    "ST_TRUNCATED",
+    "The file ends before the byte buffer its header's data_offsets describe.",
+    group=FMT,
+)
 
 
 class StSubject:
@@ -52,6 +59,27 @@ def describe(s: StSubject) -> dict[str, Any]:
 def check_schema(s: StSubject) -> Iterator[Finding]:
     for code, message, where in s.st.problems:
         yield finding(code, message, offset=st.PREFIX, field=where)
+
+
+@rule(FMT, "file size", cause=True)
+def check_size(s: StSubject) -> Iterator[Finding]:
+    """A cut file: the tensors tile the buffer from 0 (so their ends can be trusted: a single
+    hostile offset is the range rule's ST_OFFSETS) and the file ends before the last one."""
+    f = s.st
+    pos = 0
+    for t in f.tensors:  # sorted by begin
+        if t.begin != pos or t.end < t.begin:
+            return
+        pos = t.end
+    expected = f.data_start + pos
+    if f.size < expected:
+        yield finding(
+            ST_TRUNCATED,
+            f"file is {f.size:,} bytes; the header's data_offsets need {expected:,} (cut at "
+            f"byte {f.size:,})",
+            offset=f.size,
+            field="data_offsets",
+        )
 
 
 @rule(FMT, "tensor ranges: lengths and tiling")

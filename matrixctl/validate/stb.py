@@ -103,6 +103,19 @@ def describe(s: StbSubject) -> dict[str, Any]:
     return out
 
 
+@rule(FMT, "file length against file_size", cause=True)
+def check_length(s: StbSubject) -> Iterator[Finding]:
+    """Root cause of a cut file (the header rule repeats STB_FILE_SIZE: not counted)."""
+    size, want = s.stb.size, s.stb.header.file_size
+    if size < want:
+        yield finding(
+            stb.STB_FILE_SIZE,
+            f"file is {size:,} bytes; file_size says {want:,} (cut at byte {size:,})",
+            offset=size,
+            field="file_size",
+        )
+
+
 @rule(FMT, stb.R_HEADER)
 def check_header(s: StbSubject) -> Iterator[Finding]:
     yield from s.problems(stb.R_HEADER)

@@ -63,7 +63,7 @@ def _at(name: str) -> int:
     return svgt.FIELDS[name][0]
 
 
-@rule(FMT, "header fields")
+@rule(FMT, "header fields", header=True)
 def check_fields(s: SvgtSubject) -> Iterator[Finding]:
     h = s.header
     if h.version != svgt.VERSION:
@@ -92,7 +92,7 @@ def check_fields(s: SvgtSubject) -> Iterator[Finding]:
         )
 
 
-@rule(FMT, "file size")
+@rule(FMT, "file size", cause=True)
 def check_size(s: SvgtSubject) -> Iterator[Finding]:
     h = s.header
     if h.data_offset < svgt.HEADER_SIZE:
