@@ -5,8 +5,37 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperOption
 
 from matrixctl.cli.common import JsonOption, QuietOption, emit_json, note, progress, warn
+
+TO_HELP = "Output format, when the output name does not tell it: "
+
+
+class _ToOption(TyperOption):
+    """`--to`, whose help lists the formats convert can write. The list comes from the
+    converter registry (`matrixctl.convert.describe_writable`), which imports every codec, so
+    it is computed only when the help is shown (--help, docs), never when a command runs."""
+
+    @property
+    def help(self) -> str:
+        from matrixctl.convert import describe_writable
+
+        return TO_HELP + describe_writable() + "."
+
+    @help.setter
+    def help(self, value: str | None) -> None:
+        pass
+
+
+class ConvertCommand(TyperCommand):
+    """The `convert` command: its `--to` option is a `_ToOption`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.name == "to":
+                param.__class__ = _ToOption
 
 
 def convert(
@@ -24,7 +53,7 @@ def convert(
     ],
     to: Annotated[
         str | None,
-        typer.Option("--to", help="Output format, when the output name does not tell it."),
+        typer.Option("--to", metavar="FORMAT", help=TO_HELP + "see --help."),
     ] = None,
     atoms: Annotated[
         str | None,
@@ -121,7 +150,8 @@ def convert(
             metavar="N",
             help="STB output: at most N tensors per .stb file (1-256, default 256); more "
             "tensors go to further files NAME.1.stb, NAME.2.stb, ... listed in the sidecar. "
-            "16 keeps every tensor addressable by KHΛNARY's G_LOAD_BIN_TENSOR.",
+            "16 suits runtimes whose loader addresses at most 16 files of 16 tensors (the STB "
+            "spec's KHΛNARY runtime and its G_LOAD_BIN_TENSOR instruction).",
         ),
     ] = None,
     densify: Annotated[

@@ -121,19 +121,54 @@ TENSOR_CONTAINERS: list[Container] = [
 # Destination format by output extension (outputs only: inputs are always sniffed).
 OUTPUT_EXTENSIONS: dict[str, str] = {".svg": "svg", ".mxt": "token-stream", ".bin": "matrix-atom"}
 
+# Short names `--to` takes besides a format's name and its output extensions (zt, weights, ...).
+TO_ALIASES: dict[str, str] = {"st": "safetensors"}
+
 
 def _writable() -> dict[str, Container]:
-    return {c.format: c for c in TENSOR_CONTAINERS}
+    """The containers convert can write: those whose codec has a sink (imports each codec, so
+    only on the way to a conversion or an error, never at start-up)."""
+    return {c.format: c for c in TENSOR_CONTAINERS if c.io()[1] is not None}
+
+
+def writable_formats() -> dict[str, list[str]]:
+    """Every format convert can write, with the other names `--to` accepts for it (its output
+    extensions without the dot, and TO_ALIASES): derived from the registries, so a container
+    that gains a sink is offered everywhere by itself."""
+    names: dict[str, list[str]] = {c.dst: [] for c in CONVERTERS}
+    for ext, fmt in OUTPUT_EXTENSIONS.items():
+        names.setdefault(fmt, []).append(ext[1:])
+    for c in _writable().values():
+        names.setdefault(c.format, []).extend(e[1:] for e in c.extensions)
+    for alias, fmt in TO_ALIASES.items():
+        if fmt in names:
+            names[fmt].append(alias)
+    return {fmt: sorted(set(alt) - {fmt}) for fmt, alt in sorted(names.items())}
+
+
+def describe_writable() -> str:
+    """`embd (or weights), ..., ztensor (or zt)`: what convert writes, for help and errors."""
+    return ", ".join(
+        f"{fmt} (or {', '.join(alt)})" if alt else fmt for fmt, alt in writable_formats().items()
+    )
 
 
 def destination_format(dst: str, to: str | None) -> str:
     if to:
-        known = {c.dst for c in CONVERTERS} | set(_writable())
-        if to not in known:
+        for name, alt in writable_formats().items():
+            if to.lower() == name or to.lower() in alt:
+                return name
+        readable = {c.format for c in TENSOR_CONTAINERS} | {c.src for c in CONVERTERS}
+        if to in readable:
             raise UsageError(
-                f"--to {to!r} is not a format convert can write ({', '.join(sorted(known))})"
+                f"convert reads {to} but cannot write it",
+                code=CONVERT_UNSUPPORTED,
+                hint=f"--to takes one of: {describe_writable()}",
             )
-        return to
+        raise UsageError(
+            f"--to {to!r} is not a format convert can write",
+            hint=f"--to takes one of: {describe_writable()}",
+        )
     ext = os.path.splitext(dst)[1].lower()
     fmt = OUTPUT_EXTENSIONS.get(ext)
     for c in _writable().values():

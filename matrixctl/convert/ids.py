@@ -190,7 +190,7 @@ class _NpyIds:
                 f"the array's shape is {list(self.h.shape)}; {what} needs a {ndim}-D array",
                 path=src.name,
                 field="shape",
-                hint=f"a {len(self.h.shape)}-D array cannot be written as {what}"
+                hint=f"an array of {len(self.h.shape)} dimensions cannot be written as {what}"
                 + ("" if len(self.h.shape) not in (1, 2) else f"; use {other}"),
             )
         self.storage = DTYPES[self.h.dtype].storage
