@@ -126,9 +126,12 @@ def mb(n: float) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--limit-mb", type=int, default=0, help="cap the text (0 = all)")
+    ap.add_argument("--text-only", action="store_true", help="build bench/out/corpus.txt, stop")
     args = ap.parse_args()
     subprocess.run([sys.executable, str(HERE / "corpus.py")], check=True)
     size = build_text(args.limit_mb << 20 if args.limit_mb else None)
+    if args.text_only:
+        return 0
     env = dict(
         os.environ,
         RAYON_NUM_THREADS="1",

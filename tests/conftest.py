@@ -6,6 +6,7 @@ import io
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Everything the tests read is in the repository (fixtures/README.md says where it came from).
 FIXTURES = ROOT / "fixtures"
 GOLDEN = Path(__file__).resolve().parent / "golden"
+# The π map cache (matrixctl/tokenizers/pi_cache.py) of the test run: never the user's own.
+os.environ.setdefault("MATRIXCTL_CACHE_DIR", tempfile.mkdtemp(prefix="matrixctl-test-cache-"))
 
 
 @dataclass

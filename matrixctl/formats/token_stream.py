@@ -207,6 +207,19 @@ class TokenStreamWriter:
             self._emit(bytes(_pad(len(data))))
         self.tokens += out.size
 
+    def write_bytes(self, data: bytes) -> None:
+        """Ids already in the stream's dtype, as bytes, each known to be below vocab_size (a
+        tokenizer's own output): written as `write` would, without numpy."""
+        size = self.header.itemsize
+        view = memoryview(data)
+        step = MAX_FRAME_TOKENS * size
+        for start in range(0, len(view), step):
+            part = view[start : start + step]
+            self._emit(FRAME.pack(KIND_TOKENS, b"\0\0\0", len(part) // size))
+            self._emit(part)
+            self._emit(bytes(_pad(len(part))))
+        self.tokens += len(view) // size
+
     def end_document(self, label: str = "") -> None:
         raw = label.encode("utf-8")
         if len(raw) > MAX_LABEL_BYTES:

@@ -18,9 +18,11 @@ READ_CHUNK = 1 << 20
 
 
 def load_tokenizer(symbols: str | None) -> tuple[pi.SymbolMap, bytes, pi.Tokenizer]:
-    path = symbols or pi.default_map_path()
-    smap, raw = pi.load_symbol_map(path)
-    return smap, raw, pi.Tokenizer(smap)
+    """The map (default: the bundled one), its bytes and its tokenizer, through the per-user
+    cache (matrixctl/tokenizers/pi_cache.py)."""
+    from matrixctl.tokenizers import pi_cache
+
+    return pi_cache.load_tokenizer(symbols or pi.default_map_path())
 
 
 def encode_file(
@@ -65,8 +67,8 @@ def encode_file(
             sink = _TextSink(out, " ")
         enc = tok.stream()
         for text in pi.iter_text(Counting(), name, READ_CHUNK):
-            sink.write(enc.feed(text))
-        sink.write(enc.finish())
+            sink.write_bytes(enc.feed_bytes(text), tok.dtype)
+        sink.write_bytes(enc.finish_bytes(), tok.dtype)
         sink.end_document(name if label is None else label)
         crc = sink.close()
     summary: dict[str, Any] = {
@@ -91,6 +93,12 @@ class _IdSink:
     def write(self, ids: Any) -> None:
         raise NotImplementedError
 
+    def write_bytes(self, data: bytes, dtype: str) -> None:
+        """Ids as the bytes of `dtype` (the tokenizer's own output, every id < vocab_size)."""
+        import numpy as np
+
+        self.write(np.frombuffer(data, dtype=dtype))
+
     def end_document(self, label: str) -> None:
         raise NotImplementedError
 
@@ -106,6 +114,10 @@ class _StreamSink(_IdSink):
 
     def write(self, ids: Any) -> None:
         self.writer.write(ids)
+        self.tokens = self.writer.tokens
+
+    def write_bytes(self, data: bytes, dtype: str) -> None:
+        self.writer.write_bytes(data)  # no numpy: a one-line input starts fast
         self.tokens = self.writer.tokens
 
     def end_document(self, label: str) -> None:

@@ -7,12 +7,13 @@ A symbol map (`pi_symbol_map.json`) lists `{"id", "text"}` symbols. Encoding is:
    there; where no symbol starts, the character's UTF-8 bytes become `byte_base_id + b`
    (with `byte_fallback`) or the character becomes one `unk_id` (without).
 
-The matcher is a compiled Aho-Corasick automaton (`ahocorasick_rs`, Rust `aho-corasick` crate,
-`MatchKind.LeftmostLongest`) over the UTF-8 bytes. Every single byte that is not itself a symbol
-is added as a one-byte pattern (its byte token, or `unk` for a lead byte and "nothing" for a
-continuation byte), so the matches tile the input with no gaps: the fallback needs no slow path
-and stays exact. On valid UTF-8, leftmost-longest over bytes equals leftmost-longest over
-characters (a symbol's first byte is a lead byte, so matches start on character boundaries).
+The matcher is the compiled kernel `matrixctl/_pi_kernel.c`: a byte trie of the symbols'
+keys, walked at each position for the longest key that starts there. Every single byte that is
+not itself a symbol is added as a one-byte pattern (its byte token, or `unk` for a lead byte and
+"nothing" for a continuation byte), so a match starts at every position and the matches tile
+the input with no gaps: the fallback needs no slow path and stays exact. On valid UTF-8,
+leftmost-longest over bytes equals leftmost-longest over characters (a symbol's first byte is a
+lead byte, so matches start on character boundaries).
 
 Decoding is the exact inverse: symbol ids give their text, byte ids give bytes that are
 reassembled into UTF-8 (an invalid sequence is an error naming the token, or U+FFFD with
@@ -27,12 +28,11 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from matrixctl import codes
+from matrixctl import _pi_kernel, codes
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.validate.findings import Finding, finding
 
@@ -324,6 +324,29 @@ class SymbolMap:
     space_marking: SpaceMarking | None = None
     specials: frozenset[int] = frozenset()  # symbol ids listed but never matched
 
+    @classmethod
+    def deferred(
+        cls, load_symbols: Callable[[], tuple[tuple[int, str], ...]], **fields: Any
+    ) -> SymbolMap:
+        """A map whose `symbols` are produced by `load_symbols` on first use (the map cache:
+        encoding with a compiled trie never needs them). Every other field is given."""
+        smap = cls.__new__(cls)
+        for name, value in fields.items():
+            object.__setattr__(smap, name, value)
+        object.__setattr__(smap, "_load_symbols", load_symbols)
+        return smap
+
+    if not TYPE_CHECKING:  # (mypy keeps checking every other attribute name)
+
+        def __getattr__(self, name: str) -> Any:
+            # Reached only when `symbols` is not set yet: a deferred map loads it now.
+            load = self.__dict__.get("_load_symbols")
+            if name != "symbols" or load is None:
+                raise AttributeError(name)
+            value = load()
+            object.__setattr__(self, "symbols", value)
+            return value
+
     def canonical(self) -> dict[str, Any]:
         """The fields that define the tokenizer, in the canonical form that is hashed. The
         extension fields appear only when used, so maps without them hash as before."""
@@ -392,10 +415,19 @@ class SymbolMap:
 
     def canonical_hash(self) -> str:
         """`sha256:` + hex digest of the canonical JSON (docs/formats/pi-symbol-map.md)."""
+        known: str | None = self.__dict__.get("_canonical_hash")
+        if known is not None:
+            return known
         h = hashlib.sha256()
         for piece in self._canonical_pieces():
             h.update(piece)
-        return "sha256:" + h.hexdigest()
+        value = "sha256:" + h.hexdigest()
+        self.remember_hash(value)
+        return value
+
+    def remember_hash(self, value: str) -> None:
+        """Keep the canonical hash (computed once; the map cache stores it)."""
+        object.__setattr__(self, "_canonical_hash", value)
 
     @property
     def max_symbol_bytes(self) -> int:
@@ -704,15 +736,28 @@ def check_map(raw: bytes) -> tuple[SymbolMap | None, list[Finding]]:
 
 def load_symbol_map(path: str) -> tuple[SymbolMap, bytes]:
     """Read and check a map file; raise the first error as a FormatError. Returns (map, raw)."""
-    from matrixctl.errors import from_os_error
-    from matrixctl.io import display_name, open_input_stream
+    raw = read_map_bytes(path)
+    return check_map_bytes(raw, path), raw
 
-    name = display_name(path)
+
+def read_map_bytes(path: str) -> bytes:
+    """The bytes of a map file (at most MAX_MAP_BYTES + 1, so check_map can refuse more)."""
+    from matrixctl.errors import from_os_error
+    from matrixctl.io import open_input_stream
+
     with open_input_stream(path) as fp:
         try:
-            raw = fp.read(MAX_MAP_BYTES + 1)
+            raw: bytes = fp.read(MAX_MAP_BYTES + 1)
         except OSError as exc:
             raise from_os_error(exc, path) from None
+    return raw
+
+
+def check_map_bytes(raw: bytes, path: str) -> SymbolMap:
+    """`check_map`, raising its first error as a FormatError naming `path`."""
+    from matrixctl.io import display_name
+
+    name = display_name(path)
     smap, findings = check_map(raw)
     errors = [f for f in findings if f.severity is codes.Severity.ERROR]
     if smap is None or errors:
@@ -725,20 +770,42 @@ def load_symbol_map(path: str) -> tuple[SymbolMap, bytes]:
         raise FormatError(
             first.code, first.message + more, path=name, offset=first.offset, field=first.field
         )
-    return smap, raw
+    return smap
 
 
 def default_map_path() -> str:
-    """The bundled default symbol map (see tools/build_default_symbols.py)."""
-    from importlib import resources
+    """The bundled default symbol map (see tools/build_default_symbols.py). A path beside the
+    package (importlib.resources costs ~10 ms of start-up; matrixctl is never zipped)."""
+    import os
 
-    return str(resources.files("matrixctl") / "data" / "pi_symbol_map.json")
+    import matrixctl
+
+    return os.path.join(os.path.dirname(matrixctl.__file__), "data", "pi_symbol_map.json")
+
+
+NORMALIZE_GAP = 64  # segments to normalize closer than this many characters are merged
 
 
 def normalize(text: str, form: str) -> str:
-    if form == "none":
+    """`unicodedata.normalize`, applied only where it can change something: ASCII is stable
+    under every form and a cut before an ASCII character is safe (see `safe_cut`), so only
+    runs of non-ASCII characters, each with the character before it, are normalized (the
+    kernel finds them). Same result as normalizing the whole text."""
+    if form == "none" or text.isascii():
         return text
-    return unicodedata.normalize(form.upper(), text)  # type: ignore[arg-type]
+    upper: Any = form.upper()
+    cuts = _pi_kernel.segments(text, NORMALIZE_GAP)
+    if len(cuts) == 2 and cuts[0] == 0 and cuts[1] == len(text):
+        return unicodedata.normalize(upper, text)
+    out: list[str] = []
+    last = 0
+    for k in range(0, len(cuts), 2):
+        a, b = cuts[k], cuts[k + 1]
+        out.append(text[last:a])
+        out.append(unicodedata.normalize(upper, text[a:b]))
+        last = b
+    out.append(text[last:])
+    return "".join(out)
 
 
 # Normalization works on whole strings; a stream is cut only before a character that can never
@@ -785,27 +852,43 @@ def safe_cut(text: str) -> int:
     return 0
 
 
-_FIRST = itemgetter(0)  # the pattern index of an ahocorasick_rs match tuple
-
-
 class Tokenizer:
-    """Encoder and decoder for one symbol map. Build once; encode many texts."""
+    """Encoder and decoder for one symbol map. Build once; encode many texts.
 
-    def __init__(self, smap: SymbolMap) -> None:
-        import ahocorasick_rs
-        import numpy as np
+    Matching and decoding run in the compiled kernel (`matrixctl/_pi_kernel.c`): a byte trie
+    of the patterns, walked greedily for the longest pattern at each position, with the GIL
+    released. `trie` is a compiled trie of this map (from the cache in
+    `matrixctl.tokenizers.pi_cache`); without it the trie is built from the symbols.
+    """
 
+    def __init__(self, smap: SymbolMap, trie: Any = None) -> None:
         self.map = smap
         self.marking = smap.space_marking
+        self.trie = trie if trie is not None else _pi_kernel.Trie(*self.patterns(smap))
+        self.prefix = b" " if self.marking is not None and self.marking.adds_prefix else b""
+        self.lookahead: int = self.trie.lookahead
+        self.dtype = "uint16" if smap.vocab_size <= 1 << 16 else "uint32"
+        self.itemsize = 2 if self.dtype == "uint16" else 4  # every id < vocab_size fits
+        self._decode_table: Any = None
+        self._keys: Any = None
+
+    @staticmethod
+    def patterns(smap: SymbolMap) -> tuple[list[bytes], list[int]]:
+        """The matcher's patterns and the id each gives (-1: none). Every single byte that is
+        not itself a symbol is a pattern too (its byte token; without byte fallback `unk_id`
+        for a character's first byte and nothing for a continuation byte), so a match starts
+        at every position and the fallback needs no slow path."""
         patterns: list[bytes] = []
         ids: list[int] = []
+        specials = smap.specials
         for sid, text in smap.symbols:
-            if sid in smap.specials:
+            if sid in specials:
                 continue
             patterns.append(smap.key(text))
             ids.append(sid)
         have = set(patterns)
-        wordpiece = self.marking is not None and self.marking.scheme == "wordpiece"
+        marking = smap.space_marking
+        wordpiece = marking is not None and marking.scheme == "wordpiece"
         for b in range(256):
             one = bytes([b])
             if one in have:
@@ -820,52 +903,21 @@ class Tokenizer:
                 ids.append(smap.unk_id)  # a character's first byte: one unk per character
             else:
                 ids.append(-1)  # continuation byte of an uncovered character: dropped
-        self._ac = ahocorasick_rs.BytesAhoCorasick(
-            patterns, matchkind=ahocorasick_rs.MatchKind.LeftmostLongest
-        )
-        self._ids = np.array(ids, dtype=np.int64)
-        self._lens = np.array([len(p) for p in patterns], dtype=np.int64)
-        self._drop = any(i < 0 for i in ids)
-        self.prefix = b" " if self.marking is not None and self.marking.adds_prefix else b""
-        self.lookahead = max(len(p) for p in patterns)
-        self.dtype = "uint16" if smap.vocab_size <= 1 << 16 else "uint32"
-        self._decode_table: Any = None
+        return patterns, ids
 
     # Encoding ---------------------------------------------------------------------------------
 
-    def _match(self, data: bytes) -> np.ndarray:
-        """Pattern indexes of the greedy leftmost-longest tiling of `data`."""
+    def match(self, data: bytes, limit: int | None = None) -> tuple[np.ndarray, int]:
+        """Ids of the greedy leftmost-longest tiling of `data`, stopping before the first token
+        that starts after `limit` (default: the whole of `data`), and the bytes consumed."""
         import numpy as np
 
-        matches = self._ac.find_matches_as_indexes(data)
-        return np.fromiter(map(_FIRST, matches), dtype=np.int64, count=len(matches))
-
-    def _ids_of(self, idx: np.ndarray) -> np.ndarray:
-        ids = self._ids[idx]
-        if self._drop:
-            ids = ids[ids >= 0]
-        return ids
-
-    WINDOW = 1 << 18  # bytes matched per automaton call: keeps the match list in cache
+        raw, used = self.trie.match(data, len(data) if limit is None else limit, 8)
+        return np.frombuffer(raw, dtype=np.int64), used
 
     def encode_normalized_bytes(self, data: bytes) -> np.ndarray:
         """Token ids of already-normalized UTF-8 text."""
-        import numpy as np
-
-        if len(data) <= self.WINDOW:
-            if not data:
-                return np.zeros(0, dtype=np.int64)
-            return self._ids_of(self._match(data))
-        # Long input: windows with the streaming encoder's look-ahead carry (exact).
-        enc = StreamEncoder(self)
-        enc._carry = b""  # `data` already holds the document's prefix, if any
-        view = memoryview(data)
-        parts = [
-            enc._tokenize(bytes(view[i : i + self.WINDOW]), final=False)
-            for i in range(0, len(data), self.WINDOW)
-        ]
-        parts.append(enc._tokenize(b"", final=True))
-        return np.concatenate(parts)
+        return self.match(data)[0]
 
     def prepare(self, text: str) -> bytes:
         """Normalized text as the bytes the automaton matches (space marking applied, without
@@ -883,17 +935,17 @@ class Tokenizer:
     def spans(self, text: str) -> tuple[bytes, list[tuple[int, int, int]]]:
         """The bytes `encode` matches (the document's prefix included) and each token of
         `encode(text)` as (id, start, end) in them; an unk token spans its whole character."""
+        import numpy as np
+
         data = self.prepare(text)
         data = self.prefix + data if data else data
-        idx = self._match(data)
+        triples = np.frombuffer(self.trie.spans(data), dtype=np.int64).reshape(-1, 3).tolist()
         out: list[tuple[int, int, int]] = []
-        pos = 0
-        for sid, n in zip(self._ids[idx].tolist(), self._lens[idx].tolist(), strict=True):
+        for sid, pos, end in triples:
             if sid >= 0:
-                out.append((sid, pos, pos + n))
+                out.append((sid, pos, end))
             elif out and out[-1][2] == pos and data[pos] & 0xC0 == 0x80:
-                out[-1] = (out[-1][0], out[-1][1], pos + n)  # a continuation byte of an unk
-            pos += n
+                out[-1] = (out[-1][0], out[-1][1], end)  # a continuation byte of an unk
         return data, out
 
     def stream(self) -> StreamEncoder:
@@ -901,8 +953,13 @@ class Tokenizer:
 
     # Decoding ---------------------------------------------------------------------------------
 
+    SPARSE = 1 << 22  # above this many ids, the decode table is indexed through `_keys`
+
     def _table(self) -> Any:
+        """The kernel's decode table: the bytes of every id that has text."""
         if self._decode_table is None:
+            import numpy as np
+
             smap = self.map
             table: dict[int, bytes] = {smap.unk_id: REPLACEMENT.encode("utf-8")}
             table.setdefault(smap.pad_id, b"")
@@ -916,42 +973,43 @@ class Tokenizer:
                     table.setdefault(sid, text.encode("utf-8"))
                 else:
                     table[sid] = smap.key(text)
-            if smap.vocab_size <= 1 << 22:
-                dense: list[bytes | None] = [None] * smap.vocab_size
+            top = max(table) + 1
+            if top <= self.SPARSE:
+                dense: list[bytes | None] = [None] * top
                 for k, v in table.items():
                     dense[k] = v
-                self._decode_table = dense
-            else:
-                self._decode_table = table
+                self._keys = None
+                self._decode_table = _pi_kernel.Table(dense)
+            else:  # ids far apart: dense positions of the sorted ids
+                keys = sorted(table)
+                self._keys = np.array(keys, dtype=np.int64)
+                self._decode_table = _pi_kernel.Table([table[k] for k in keys])
         return self._decode_table
 
     def decode_bytes(self, ids: Any, *, start: int = 0, errors: str = "strict") -> bytes:
         """The bytes of token ids (not yet checked as UTF-8). `start` numbers the first token."""
-        return b"".join(self.decode_parts(ids, start=start, errors=errors))
+        import numpy as np
 
-    def decode_parts(self, ids: Any, *, start: int = 0, errors: str = "strict") -> list[bytes]:
-        """The bytes of each token id (empty for pad and eos)."""
         table = self._table()
-        values = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        try:
-            if isinstance(table, list):
-                parts = [table[i] for i in values]
-            else:
-                parts = [table.get(i) for i in values]
-        except (IndexError, TypeError):
-            parts = [table[i] if 0 <= i < len(table) else None for i in values]
-        if None in parts:
-            if errors == "strict":
-                n = parts.index(None)
-                raise FormatError(
-                    PI_DECODE_ID,
-                    f"token {start + n} (id {values[n]}) is not a symbol, byte, unk, pad or eos "
-                    "id of this map",
-                    field=f"token[{start + n}]",
-                )
-            rep = REPLACEMENT.encode("utf-8")
-            parts = [rep if p is None else p for p in parts]
-        return parts
+        values = np.asarray(ids).reshape(-1)
+        if self._keys is not None:
+            keys = self._keys
+            pos = np.minimum(np.searchsorted(keys, values), keys.size - 1)
+            arg = np.where(keys[pos] == values, pos, -1).astype(np.int64)
+        elif values.dtype in (np.uint16, np.uint32):
+            arg = np.ascontiguousarray(values)
+        else:
+            arg = np.ascontiguousarray(values, dtype=np.int64)  # no copy for int64 input
+        rep = REPLACEMENT.encode("utf-8") if errors != "strict" else None
+        data, bad = table.join(arg, arg.dtype.itemsize, rep)
+        if bad >= 0 and rep is None:
+            raise FormatError(
+                PI_DECODE_ID,
+                f"token {start + bad} (id {values[bad]}) is not a symbol, byte, unk, pad or eos "
+                "id of this map",
+                field=f"token[{start + bad}]",
+            )
+        return bytes(data)
 
     def decode(self, ids: Any, *, errors: str = "strict") -> str:
         """Text of token ids: the exact inverse of `encode` (up to normalization)."""
@@ -973,64 +1031,54 @@ class StreamEncoder:
         self._fresh = True  # no text yet: an empty document gets no prefix token
 
     def feed(self, text: str) -> np.ndarray:
+        """Ids (int64) of the tokens `text` completes."""
         import numpy as np
 
+        return np.frombuffer(self._feed(text, 8), dtype=np.int64)
+
+    def finish(self) -> np.ndarray:
+        """Ids (int64) of the remaining tokens."""
+        import numpy as np
+
+        return np.frombuffer(self._finish(8), dtype=np.int64)
+
+    def feed_bytes(self, text: str) -> bytes:
+        """`feed` as the bytes of the ids in the tokenizer's dtype (no numpy needed)."""
+        return self._feed(text, self.tok.itemsize)
+
+    def finish_bytes(self) -> bytes:
+        """`finish` as the bytes of the ids in the tokenizer's dtype."""
+        return self._finish(self.tok.itemsize)
+
+    def _feed(self, text: str, itemsize: int) -> bytes:
         pending = self._raw + text if self._raw else text
         cut = safe_cut(pending)
         if cut == 0:
             self._raw = pending
-            return np.zeros(0, dtype=np.int64)
+            return b""
         self._raw = pending[cut:]
         data = self.tok.prepare(pending[:cut])
         self._fresh = self._fresh and not data
-        return self._tokenize_windows(data, final=False)
+        return self._tokenize(data, itemsize, final=False)
 
-    def finish(self) -> np.ndarray:
+    def _finish(self, itemsize: int) -> bytes:
         data = self.tok.prepare(self._raw)
         self._raw = ""
         if self._fresh and not data:
             self._carry = b""
-        return self._tokenize_windows(data, final=True)
+        return self._tokenize(data, itemsize, final=True)
 
-    def _tokenize_windows(self, data: bytes, *, final: bool) -> np.ndarray:
-        import numpy as np
-
-        window = self.tok.WINDOW
-        if len(data) <= window:
-            return self._tokenize(data, final=final)
-        view = memoryview(data)
-        parts = [
-            self._tokenize(bytes(view[i : i + window]), final=False)
-            for i in range(0, len(data), window)
-        ]
-        if final:
-            parts.append(self._tokenize(b"", final=True))
-        return np.concatenate(parts)
-
-    def _tokenize(self, data: bytes, *, final: bool) -> np.ndarray:
-        import numpy as np
-
+    def _tokenize(self, data: bytes, itemsize: int, *, final: bool) -> bytes:
         buf = self._carry + data if self._carry else data
         if not buf:
-            return np.zeros(0, dtype=np.int64)
-        tok = self.tok
+            return b""
         if final:
             self._carry = b""
-            return tok._ids_of(tok._match(buf))
-        limit = len(buf) - tok.lookahead
-        if limit < 0:
-            self._carry = buf
-            return np.zeros(0, dtype=np.int64)
-        idx = tok._match(buf)
-        ends = np.cumsum(tok._lens[idx])
-        starts = ends - tok._lens[idx]
+            return self.tok.trie.match(buf, len(buf), itemsize)[0]
         # Tokens starting at or before `limit` cannot change with more input.
-        keep = int(np.searchsorted(starts, limit, side="right"))
-        if keep < idx.size:
-            self._carry = buf[int(starts[keep]) :]
-        else:
-            self._carry = b""
-        return tok._ids_of(idx[:keep])
+        ids, used = self.tok.trie.match(buf, len(buf) - self.tok.lookahead, itemsize)
+        self._carry = buf[used:]
+        return ids
 
 
 class StreamDecoder:
@@ -1051,14 +1099,12 @@ class StreamDecoder:
 
         ids = np.asarray(ids).reshape(-1)
         if self.tok.prefix:
-            parts = self.tok.decode_parts(ids, start=self.tokens, errors=self.errors)
-            self._drop_prefixes(ids, parts)
-            data = b"".join(parts)
+            data = self._decode_dropping_prefixes(ids)
         else:
             data = self.tok.decode_bytes(ids, start=self.tokens, errors=self.errors)
         first = self.tokens
         self.tokens += int(ids.size)
-        buf = self._pending + data
+        buf = self._pending + data if self._pending else data
         # Hold back an incomplete UTF-8 sequence at the end (at most 3 bytes).
         cut = len(buf)
         for back in range(1, min(4, len(buf)) + 1):
@@ -1071,37 +1117,54 @@ class StreamDecoder:
             if need > back:
                 cut = len(buf) - back
             break
-        head, self._pending = buf[:cut], buf[cut:]
+        head = memoryview(buf)[:cut] if cut < len(buf) else buf
+        self._pending = buf[cut:]
         return self._text(head, ids, first, len(buf) - len(data))
 
     def finish(self) -> str:
         head, self._pending = self._pending, b""
         return self._text(head, None, self.tokens, 0)
 
-    def _drop_prefixes(self, ids: Any, parts: list[bytes]) -> None:
-        """Drop the space the encoder put before each document: the first byte of a document's
-        first non-empty token, if it is a space. Documents start at the beginning of the
-        stream and after every eos_id token."""
+    def _decode_dropping_prefixes(self, ids: Any) -> bytes:
+        """Decode, dropping the space the encoder put before each document: the first byte of
+        a document's first non-empty token, if it is a space. Documents start at the
+        beginning of the stream and after every eos_id token."""
         import numpy as np
 
-        eos = self.tok.map.eos_id
+        tok, errors, first = self.tok, self.errors, self.tokens
+        eos = tok.map.eos_id
         starts = [0] if self._at_start else []
         if eos is not None:
             starts += (np.flatnonzero(ids == eos) + 1).tolist()
-        n = len(parts)
+        n = int(ids.size)
         self._at_start = False
-        for start in starts:
-            j = start
-            while j < n and not parts[j] and ids[j] != eos:
-                j += 1  # pad tokens decode to nothing
-            if j >= n:
-                self._at_start = True  # the document's first text is in a later piece
-            elif ids[j] != eos and parts[j][:1] == b" ":
-                parts[j] = parts[j][1:]
-
-    def _text(self, head: bytes, ids: Any, first: int, carried: int) -> str:
+        out: list[bytes] = []
+        done = 0  # tokens decoded into `out` so far
         try:
-            return head.decode("utf-8", self.errors)
+            for begin in starts:
+                j = max(begin, done)
+                part = b""
+                while j < n and ids[j] != eos:
+                    part = tok.decode_bytes(ids[j : j + 1], start=first + j, errors=errors)
+                    if part:
+                        break
+                    j += 1  # pad tokens decode to nothing
+                if j >= n:
+                    self._at_start = True  # the document's first text is in a later piece
+                    break
+                if ids[j] != eos and part[:1] == b" ":
+                    out.append(tok.decode_bytes(ids[done:j], start=first + done, errors=errors))
+                    out.append(part[1:])
+                    done = j + 1
+        except FormatError:
+            tok.decode_bytes(ids, start=first, errors=errors)  # names the first bad token
+            raise
+        out.append(tok.decode_bytes(ids[done:], start=first + done, errors=errors))
+        return b"".join(out)
+
+    def _text(self, head: bytes | memoryview, ids: Any, first: int, carried: int) -> str:
+        try:
+            return str(head, "utf-8", self.errors)
         except UnicodeDecodeError as exc:
             index = self._token_at(ids, first, exc.start - carried)
             raise FormatError(

