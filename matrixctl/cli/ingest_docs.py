@@ -16,6 +16,7 @@ from matrixctl.cli.common import (
     console,
     emit_json,
     note,
+    safe,
     stderr_is_terminal,
 )
 
@@ -29,6 +30,11 @@ class PackDtype(StrEnum):
 class MissingField(StrEnum):
     skip = "skip"
     error = "error"
+
+
+class OnError(StrEnum):
+    fail = "fail"
+    skip = "skip"
 
 
 class EncodingErrors(StrEnum):
@@ -151,6 +157,15 @@ def docs(
             "manifest).",
         ),
     ] = EncodingErrors.error,
+    on_error: Annotated[
+        OnError,
+        typer.Option(
+            "--on-error",
+            help="A file that fails (unreadable, not parseable, bad encoding, too large): "
+            "stop with its error, or skip it and go on (each skipped file is named in the "
+            "report and in the manifest's skipped list with its error code).",
+        ),
+    ] = OnError.fail,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -176,16 +191,21 @@ def docs(
         text_field=text_field,
         missing_field=missing_field.value,
         encoding_errors=encoding_errors.value,
+        on_error=on_error.value,
     )
     total_files = total_bytes = 0
     if stderr_is_terminal():
-        files, _ = enumerate_sources(srcs, exclude=[output])
+        files, _ = enumerate_sources(srcs, exclude=[output], on_error=on_error.value)
         total_files, total_bytes = len(files), sum(f.size for f in files)
     with ingest_progress(total_files, total_bytes) as tick:
         summary = ingest_docs(srcs, output, opts, tick=tick)
     if json_out:
         emit_json(summary)
     else:
+        for skipped in summary["skipped_files"]:
+            note(f"skipped {safe(skipped['path'])}: {safe(skipped['reason'])}")
+        if summary["skipped"]:
+            note(f"skipped {summary['skipped']:,} files (listed in the manifest's skipped)")
         note(
             f"ingested {summary['files']:,} files ({summary['bytes']:,} bytes): "
             f"{summary['documents']:,} documents, {summary['tokens']:,} tokens in "

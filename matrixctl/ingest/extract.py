@@ -1,11 +1,13 @@
 """Text extraction for `ingest docs`: HTML, JSON, JSON Lines, Markdown and plain text.
 
-A source file's kind is sniffed from its leading bytes (docs/formats/ingest-pack.md,
-"Extraction"): a NUL byte in the first 8 KiB means binary; a leading `<` with an HTML tag in
-the first 4 KiB means HTML; a leading `[` means a JSON array; a leading `{` means JSON Lines
-when the first line is a complete JSON object, else one JSON document. Markdown and plain text
-have the same bytes, so only for them the name decides: `.md`, `.markdown`, `.mdown`, `.mkd`
-are Markdown (the only difference is that Markdown syntax is stripped).
+A source file's kind (docs/formats/ingest-pack.md, "Extraction"; docs/inputs.md): a NUL byte
+in the first 8 KiB means binary. Then the name decides where it says what the file is:
+`.md`, `.markdown`, `.mdown`, `.mkd` are Markdown, `.txt`, `.text`, `.rst` are text, `.html`,
+`.htm`, `.xhtml` are HTML, whatever their first byte (a README that opens with `[![badge]` is
+Markdown, not JSON). Only where the name says nothing do the leading bytes decide: a leading
+`<` with an HTML tag in the first 4 KiB means HTML; a leading `[` means a JSON array; a
+leading `{` means JSON Lines when the first line is a complete JSON object, else one JSON
+document.
 
 Each extractor yields documents as `(item, pieces)`: `item` locates the document in its source
 (JSON Lines line number, JSON array index, 0 otherwise) and `pieces` is an iterator of text
@@ -51,6 +53,16 @@ MAX_WHOLE = 256 << 20
 SNIFF = 8192
 PIECE = 1 << 20
 MARKDOWN_EXT = (".md", ".markdown", ".mdown", ".mkd")
+# Names that say what a file is: the name decides for them, never the first byte.
+NAMED_KINDS = {
+    **dict.fromkeys(MARKDOWN_EXT, "markdown"),
+    ".txt": "text",
+    ".text": "text",
+    ".rst": "text",
+    ".html": "html",
+    ".htm": "html",
+    ".xhtml": "html",
+}
 KINDS = ("html", "json", "jsonl", "markdown", "text")
 
 _HTML_TAG = re.compile(
@@ -66,9 +78,13 @@ class Options:
 
 
 def sniff_kind(head: bytes, name: str) -> str:
-    """`binary`, `html`, `json`, `jsonl`, `markdown` or `text` from the first bytes."""
+    """`binary`, `html`, `json`, `jsonl`, `markdown` or `text`: the name where it states the
+    kind, else the first bytes (a NUL byte means binary whatever the name)."""
     if b"\0" in head[:SNIFF]:
         return "binary"
+    named = name_kind(name)
+    if named is not None:
+        return named
     body = head.removeprefix(b"\xef\xbb\xbf").lstrip()
     if body.startswith(b"<") and _HTML_TAG.search(body[:4096]):
         return "html"
@@ -82,9 +98,14 @@ def sniff_kind(head: bytes, name: str) -> str:
         except (ValueError, RecursionError):
             pass
         return "json"
-    if name.lower().endswith(MARKDOWN_EXT):
-        return "markdown"
     return "text"
+
+
+def name_kind(name: str) -> str | None:
+    """The kind a file's name states (`NAMED_KINDS`), or None when the name says nothing."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1].lower()
+    dot = base.rfind(".")
+    return NAMED_KINDS.get(base[dot:]) if dot > 0 else None
 
 
 class HashingReader:

@@ -54,6 +54,7 @@ class FileResult:
     sha256: str = ""
     size: int = 0
     skip_reason: str | None = None
+    skip_code: str | None = None  # the error's code when --on-error skip left the file out
     documents: int = 0
     empty_documents: int = 0
     skipped_records: int = 0
@@ -72,6 +73,7 @@ class WorkerState:
     spill_dir: str
     smap: pi.SymbolMap | None = None
     out_dtype: str = "<u4"  # the dtype in-memory tokens are returned in
+    on_error: str = "fail"  # fail | skip: what a per-file failure does
 
 
 _STATE: WorkerState | None = None
@@ -162,6 +164,22 @@ def _encode_doc(tok: pi.Tokenizer, pieces: Iterator[str], acc: _Acc) -> int:
 
 
 def process_file(sf: SourceFile, state: WorkerState) -> FileResult:
+    """One source file under the error policy: with `--on-error skip` any per-file failure
+    (unreadable, binary when named, encoding, parse, size) leaves the file out, named in the
+    manifest's `skipped` with the error's code and message; with `fail` it stops the ingest."""
+    try:
+        return _process_file(sf, state)
+    except MatrixError as err:
+        if state.on_error != "skip" or isinstance(err, UsageError):
+            raise
+        result = FileResult(sf, "")
+        result.skip_code = err.code
+        where = f" at byte {err.offset}" if err.offset is not None else ""
+        result.skip_reason = f"{err.code}: {err.message}{where}"
+        return result
+
+
+def _process_file(sf: SourceFile, state: WorkerState) -> FileResult:
     """Extract, tokenize and account one source file (runs in a worker)."""
     import numpy as np
 
@@ -207,17 +225,28 @@ def process_file(sf: SourceFile, state: WorkerState) -> FileResult:
             reader.drain()
         except extract.SkipFile as skip:
             result.skip_reason = f"encoding: {skip.reason}"
-            for path in (acc.ids_path, acc.recs_path):
-                if path:
-                    os.unlink(path)
+            result.skip_code = None
+            _discard(acc)
             return result
         except OSError as exc:
+            _discard(acc)
             raise from_os_error(exc, sf.recorded) from None
+        except BaseException:
+            _discard(acc)
+            raise
         acc.close(result)
         result.skipped_records = counters.skipped_records
         result.sha256 = "sha256:" + reader.sha.hexdigest()
         result.size = reader.size
         return result
+
+
+def _discard(acc: _Acc) -> None:
+    """Remove the spill files of a file that is left out or failed."""
+    for path in (acc.ids_path, acc.recs_path):
+        if path:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
 
 # Worker processes ---------------------------------------------------------------------------
@@ -360,6 +389,7 @@ class IngestOptions:
     text_field: str = "text"
     missing_field: str = "skip"
     encoding_errors: str = "error"
+    on_error: str = "fail"
 
 
 def resolve_eos(smap: pi.SymbolMap, value: str | None) -> int | None:
@@ -393,6 +423,8 @@ def ingest_docs(
         raise UsageError("--missing-field must be skip or error")
     if opts.encoding_errors not in ("error", "replace", "skip-file"):
         raise UsageError("--encoding-errors must be error, replace or skip-file")
+    if opts.on_error not in ("fail", "skip"):
+        raise UsageError("--on-error must be fail or skip")
     shard = parse_shard(opts.shard)
     map_path = opts.symbols or pi.default_map_path()
     smap, map_raw = pi.load_symbol_map(map_path)
@@ -418,6 +450,7 @@ def ingest_docs(
         "",
         smap,
         "<u2" if dtype == "uint16" else "<u4",
+        opts.on_error,
     )
     # The workers start now and build their automata while this process lists the inputs.
     workers = Workers(state, opts.jobs) if opts.jobs > 1 else None
@@ -446,7 +479,7 @@ def _ingest(
 ) -> dict[str, Any]:
     from matrixctl.ingest.pack import PackBuilder, PackPlan
 
-    files, skipped = enumerate_sources(srcs, exclude=[out_dir])
+    files, skipped = enumerate_sources(srcs, exclude=[out_dir], on_error=opts.on_error)
     total = len(files)
     if shard is not None:
         files = [f for f in files if shard_of(f.recorded, shard[1]) == shard[0]]
@@ -484,6 +517,7 @@ def _ingest(
                         "path": res.source.recorded,
                         "reason": res.skip_reason,
                         "ordinal": res.source.ordinal,
+                        "code": res.skip_code,
                     }
                 )
             else:
@@ -494,7 +528,10 @@ def _ingest(
         tokens.flush()
         tail = {
             "sources": pb.sources,
-            "skipped": [{"path": s.recorded, "reason": s.reason, "ordinal": None} for s in skipped]
+            "skipped": [
+                {"path": s.recorded, "reason": s.reason, "ordinal": None, "code": s.code}
+                for s in skipped
+            ]
             + pb.skipped,
             "shard": (
                 {"index": shard[0], "count": shard[1], "sources_total": total} if shard else None
@@ -503,6 +540,7 @@ def _ingest(
                 "text_field": opts.text_field,
                 "missing_field": opts.missing_field,
                 "encoding_errors": opts.encoding_errors,
+                "on_error": opts.on_error,
             },
         }
         manifest = pb.finish(tail)
@@ -518,6 +556,10 @@ def _ingest(
         "dtype": manifest["dtype"],
         "vocab_size": manifest["vocab_size"],
         "skipped": len(manifest["skipped"]),
+        "skipped_files": [
+            {"path": s["path"], "reason": s["reason"], "code": s["code"]}
+            for s in manifest["skipped"]
+        ],
         "hash": manifest["hash"],
         "seconds": round(elapsed, 3),
     }
