@@ -66,8 +66,13 @@ def test_markdown_syntax_is_stripped() -> None:
         (b"<!DOCTYPE html><html>", "a", "html"),
         (b"  <p>hello</p>", "x", "html"),
         (b"plain words", "page.HTM", "html"),
-        (b'{"text": "a"}\n{"text": "b"}\n', "a.json", "jsonl"),
-        (b'{\n  "text": "a"\n}\n', "a.jsonl", "json"),
+        (b'{"text": "a"}\n{"text": "b"}\n', "a", "jsonl"),
+        (b'{"text": "a"}\n{"text": "b"}\n', "a.json", "json"),
+        (b'{\n  "text": "a"\n}\n', "a", "json"),
+        (b'{\n  "text": "a"\n}\n', "a.jsonl", "jsonl"),
+        (b'{"text": "a"}\n', "a.ndjson", "jsonl"),
+        (b"PAR1\x15\x04\x00", "x.bin", "parquet"),
+        (b"ARROW1\x00\x00", "data.txt", "arrow"),
         (b'[{"text": "a"}]', "a", "json"),
         (b"[![Build status](https://ci/x.svg)](https://ci)\n# Tool\n", "README.md", "markdown"),
         (b"[ This is just a pointer ]\n", "notes.txt", "text"),
@@ -81,7 +86,8 @@ def test_markdown_syntax_is_stripped() -> None:
 )
 def test_kind_is_sniffed_from_bytes(head: bytes, name: str, kind: str) -> None:
     """Decision: the name decides for .md/.markdown/.txt/.rst/.html (and their variants), the
-    bytes only where the name says nothing; a NUL byte means binary whatever the name."""
+    bytes only where the name says nothing; a NUL byte means binary whatever the name, except
+    for the Parquet/Arrow magics; .json/.jsonl/.ndjson are hints the bytes must agree with."""
     assert extract.sniff_kind(head, name) == kind
 
 

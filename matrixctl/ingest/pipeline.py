@@ -37,6 +37,12 @@ if TYPE_CHECKING:
 INGEST_NO_INPUT = codes.define(
     "INGEST_NO_INPUT", "The sources hold no file to ingest (in this shard).", group="ingest"
 )
+INGEST_NO_DOCUMENTS = codes.define(
+    "INGEST_NO_DOCUMENTS",
+    "The inputs hold no document at all (every file empty, skipped or without the text "
+    "field); an empty pack would look like a successful build.",
+    group="ingest",
+)
 MEM_TOKENS = 1 << 20
 MEM_DOCS = 1 << 16
 UNIT_MAX_BYTES = 4 << 20  # a work unit: consecutive files up to this many bytes...
@@ -55,6 +61,8 @@ class FileResult:
     size: int = 0
     skip_reason: str | None = None
     skip_code: str | None = None  # the error's code when --on-error skip left the file out
+    compression: str | None = None  # gzip, zstd, xz, bz2 (by magic)
+    decompressed: int | None = None  # bytes after decompression
     documents: int = 0
     empty_documents: int = 0
     skipped_records: int = 0
@@ -74,6 +82,8 @@ class WorkerState:
     smap: pi.SymbolMap | None = None
     out_dtype: str = "<u4"  # the dtype in-memory tokens are returned in
     on_error: str = "fail"  # fail | skip: what a per-file failure does
+    strict: bool = False  # a file that is not a document is an error
+    on_bytes: Callable[[int], None] | None = None  # progress within a file (--jobs 1)
 
 
 _STATE: WorkerState | None = None
@@ -179,66 +189,120 @@ def process_file(sf: SourceFile, state: WorkerState) -> FileResult:
         return result
 
 
+def _open_raw(sf: SourceFile) -> Any:
+    if sf.path == "-":
+        import sys
+
+        return contextlib.nullcontext(sys.stdin.buffer)  # stdin is read, never closed
+    return open(sf.path, "rb")
+
+
 def _process_file(sf: SourceFile, state: WorkerState) -> FileResult:
     """Extract, tokenize and account one source file (runs in a worker)."""
-    import numpy as np
+    from matrixctl.ingest import inputs
 
     assert state.tok is not None
     try:
-        fp = open(sf.path, "rb")  # noqa: SIM115
+        opened = _open_raw(sf)
     except OSError as exc:
         raise from_os_error(exc, sf.recorded) from None
-    with fp:
-        reader = extract.HashingReader(fp)
+    with opened as raw:
+        reader = extract.HashingReader(raw, state.on_bytes)
         try:
-            head = fp.read(extract.SNIFF)
-            fp.seek(0)
+            head = inputs.read_head(reader, extract.SNIFF)
         except OSError as exc:
             raise from_os_error(exc, sf.recorded) from None
-        kind = extract.sniff_kind(head, sf.path)
-        result = FileResult(sf, kind)
-        if kind == "binary":
-            if sf.named:
+        stream: Any = inputs.Prefixed(head, reader)
+        compression = inputs.sniff_compression(head)
+        name = "" if sf.path == "-" else sf.path
+        dec = None
+        try:
+            if compression is not None:
+                buffered, dec = inputs.decompressing(stream, compression, sf.recorded)
+                head = inputs.read_head(buffered, extract.SNIFF)
+                stream = inputs.Prefixed(head, buffered)
+                name = extract.strip_compression(name)
+            kind, stream = extract.detect_kind(
+                head, name, stream, state.opts.max_doc, state.opts.input_kind
+            )
+            result = FileResult(sf, kind)
+            result.compression = compression
+            if kind == "binary":
+                if sf.named or state.strict:
+                    raise FormatError(
+                        extract.INGEST_BINARY,
+                        "is binary (a NUL byte in its first 8 KiB"
+                        + (f" after {compression} decompression" if compression else "")
+                        + "), not a document",
+                        path=sf.recorded,
+                        offset=head.index(b"\0"),
+                    )
+                result.skip_reason = "binary"
+                return result
+            if kind in extract.COLUMNAR and (compression or sf.path == "-"):
                 raise FormatError(
-                    extract.INGEST_BINARY,
-                    "is binary (a NUL byte in its first 8 KiB), not a document",
+                    extract.INGEST_COLUMNAR,
+                    f"a {kind} input must be a file as stored (it is read by its footer), "
+                    "not a compressed file or stdin",
                     path=sf.recorded,
-                    offset=head.index(b"\0"),
                 )
-            result.skip_reason = "binary"
-            return result
-        acc = _Acc(state.spill_dir, sf.ordinal, state.out_dtype)
-        counters = extract.Counters()
-        eos = None if state.eos_id is None else np.array([state.eos_id], dtype=np.int64)
-        try:
-            for item, pieces in extract.documents(kind, reader, sf.recorded, state.opts, counters):
-                n = _encode_doc(state.tok, pieces, acc)
-                if n == 0:
-                    result.empty_documents += 1
-                    continue
-                if eos is not None:
-                    acc.add(eos)
-                    n += 1
-                acc.record(n, item)
-                result.documents += 1
-                result.tokens += n
+            _tokenize(sf, kind, stream, state, result)
+            while stream.read(extract.PIECE):  # the rest, so damage at the end is found
+                pass
             reader.drain()
+        except FormatError as err:
+            if (
+                compression is not None
+                and err.code != inputs.INGEST_COMPRESSED
+                and err.offset is not None
+            ):
+                err.message += f" (offset into the {compression}-decompressed stream)"
+            raise
         except extract.SkipFile as skip:
+            result = FileResult(sf, "")
             result.skip_reason = f"encoding: {skip.reason}"
-            result.skip_code = None
-            _discard(acc)
             return result
         except OSError as exc:
-            _discard(acc)
             raise from_os_error(exc, sf.recorded) from None
-        except BaseException:
-            _discard(acc)
-            raise
-        acc.close(result)
-        result.skipped_records = counters.skipped_records
         result.sha256 = "sha256:" + reader.sha.hexdigest()
         result.size = reader.size
+        result.decompressed = None if dec is None else dec.produced
         return result
+
+
+def _tokenize(
+    sf: SourceFile, kind: str, stream: Any, state: WorkerState, result: FileResult
+) -> None:
+    """The documents of one source, tokenized into `result` (spill files removed on failure)."""
+    import numpy as np
+
+    assert state.tok is not None
+    acc = _Acc(state.spill_dir, sf.ordinal, state.out_dtype)
+    counters = extract.Counters()
+    eos = None if state.eos_id is None else np.array([state.eos_id], dtype=np.int64)
+    if kind in extract.COLUMNAR:
+        from matrixctl.ingest import columnar
+
+        docs = columnar.documents(kind, sf.path, sf.recorded, state.opts, counters)
+    else:
+        docs = extract.documents(kind, stream, sf.recorded, state.opts, counters)
+    try:
+        for item, pieces in docs:
+            n = _encode_doc(state.tok, pieces, acc)
+            if n == 0:
+                result.empty_documents += 1
+                continue
+            if eos is not None:
+                acc.add(eos)
+                n += 1
+            acc.record(n, item)
+            result.documents += 1
+            result.tokens += n
+    except BaseException:
+        _discard(acc)
+        raise
+    acc.close(result)
+    result.skipped_records = counters.skipped_records
 
 
 def _discard(acc: _Acc) -> None:
@@ -390,6 +454,9 @@ class IngestOptions:
     missing_field: str = "skip"
     encoding_errors: str = "error"
     on_error: str = "fail"
+    strict: bool = False
+    max_doc_size: int = extract.MAX_WHOLE
+    input_kind: str = "auto"
 
 
 def resolve_eos(smap: pi.SymbolMap, value: str | None) -> int | None:
@@ -425,6 +492,12 @@ def ingest_docs(
         raise UsageError("--encoding-errors must be error, replace or skip-file")
     if opts.on_error not in ("fail", "skip"):
         raise UsageError("--on-error must be fail or skip")
+    if opts.max_doc_size < 1:
+        raise UsageError("--max-doc-size must be at least 1 byte")
+    if opts.input_kind != "auto" and opts.input_kind not in extract.KINDS:
+        raise UsageError(f"--input-kind must be auto or one of {', '.join(extract.KINDS)}")
+    if srcs.count("-") > 1:
+        raise UsageError("stdin (-) can be read only once")
     shard = parse_shard(opts.shard)
     map_path = opts.symbols or pi.default_map_path()
     smap, map_raw = pi.load_symbol_map(map_path)
@@ -446,11 +519,18 @@ def ingest_docs(
     state = WorkerState(
         None,
         eos,
-        extract.Options(opts.text_field, opts.missing_field, opts.encoding_errors),
+        extract.Options(
+            opts.text_field,
+            opts.missing_field,
+            opts.encoding_errors,
+            opts.max_doc_size,
+            opts.input_kind,
+        ),
         "",
         smap,
         "<u2" if dtype == "uint16" else "<u4",
         opts.on_error,
+        opts.strict,
     )
     # The workers start now and build their automata while this process lists the inputs.
     workers = Workers(state, opts.jobs) if opts.jobs > 1 else None
@@ -501,7 +581,14 @@ def _ingest(
         manifest_head={"source": srcs[0] if len(srcs) == 1 else list(srcs)},
     )
     started = time.monotonic()
-    nbytes = ntokens = 0
+    nbytes = ntokens = done = 0
+    if tick is not None and workers is None:
+        # --jobs 1: the bar moves with the bytes read inside each file.
+        def within(n: int) -> None:
+            assert tick is not None
+            tick(done, nbytes + n, ntokens)
+
+        state.on_bytes = within
     with PackBuilder(out_dir, plan) as pb:
         state.spill_dir = pb.spill_dir
         if workers is not None:
@@ -510,6 +597,7 @@ def _ingest(
             results = ordered_results(files, state, 1)
         tokens = _TokenBuffer(pb)
         for n, res in enumerate(results, 1):
+            done = n
             nbytes += res.source.size
             if res.skip_reason is not None:
                 pb.skipped.append(
@@ -526,6 +614,14 @@ def _ingest(
             if tick:
                 tick(n, nbytes, ntokens)
         tokens.flush()
+        if shard is None and pb.index.docs == 0:
+            raise FormatError(
+                INGEST_NO_DOCUMENTS,
+                f"the inputs hold no document ({len(files):,} files read, "
+                f"{len(skipped) + len(pb.skipped):,} skipped); no pack is written",
+                path=", ".join(srcs),
+                hint="the manifest would list them: see the skipped files above, or --text-field",
+            )
         tail = {
             "sources": pb.sources,
             "skipped": [
@@ -541,6 +637,9 @@ def _ingest(
                 "missing_field": opts.missing_field,
                 "encoding_errors": opts.encoding_errors,
                 "on_error": opts.on_error,
+                "strict": opts.strict,
+                "max_doc_size": opts.max_doc_size,
+                "input_kind": opts.input_kind,
             },
         }
         manifest = pb.finish(tail)
@@ -601,6 +700,8 @@ def _append(pb: Any, res: FileResult, tokens: _TokenBuffer) -> None:
             "kind": res.kind,
             "bytes": res.size,
             "sha256": res.sha256,
+            "compression": res.compression,
+            "decompressed_bytes": res.decompressed,
             "documents": res.documents,
             "tokens": res.tokens,
             "skipped_records": res.skipped_records,

@@ -83,7 +83,8 @@ def enumerate_sources(
 
     for src in srcs:
         if src == "-":
-            raise UsageError("ingest docs reads files and folders, not stdin (-)")
+            files.append(SourceFile(len(files), "-", "-", 0, True))  # stdin: one stream
+            continue
         try:
             st = os.stat(src)
         except OSError as exc:
