@@ -551,3 +551,73 @@ def test_parquet_without_pyarrow_names_the_extra(
         monkeypatch.setitem(sys.modules, mod, None)
     err = fail(tmp_path, str(path))
     assert "INGEST_COLUMNAR" in err and "pip install 'matrixctl[parquet]'" in err
+
+
+# One big file on every core -------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pieces of ~2 KiB and files cut from 4 KiB on, so small test files are cut."""
+    monkeypatch.setattr(pipeline, "PIECE_BYTES", 2048)
+    monkeypatch.setattr(pipeline, "SPLIT_MIN", 4096)
+
+
+@pytest.mark.usefixtures("small_pieces")
+@pytest.mark.parametrize("compressed", [False, True])
+def test_one_jsonl_file_is_cut_into_pieces_with_the_same_bytes(
+    tmp_path: Path, compressed: bool
+) -> None:
+    """Decision: a large JSON Lines file is cut at line ends into pieces that every worker
+    takes; the pack is byte-identical for any --jobs (and to --jobs 1, which does not cut)."""
+    rows = records(400)
+    rows[17]["text"] = "x" * 9000  # a line longer than a piece
+    path = write_jsonl(tmp_path / "one.jsonl", rows, blank=True)
+    if compressed:
+        data = compress("zstd", path.read_bytes(), 3)
+        path = tmp_path / "one.jsonl.zst"
+        path.write_bytes(data)
+    packs = [
+        tree_bytes(ingest_ok(tmp_path, str(path), "-j", jobs, name=f"p{jobs}"))
+        for jobs in ("1", "2", "3")
+    ]
+    assert packs[0] == packs[1] == packs[2]
+    stdin = ingest_ok(tmp_path, "-", "-j", "2", name="stdin", stdin=path.read_bytes())
+    assert (stdin / "matrix_atoms.bin").read_bytes() == packs[0]["matrix_atoms.bin"]
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_pieces_are_stable_self_contained_and_checkable(tmp_path: Path) -> None:
+    import hashlib
+
+    from matrixctl.ingest.sources import SourceFile
+
+    path = write_jsonl(tmp_path / "one.jsonl", records(300))
+    data = path.read_bytes()
+    sf = SourceFile(0, str(path), "one.jsonl", len(data), True)
+    state = pipeline.WorkerState(None, 1, pipeline.extract.Options(), str(tmp_path))
+    pieces = list(pipeline.split_file(sf, state))
+    again = [p.id for p in pipeline.split_file(sf, state)]
+    assert len(pieces) > 5 and [p.id for p in pieces] == again
+    assert b"".join(p.data for p in pieces) == data
+    lines = 0
+    for n, p in enumerate(pieces):
+        start, end = (int(x) for x in p.id.split(":")[1].split("-"))
+        assert data[start:end] == p.data and p.data.endswith(b"\n") and p.index == n
+        assert p.sha256 == "sha256:" + hashlib.sha256(p.data).hexdigest()
+        assert p.first_line == lines
+        lines += p.lines
+    assert pieces[-1].last and not any(p.last for p in pieces[:-1])
+    assert pieces[-1].file_sha256 == "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_an_error_in_a_later_piece_names_the_file_line_and_offset(tmp_path: Path) -> None:
+    rows = [json.dumps(r) for r in records(300)]
+    rows[250] = "{broken"
+    path = tmp_path / "one.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    offset = len(("\n".join(rows[:250]) + "\n").encode())
+    for jobs in ("1", "2"):
+        err = fail(tmp_path, str(path), "-j", jobs)
+        assert "INGEST_JSON" in err and "line 251" in err and f"offset {offset + 1} " in err

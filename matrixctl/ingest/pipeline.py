@@ -17,6 +17,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import io
 import os
 import signal
 import time
@@ -49,6 +51,8 @@ UNIT_MAX_BYTES = 4 << 20  # a work unit: consecutive files up to this many bytes
 UNIT_MIN_BYTES = 64 << 10
 UNIT_MAX_FILES = 256  # ...and at most this many files
 UNITS_PER_JOB = 32  # aim: this many units per worker, so the last ones end close together
+PIECE_BYTES = 4 << 20  # a piece of one large JSON Lines file: whole lines, about this size
+SPLIT_MIN = 2 * PIECE_BYTES  # files from this size on are cut into pieces (--jobs > 1)
 
 Tick = Callable[[int, int, int], None]  # files, bytes, tokens done so far
 
@@ -63,6 +67,7 @@ class FileResult:
     skip_code: str | None = None  # the error's code when --on-error skip left the file out
     compression: str | None = None  # gzip, zstd, xz, bz2 (by magic)
     decompressed: int | None = None  # bytes after decompression
+    piece: Piece | None = None  # the work unit inside one file this result is of (no data)
     documents: int = 0
     empty_documents: int = 0
     skipped_records: int = 0
@@ -92,7 +97,7 @@ _STATE: WorkerState | None = None
 class _Acc:
     """A file's tokens and records, in memory until they grow, then in spill files."""
 
-    def __init__(self, spill_dir: str, ordinal: int, out_dtype: str = "<u4") -> None:
+    def __init__(self, spill_dir: str, ordinal: int | str, out_dtype: str = "<u4") -> None:
         self.spill_dir = spill_dir
         self.out_dtype = out_dtype
         self.ordinal = ordinal
@@ -271,16 +276,25 @@ def _process_file(sf: SourceFile, state: WorkerState) -> FileResult:
 
 
 def _tokenize(
-    sf: SourceFile, kind: str, stream: Any, state: WorkerState, result: FileResult
+    sf: SourceFile,
+    kind: str,
+    stream: Any,
+    state: WorkerState,
+    result: FileResult,
+    piece: Piece | None = None,
 ) -> None:
     """The documents of one source, tokenized into `result` (spill files removed on failure)."""
     import numpy as np
 
     assert state.tok is not None
-    acc = _Acc(state.spill_dir, sf.ordinal, state.out_dtype)
+    acc = _Acc(state.spill_dir, sf.ordinal if piece is None else piece.id, state.out_dtype)
     counters = extract.Counters()
     eos = None if state.eos_id is None else np.array([state.eos_id], dtype=np.int64)
-    if kind in extract.COLUMNAR:
+    if piece is not None:
+        docs = extract._jsonl(
+            io.BytesIO(piece.data), sf.recorded, state.opts, counters, piece.first_line, piece.start
+        )
+    elif kind in extract.COLUMNAR:
         from matrixctl.ingest import columnar
 
         docs = columnar.documents(kind, sf.path, sf.recorded, state.opts, counters)
@@ -311,6 +325,177 @@ def _discard(acc: _Acc) -> None:
         if path:
             with contextlib.suppress(OSError):
                 os.unlink(path)
+
+
+# Work units inside one file -----------------------------------------------------------------
+
+
+@dataclass
+class Piece:
+    """A work unit inside one JSON Lines source: whole lines, self-contained.
+
+    `id` is stable (`ORDINAL:START-END`, the byte range in the decompressed stream) and the
+    same whatever --jobs is; `first_line` is the number of lines before it, so its records'
+    items and error line numbers are those of the file; `sha256` is of its bytes, so a result
+    can be checked against its input. The last piece also carries the file's totals (hash and
+    size as stored, compression). A cluster engine can schedule these as they are.
+    """
+
+    id: str
+    source: SourceFile
+    index: int
+    start: int
+    first_line: int
+    lines: int
+    data: bytes
+    sha256: str
+    stored_end: int  # stored bytes of the file read when the piece was cut (progress)
+    last: bool = False
+    file_sha256: str = ""
+    file_size: int = 0
+    compression: str | None = None
+    decompressed: int | None = None
+
+
+def split_file(sf: SourceFile, state: WorkerState, size: int = 0) -> Iterator[Piece | None]:
+    """Cut one source into pieces if it is JSON Lines: yields None (and nothing else) when it
+    is not, so the caller hands it out whole. Runs in the main process, reading the stream
+    once, in order: it hashes the stored bytes and counts lines as it cuts."""
+    from matrixctl.ingest import inputs
+
+    size = size or PIECE_BYTES
+    try:
+        opened = _open_raw(sf)
+    except OSError as exc:
+        raise from_os_error(exc, sf.recorded) from None
+    with opened as raw:
+        reader = extract.HashingReader(raw)
+        try:
+            head = inputs.read_head(reader, extract.SNIFF)
+            stream: Any = inputs.Prefixed(head, reader)
+            compression = inputs.sniff_compression(head)
+            name = extract.strip_compression(sf.path)
+            dec = None
+            if compression is not None:
+                buffered, dec = inputs.decompressing(stream, compression, sf.recorded)
+                head = inputs.read_head(buffered, extract.SNIFF)
+                stream = inputs.Prefixed(head, buffered)
+            kind, stream = extract.detect_kind(
+                head, name, stream, state.opts.max_doc, state.opts.input_kind
+            )
+            if kind != "jsonl":
+                yield None
+                return
+            yield from _cut(sf, stream, reader, dec, compression, size, state.opts.max_doc)
+        except OSError as exc:
+            raise from_os_error(exc, sf.recorded) from None
+
+
+def _cut(
+    sf: SourceFile,
+    stream: Any,
+    reader: extract.HashingReader,
+    dec: Any,
+    compression: str | None,
+    size: int,
+    max_doc: int,
+) -> Iterator[Piece]:
+    import hashlib
+
+    start = lines = index = 0
+    carry = b""
+    pending: Piece | None = None
+    while True:
+        data = stream.read(size)
+        if data:
+            buf = carry + data if carry else data
+            cut = buf.rfind(b"\n") + 1
+            if cut == 0:
+                carry = buf
+                if len(carry) > max_doc + 1:
+                    raise FormatError(
+                        extract.INGEST_TOO_LARGE,
+                        f"line {lines + 1} is longer than --max-doc-size ({max_doc:,} bytes)",
+                        path=sf.recorded,
+                        offset=start,
+                        field=f"line {lines + 1}",
+                    )
+                continue
+            body, carry = buf[:cut], buf[cut:]
+        else:
+            body, carry = carry, b""
+            if not body and pending is not None:
+                break
+        count = body.count(b"\n")
+        piece = Piece(
+            f"{sf.ordinal}:{start}-{start + len(body)}",
+            sf,
+            index,
+            start,
+            lines,
+            count,
+            body,
+            "sha256:" + hashlib.sha256(body).hexdigest(),
+            reader.size,
+        )
+        if pending is not None:
+            yield pending
+        pending = piece
+        index += 1
+        start += len(body)
+        lines += count
+        if not data:
+            break
+    assert pending is not None
+    pending.last = True
+    pending.file_sha256 = "sha256:" + reader.sha.hexdigest()
+    reader.drain()
+    pending.file_sha256 = "sha256:" + reader.sha.hexdigest()
+    pending.file_size = reader.size
+    pending.stored_end = reader.size
+    pending.compression = compression
+    pending.decompressed = None if dec is None else dec.produced
+    yield pending
+
+
+def process_piece(piece: Piece, state: WorkerState) -> FileResult:
+    """Tokenize one piece (runs in a worker); the result carries the piece without its data."""
+    result = FileResult(piece.source, "jsonl")
+    try:
+        _tokenize(piece.source, "jsonl", None, state, result, piece)
+    except FormatError as err:
+        if piece.compression is not None and err.offset is not None:
+            err.message += f" (offset into the {piece.compression}-decompressed stream)"
+        raise
+    except extract.SkipFile as skip:  # pragma: no cover - pieces are cut under --on-error fail
+        raise FormatError(extract.INGEST_UTF8, skip.reason, path=piece.source.recorded) from None
+    result.piece = dataclasses.replace(piece, data=b"")
+    if piece.last:
+        result.sha256 = piece.file_sha256
+        result.size = piece.file_size
+        result.compression = piece.compression
+        result.decompressed = piece.decompressed
+    return result
+
+
+def plan_work(
+    files: list[SourceFile], state: WorkerState, jobs: int
+) -> Iterator[list[SourceFile] | Piece]:
+    """The work units in input order: runs of small files (`plan_units`), and the pieces of
+    every large JSON Lines file (`split_file`), so one big file keeps every worker busy.
+    Files are cut only under --on-error fail (a file left out must leave no token behind)."""
+    for unit in plan_units(files, jobs):
+        sf = unit[0]
+        if len(unit) == 1 and state.on_error == "fail" and (sf.size >= SPLIT_MIN or sf.path == "-"):
+            pieces = split_file(sf, state)
+            first = next(pieces)
+            if first is None:
+                yield unit
+                continue
+            yield first
+            yield from (p for p in pieces if p is not None)
+        else:
+            yield unit
 
 
 # Worker processes ---------------------------------------------------------------------------
@@ -350,13 +535,15 @@ def _init_worker() -> None:
             state.tok = pi.Tokenizer(state.smap)
 
 
-def _work(unit: list[SourceFile], spill_dir: str) -> tuple[str, Any]:
+def _work(unit: list[SourceFile] | Piece, spill_dir: str) -> tuple[str, Any]:
     assert _STATE is not None
     _STATE.spill_dir = spill_dir
     if _STATE.tok is None:
         assert _STATE.smap is not None
         _STATE.tok = pi.Tokenizer(_STATE.smap)
     try:
+        if isinstance(unit, Piece):
+            return "ok", [process_piece(unit, _STATE)]
         return "ok", [process_file(sf, _STATE) for sf in unit]
     except MatrixError as err:
         return "error", (
@@ -388,6 +575,7 @@ class Workers:
 
         global _STATE
         self.jobs = jobs
+        self.state = state
         _STATE = state  # inherited by the forked workers
         try:
             ctx = multiprocessing.get_context("fork")
@@ -399,7 +587,7 @@ class Workers:
     def results(self, files: list[SourceFile], spill_dir: str) -> Iterator[FileResult]:
         """Each file's result, in input order."""
         window: deque[Any] = deque()
-        pending = iter(plan_units(files, self.jobs))
+        pending = plan_work(files, self.state, self.jobs)
         for unit in pending:
             window.append(self.pool.apply_async(_work, (unit, spill_dir)))
             if len(window) >= 2 * self.jobs + 2:
@@ -591,13 +779,25 @@ def _ingest(
         state.on_bytes = within
     with PackBuilder(out_dir, plan) as pb:
         state.spill_dir = pb.spill_dir
+        if workers is not None and any(f.path == "-" for f in files):
+            files = [_spool_stdin(f, pb.spill_dir) if f.path == "-" else f for f in files]
         if workers is not None:
             results = workers.results(files, pb.spill_dir)
         else:
             results = ordered_results(files, state, 1)
         tokens = _TokenBuffer(pb)
-        for n, res in enumerate(results, 1):
-            done = n
+        split_at = 0  # stored bytes of the file being read in pieces, already counted
+        for res in results:
+            if res.piece is not None:
+                ntokens += res.tokens
+                _append_piece(pb, res, tokens)
+                nbytes += res.piece.stored_end - split_at
+                split_at = 0 if res.piece.last else res.piece.stored_end
+                done += res.piece.last
+                if tick:
+                    tick(done, nbytes, ntokens)
+                continue
+            done += 1
             nbytes += res.source.size
             if res.skip_reason is not None:
                 pb.skipped.append(
@@ -612,7 +812,7 @@ def _ingest(
                 ntokens += res.tokens
                 _append(pb, res, tokens)
             if tick:
-                tick(n, nbytes, ntokens)
+                tick(done, nbytes, ntokens)
         tokens.flush()
         if shard is None and pb.index.docs == 0:
             raise FormatError(
@@ -689,9 +889,47 @@ class _TokenBuffer:
             self.pb.add_tokens(parts[0] if len(parts) == 1 else np.concatenate(parts))
 
 
-def _append(pb: Any, res: FileResult, tokens: _TokenBuffer) -> None:
-    import numpy as np
+def _spool_stdin(sf: SourceFile, spill_dir: str) -> SourceFile:
+    """With --jobs > 1, stdin is first copied as it is into the pack's temporary folder, so
+    the workers can read it like a file (and a large JSON Lines stream is cut into pieces)."""
+    import shutil
+    import sys
 
+    path = os.path.join(spill_dir, "stdin")
+    with open(path, "wb") as out:
+        shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+    return dataclasses.replace(sf, path=path, size=os.path.getsize(path))
+
+
+def _append_piece(pb: Any, res: FileResult, tokens: _TokenBuffer) -> None:
+    """A piece's tokens and records; its counts go into its file's manifest entry."""
+    assert res.piece is not None
+    if res.piece.index == 0:
+        _append(pb, res, tokens)
+        return
+    entry = pb.sources[-1]
+    for key, value in (
+        ("documents", res.documents),
+        ("tokens", res.tokens),
+        ("skipped_records", res.skipped_records),
+        ("empty_documents", res.empty_documents),
+    ):
+        entry[key] += value
+    if res.piece.last:
+        entry.update(
+            bytes=res.size,
+            sha256=res.sha256,
+            compression=res.compression,
+            decompressed_bytes=res.decompressed,
+        )
+    _append(pb, res, tokens, len(pb.sources) - 1)
+
+
+def _append(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int | None = None) -> None:
+
+    if index is not None:
+        _add_payload(pb, res, tokens, index)
+        return
     index = len(pb.sources)
     pb.sources.append(
         {
@@ -708,6 +946,12 @@ def _append(pb: Any, res: FileResult, tokens: _TokenBuffer) -> None:
             "empty_documents": res.empty_documents,
         }
     )
+    _add_payload(pb, res, tokens, index)
+
+
+def _add_payload(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int) -> None:
+    import numpy as np
+
     if res.spill_ids is not None:
         tokens.flush()
         pb.add_tokens_file(res.spill_ids)
