@@ -621,3 +621,19 @@ def test_an_error_in_a_later_piece_names_the_file_line_and_offset(tmp_path: Path
     for jobs in ("1", "2"):
         err = fail(tmp_path, str(path), "-j", jobs)
         assert "INGEST_JSON" in err and "line 251" in err and f"offset {offset + 1} " in err
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_one_parquet_file_is_cut_by_row_groups_with_the_same_bytes(tmp_path: Path) -> None:
+    rows = parquet_rows(600)
+    path = write_parquet(tmp_path / "one.parquet", rows, 40)
+    assert path.stat().st_size >= 4096
+    from matrixctl.ingest import columnar
+
+    assert len(columnar.row_group_pieces(str(path), "one.parquet", 2048)) > 3
+    packs = [
+        tree_bytes(ingest_ok(tmp_path, str(path), "-j", jobs, name=f"p{jobs}"))
+        for jobs in ("1", "2", "3")
+    ]
+    assert packs[0] == packs[1] == packs[2]
+    assert codes_of(tmp_path / "p2") == set()

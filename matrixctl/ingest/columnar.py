@@ -103,8 +103,9 @@ class Table:
             values = [v.get(key) if isinstance(v, dict) else None for v in values]
         return values
 
-    def stream_texts(self) -> Iterator[list[Any]]:
-        """Every row group / batch in order (an Arrow stream is read as it comes)."""
+    def stream_texts(self, groups: tuple[int, int] | None = None) -> Iterator[list[Any]]:
+        """Every row group / batch in order (an Arrow stream is read as it comes), or those
+        of `groups` (a range of row group numbers)."""
         if self.kind == "arrow" and self.reader is None:
             try:
                 for batch in self.batches:
@@ -112,7 +113,8 @@ class Table:
             except (OSError, self.pa.ArrowException) as exc:
                 raise _damaged(self.name, self.kind, exc) from None
             return
-        for index in range(len(self.groups)):
+        first, stop = groups if groups is not None else (0, len(self.groups))
+        for index in range(first, stop):
             yield from self.group_texts(index)
 
 
@@ -141,12 +143,39 @@ def _docs(
         yield row, iter([value.replace("\r\n", "\n")])
 
 
+def row_group_pieces(path: str, name: str, target: int) -> list[tuple[int, int, int]]:
+    """Runs of consecutive row groups of about `target` bytes (uncompressed, as the footer
+    says): `(first group, stop, rows before)`, the work units of one large Parquet file."""
+    pa = _pyarrow(name)
+    try:
+        meta = pa.parquet.ParquetFile(path).metadata
+    except (OSError, pa.ArrowException) as exc:
+        raise _damaged(name, "parquet", exc) from None
+    pieces: list[tuple[int, int, int]] = []
+    first = rows = size = before = 0
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        size += group.total_byte_size
+        rows += group.num_rows
+        if size >= target or i == meta.num_row_groups - 1:
+            pieces.append((first, i + 1, before))
+            first, before, size = i + 1, rows, 0
+    return pieces or [(0, 0, 0)]
+
+
 def documents(
-    kind: str, path: str, name: str, opts: extract.Options, counters: extract.Counters
+    kind: str,
+    path: str,
+    name: str,
+    opts: extract.Options,
+    counters: extract.Counters,
+    groups: tuple[int, int] | None = None,
+    first_row: int = 0,
 ) -> Iterator[extract.Doc]:
-    """Every row of a Parquet or Arrow file as a document (row number as its item)."""
+    """Every row of a Parquet or Arrow file as a document (row number as its item); or the
+    rows of the row groups `groups`, the first of which is row `first_row`."""
     table = Table(kind, path, name, opts.text_field)
-    row = 0
-    for values in table.stream_texts():
+    row = first_row
+    for values in table.stream_texts(groups):
         yield from _docs(values, row, name, opts, counters)
         row += len(values)

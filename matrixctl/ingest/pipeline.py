@@ -290,7 +290,13 @@ def _tokenize(
     acc = _Acc(state.spill_dir, sf.ordinal if piece is None else piece.id, state.out_dtype)
     counters = extract.Counters()
     eos = None if state.eos_id is None else np.array([state.eos_id], dtype=np.int64)
-    if piece is not None:
+    if piece is not None and piece.kind == "parquet":
+        from matrixctl.ingest import columnar
+
+        docs = columnar.documents(
+            "parquet", sf.path, sf.recorded, state.opts, counters, piece.groups, piece.first_line
+        )
+    elif piece is not None:
         docs = extract._jsonl(
             io.BytesIO(piece.data), sf.recorded, state.opts, counters, piece.first_line, piece.start
         )
@@ -355,6 +361,27 @@ class Piece:
     file_size: int = 0
     compression: str | None = None
     decompressed: int | None = None
+    kind: str = "jsonl"
+    groups: tuple[int, int] | None = None  # Parquet: the row groups [first, stop)
+
+
+def _split_parquet(sf: SourceFile, size: int) -> Iterator[Piece]:
+    """The pieces of one large Parquet file: runs of row groups; the file is hashed here."""
+    from matrixctl.ingest import columnar
+
+    ranges = columnar.row_group_pieces(sf.path, sf.recorded, size)
+    for index, (first, stop, rows) in enumerate(ranges):
+        piece = Piece(
+            f"{sf.ordinal}:rg{first}-{stop}", sf, index, first, rows, 0, b"", "", 0, kind="parquet"
+        )
+        piece.groups = (first, stop)
+        if index == len(ranges) - 1:
+            from matrixctl.ingest.pack import sha256_file
+
+            piece.last = True
+            piece.file_sha256 = sha256_file(sf.path)
+            piece.file_size = piece.stored_end = os.path.getsize(sf.path)
+        yield piece
 
 
 def split_file(sf: SourceFile, state: WorkerState, size: int = 0) -> Iterator[Piece | None]:
@@ -383,6 +410,9 @@ def split_file(sf: SourceFile, state: WorkerState, size: int = 0) -> Iterator[Pi
             kind, stream = extract.detect_kind(
                 head, name, stream, state.opts.max_doc, state.opts.input_kind
             )
+            if kind == "parquet" and compression is None and sf.path != "-":
+                yield from _split_parquet(sf, size)
+                return
             if kind != "jsonl":
                 yield None
                 return
@@ -460,9 +490,9 @@ def _cut(
 
 def process_piece(piece: Piece, state: WorkerState) -> FileResult:
     """Tokenize one piece (runs in a worker); the result carries the piece without its data."""
-    result = FileResult(piece.source, "jsonl")
+    result = FileResult(piece.source, piece.kind)
     try:
-        _tokenize(piece.source, "jsonl", None, state, result, piece)
+        _tokenize(piece.source, piece.kind, None, state, result, piece)
     except FormatError as err:
         if piece.compression is not None and err.offset is not None:
             err.message += f" (offset into the {piece.compression}-decompressed stream)"
