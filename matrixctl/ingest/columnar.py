@@ -17,7 +17,7 @@ from typing import Any
 from matrixctl.errors import FormatError
 from matrixctl.ingest import extract
 
-BATCH_ROWS = 8192  # rows converted to Python strings at a time
+BATCH_ROWS = 1024  # rows converted to Python strings at a time
 
 
 def _pyarrow(name: str) -> Any:
