@@ -666,3 +666,17 @@ def test_mutated_compressed_and_parquet_inputs_never_crash(tmp_path: Path, seed:
         assert "Traceback" not in run.stderr and "INTERNAL" not in run.stderr
         if run.code:
             assert not out.exists() and run.stderr.count("error[") == 1
+
+
+def test_verify_checks_the_compression_fields(tmp_path: Path) -> None:
+    plain = write_jsonl(tmp_path / "c.jsonl", records(20)).read_bytes()
+    (tmp_path / "c.jsonl.gz").write_bytes(compress("gzip", plain))
+    pack = ingest_ok(tmp_path, str(tmp_path / "c.jsonl.gz"))
+    path = pack / "ingest_manifest.json"
+    good = path.read_text()
+    assert codes_of(pack) == set()
+    for comp, size in (("rar", 5), (None, 5), ("gzip", None), ("gzip", "5")):
+        m = json.loads(good)
+        m["sources"][0].update(compression=comp, decompressed_bytes=size)
+        path.write_text(json.dumps(m))
+        assert "PACK_MANIFEST" in codes_of(pack), (comp, size)

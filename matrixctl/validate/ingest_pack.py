@@ -595,6 +595,15 @@ def _check_sources(m: dict[str, Any]) -> Iterator[Finding]:
                 PACK_MANIFEST, f"sources[{n}] is not an object with a path", field=f"sources[{n}]"
             )
             return
+        comp, size = srcrec.get("compression"), srcrec.get("decompressed_bytes")
+        if comp not in (None, "gzip", "zstd", "xz", "bz2") or (
+            (comp is None) != (size is None) or (size is not None and not isinstance(size, int))
+        ):
+            yield finding(
+                PACK_MANIFEST,
+                f"sources[{n}] has compression {comp!r} with decompressed_bytes {size!r}",
+                field=f"sources[{n}].compression",
+            )
         d, t = srcrec.get("documents"), srcrec.get("tokens")
         if not isinstance(d, int) or not isinstance(t, int):
             yield finding(
