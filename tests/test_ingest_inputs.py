@@ -582,6 +582,9 @@ def test_one_jsonl_file_is_cut_into_pieces_with_the_same_bytes(
         for jobs in ("1", "2", "3")
     ]
     assert packs[0] == packs[1] == packs[2]
+    whole = ingest_ok(tmp_path, str(path), "--on-error", "skip", name="whole")  # never cut
+    for art in ("matrix_atoms.bin", "doc_index.bin"):
+        assert (whole / art).read_bytes() == packs[0][art]
     stdin = ingest_ok(tmp_path, "-", "-j", "2", name="stdin", stdin=path.read_bytes())
     assert (stdin / "matrix_atoms.bin").read_bytes() == packs[0]["matrix_atoms.bin"]
 
@@ -637,6 +640,9 @@ def test_one_parquet_file_is_cut_by_row_groups_with_the_same_bytes(tmp_path: Pat
     ]
     assert packs[0] == packs[1] == packs[2]
     assert codes_of(tmp_path / "p2") == set()
+    whole = ingest_ok(tmp_path, str(path), "--on-error", "skip", name="whole")  # never cut
+    for art in ("matrix_atoms.bin", "doc_index.bin"):
+        assert (whole / art).read_bytes() == packs[0][art]
 
 
 # Seeded mutations -----------------------------------------------------------------------------

@@ -7,7 +7,7 @@
   about the same number of bytes (`plan_units`), at most 2N + 2 units in flight, and the writer
   consumes the results strictly in input order. The output bytes therefore do not depend on N,
   on how the files are grouped into units, or on which worker finishes first.
-- A worker keeps a file's tokens in memory up to 1 Mi tokens / 64 Ki documents, then spills
+- A worker keeps a file's tokens in memory up to 4 Mi tokens / 64 Ki documents, then spills
   them to a temporary file in the pack's temporary folder, so memory does not grow with the
   size of a file or of the corpus (a 5 GB text file streams through in 1 MiB pieces). Tokens
   travel back already in the pack's dtype (uint16 when the map allows), and the writer appends
@@ -45,7 +45,7 @@ INGEST_NO_DOCUMENTS = codes.define(
     "field); an empty pack would look like a successful build.",
     group="ingest",
 )
-MEM_TOKENS = 1 << 20
+MEM_TOKENS = 4 << 20  # a piece of 4 MiB of text (~1.3 Mi tokens) stays in memory
 MEM_DOCS = 1 << 16
 UNIT_MAX_BYTES = 4 << 20  # a work unit: consecutive files up to this many bytes...
 UNIT_MIN_BYTES = 64 << 10
@@ -516,7 +516,8 @@ def plan_work(
     Files are cut only under --on-error fail (a file left out must leave no token behind)."""
     for unit in plan_units(files, jobs):
         sf = unit[0]
-        if len(unit) == 1 and state.on_error == "fail" and (sf.size >= SPLIT_MIN or sf.path == "-"):
+        # stdin ("-") is never cut here: it is read once (with --jobs N it was spooled first).
+        if len(unit) == 1 and state.on_error == "fail" and sf.size >= SPLIT_MIN and sf.path != "-":
             pieces = split_file(sf, state)
             first = next(pieces)
             if first is None:
@@ -646,8 +647,14 @@ def ordered_results(files: list[SourceFile], state: WorkerState, jobs: int) -> I
         if state.tok is None:
             assert state.smap is not None
             state.tok = pi.Tokenizer(state.smap)
-        for sf in files:
-            yield process_file(sf, state)
+        # Large JSON Lines and Parquet files go piece by piece here too: each piece's tokens
+        # stay in memory instead of the whole file's being spilled and read back.
+        for unit in plan_work(files, state, 1):
+            if isinstance(unit, Piece):
+                yield process_piece(unit, state)
+            else:
+                for sf in unit:
+                    yield process_file(sf, state)
         return
     workers = Workers(state, jobs)
     try:
