@@ -48,7 +48,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.jobs == 1:
         wrap(pi, "load_symbol_map", "symbol map load (serial)")
-        wrap(pi.Tokenizer, "__init__", "automaton build")
+        wrap(pi.Tokenizer, "__init__", "matcher build")
         wrap(pipeline, "enumerate_sources", "listing the inputs (serial)")
         wrap(extract, "_read_whole", "reading + SHA-256 of HTML")
         wrap(extract, "decode_whole", "UTF-8 decoding of HTML")

@@ -62,19 +62,32 @@ def test_markdown_syntax_is_stripped() -> None:
 @pytest.mark.parametrize(
     ("head", "name", "kind"),
     [
-        (b"<!DOCTYPE html><html>", "a.txt", "html"),
+        (b"<!DOCTYPE html><html>", "a.txt", "text"),
+        (b"<!DOCTYPE html><html>", "a", "html"),
         (b"  <p>hello</p>", "x", "html"),
-        (b'{"text": "a"}\n{"text": "b"}\n', "a.json", "jsonl"),
-        (b'{\n  "text": "a"\n}\n', "a.jsonl", "json"),
+        (b"plain words", "page.HTM", "html"),
+        (b'{"text": "a"}\n{"text": "b"}\n', "a", "jsonl"),
+        (b'{"text": "a"}\n{"text": "b"}\n', "a.json", "json"),
+        (b'{\n  "text": "a"\n}\n', "a", "json"),
+        (b'{\n  "text": "a"\n}\n', "a.jsonl", "jsonl"),
+        (b'{"text": "a"}\n', "a.ndjson", "jsonl"),
+        (b"PAR1\x15\x04\x00", "x.bin", "parquet"),
+        (b"ARROW1\x00\x00", "data.txt", "arrow"),
         (b'[{"text": "a"}]', "a", "json"),
+        (b"[![Build status](https://ci/x.svg)](https://ci)\n# Tool\n", "README.md", "markdown"),
+        (b"[ This is just a pointer ]\n", "notes.txt", "text"),
+        (b'{"text": "a"}\n', "guide.rst", "text"),
         (b"# Title\n", "a.md", "markdown"),
         (b"# Title\n", "a.txt", "text"),
+        (b"# Title\n", "dir.md/x", "text"),
         (b"abc\0def", "a.html", "binary"),
         (b"<not html at all", "a", "text"),
     ],
 )
 def test_kind_is_sniffed_from_bytes(head: bytes, name: str, kind: str) -> None:
-    """Decision: kinds come from the bytes; only Markdown vs text (same bytes) uses the name."""
+    """Decision: the name decides for .md/.markdown/.txt/.rst/.html (and their variants), the
+    bytes only where the name says nothing; a NUL byte means binary whatever the name, except
+    for the Parquet/Arrow magics; .json/.jsonl/.ndjson are hints the bytes must agree with."""
     assert extract.sniff_kind(head, name) == kind
 
 

@@ -9,7 +9,17 @@ from pathlib import Path
 from tests import golden_bytes as gb
 from tests.conftest import ROOT
 
-HEAVY = ("numpy", "rich", "gguf", "safetensors", "cbor2", "zstandard", "blake3")
+HEAVY = (
+    "numpy",
+    "rich",
+    "gguf",
+    "safetensors",
+    "cbor2",
+    "zstandard",
+    "blake3",
+    "pyarrow",  # optional extras of ingest docs
+    "isal",
+)
 
 PROBE = """
 import sys
@@ -37,6 +47,7 @@ def loaded_after(*args: str) -> list[str]:
 def test_help_imports_no_heavy_module() -> None:
     assert loaded_after("--help") == []
     assert loaded_after("pack", "atoms", "--help") == []
+    assert loaded_after("ingest", "docs", "--help") == []
 
 
 def test_inspect_json_of_a_small_atom_file_imports_no_heavy_module(tmp_path: Path) -> None:

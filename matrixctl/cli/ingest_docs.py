@@ -16,6 +16,7 @@ from matrixctl.cli.common import (
     console,
     emit_json,
     note,
+    safe,
     stderr_is_terminal,
 )
 
@@ -29,6 +30,37 @@ class PackDtype(StrEnum):
 class MissingField(StrEnum):
     skip = "skip"
     error = "error"
+
+
+class InputKind(StrEnum):
+    auto = "auto"
+    text = "text"
+    markdown = "markdown"
+    html = "html"
+    json = "json"
+    jsonl = "jsonl"
+    parquet = "parquet"
+    arrow = "arrow"
+
+
+def parse_size(text: str) -> int:
+    """`4096`, `64K`, `256M`, `2G` (binary multiples) to bytes."""
+    from matrixctl.errors import UsageError
+
+    value = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = 1
+    for suffix, mult in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
+        if value.endswith(suffix):
+            value, scale = value[:-1], mult
+            break
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(f"--max-doc-size must look like 4096, 64K, 256M or 2G, got {text!r}")
+    return int(value) * scale
+
+
+class OnError(StrEnum):
+    fail = "fail"
+    skip = "skip"
 
 
 class EncodingErrors(StrEnum):
@@ -84,7 +116,9 @@ def docs(
         list[str],
         typer.Argument(
             metavar="SRC...",
-            help="Files and folders of HTML, JSON, JSON Lines, Markdown or text (UTF-8).",
+            help="Files and folders of HTML, JSON, JSON Lines, Markdown, text (UTF-8), Parquet "
+            "or Arrow; gzip, zstd, xz or bzip2 compressed ones too; - for stdin "
+            "(docs/inputs.md).",
         ),
     ],
     output: Annotated[
@@ -151,6 +185,41 @@ def docs(
             "manifest).",
         ),
     ] = EncodingErrors.error,
+    on_error: Annotated[
+        OnError,
+        typer.Option(
+            "--on-error",
+            help="A file that fails (unreadable, not parseable, bad encoding, too large): "
+            "stop with its error, or skip it and go on (each skipped file is named in the "
+            "report and in the manifest's skipped list with its error code).",
+        ),
+    ] = OnError.fail,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="A file in a folder that is not a document (binary after any "
+            "decompression) is an error, as for a file named on the command line; "
+            "--on-error then decides.",
+        ),
+    ] = False,
+    max_doc_size: Annotated[
+        str,
+        typer.Option(
+            "--max-doc-size",
+            metavar="SIZE",
+            help="Largest document read whole: a JSON Lines line, an HTML or JSON file, a "
+            "Parquet/Arrow cell (4096, 64K, 256M, 2G). Larger: INGEST_TOO_LARGE for the file.",
+        ),
+    ] = "256M",
+    input_kind: Annotated[
+        InputKind,
+        typer.Option(
+            "--input-kind",
+            help="The kind of every input (stdin included) instead of names and bytes; "
+            "compression is still recognised.",
+        ),
+    ] = InputKind.auto,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -176,16 +245,24 @@ def docs(
         text_field=text_field,
         missing_field=missing_field.value,
         encoding_errors=encoding_errors.value,
+        on_error=on_error.value,
+        strict=strict,
+        max_doc_size=parse_size(max_doc_size),
+        input_kind=input_kind.value,
     )
     total_files = total_bytes = 0
     if stderr_is_terminal():
-        files, _ = enumerate_sources(srcs, exclude=[output])
+        files, _ = enumerate_sources(srcs, exclude=[output], on_error=on_error.value)
         total_files, total_bytes = len(files), sum(f.size for f in files)
     with ingest_progress(total_files, total_bytes) as tick:
         summary = ingest_docs(srcs, output, opts, tick=tick)
     if json_out:
         emit_json(summary)
     else:
+        for skipped in summary["skipped_files"]:
+            note(f"skipped {safe(skipped['path'])}: {safe(skipped['reason'])}")
+        if summary["skipped"]:
+            note(f"skipped {summary['skipped']:,} files (listed in the manifest's skipped)")
         note(
             f"ingested {summary['files']:,} files ({summary['bytes']:,} bytes): "
             f"{summary['documents']:,} documents, {summary['tokens']:,} tokens in "

@@ -1,11 +1,13 @@
 """Text extraction for `ingest docs`: HTML, JSON, JSON Lines, Markdown and plain text.
 
-A source file's kind is sniffed from its leading bytes (docs/formats/ingest-pack.md,
-"Extraction"): a NUL byte in the first 8 KiB means binary; a leading `<` with an HTML tag in
-the first 4 KiB means HTML; a leading `[` means a JSON array; a leading `{` means JSON Lines
-when the first line is a complete JSON object, else one JSON document. Markdown and plain text
-have the same bytes, so only for them the name decides: `.md`, `.markdown`, `.mdown`, `.mkd`
-are Markdown (the only difference is that Markdown syntax is stripped).
+A source file's kind (docs/formats/ingest-pack.md, "Extraction"; docs/inputs.md): a NUL byte
+in the first 8 KiB means binary. Then the name decides where it says what the file is:
+`.md`, `.markdown`, `.mdown`, `.mkd` are Markdown, `.txt`, `.text`, `.rst` are text, `.html`,
+`.htm`, `.xhtml` are HTML, whatever their first byte (a README that opens with `[![badge]` is
+Markdown, not JSON). Only where the name says nothing do the leading bytes decide: a leading
+`<` with an HTML tag in the first 4 KiB means HTML; a leading `[` means a JSON array; a
+leading `{` means JSON Lines when the first line is a complete JSON object, else one JSON
+document.
 
 Each extractor yields documents as `(item, pieces)`: `item` locates the document in its source
 (JSON Lines line number, JSON array index, 0 otherwise) and `pieces` is an iterator of text
@@ -38,7 +40,14 @@ INGEST_UTF8 = codes.define(
 INGEST_JSON = codes.define("INGEST_JSON", "A JSON or JSON Lines source is not valid JSON.", group=G)
 INGEST_TOO_LARGE = codes.define(
     "INGEST_TOO_LARGE",
-    "An HTML or JSON source (parsed whole) exceeds 256 MiB, or a JSON Lines line does.",
+    "A document is larger than --max-doc-size (default 256 MiB): an HTML or JSON source "
+    "(parsed whole), a JSON Lines line or a Parquet/Arrow cell.",
+    group=G,
+)
+INGEST_COLUMNAR = codes.define(
+    "INGEST_COLUMNAR",
+    "A Parquet or Arrow input cannot be read: damaged, no such column, pyarrow missing, or "
+    "given compressed or on stdin.",
     group=G,
 )
 INGEST_TEXT_FIELD = codes.define(
@@ -51,7 +60,23 @@ MAX_WHOLE = 256 << 20
 SNIFF = 8192
 PIECE = 1 << 20
 MARKDOWN_EXT = (".md", ".markdown", ".mdown", ".mkd")
-KINDS = ("html", "json", "jsonl", "markdown", "text")
+# Names that say what a file is: the name decides for them, never the first byte.
+NAMED_KINDS = {
+    **dict.fromkeys(MARKDOWN_EXT, "markdown"),
+    ".txt": "text",
+    ".text": "text",
+    ".rst": "text",
+    ".html": "html",
+    ".htm": "html",
+    ".xhtml": "html",
+}
+KINDS = ("html", "json", "jsonl", "markdown", "text", "parquet", "arrow")
+COLUMNAR = ("parquet", "arrow")
+COMPRESSED_EXT = (".gz", ".gzip", ".zst", ".zstd", ".xz", ".bz2")
+JSON_NAMES = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+# Columnar containers, by magic: Parquet files start (and end) with PAR1; Arrow IPC files
+# start with ARROW1, Arrow IPC streams (`datasets` save_to_disk) with a continuation marker.
+COLUMNAR_MAGIC = ((b"PAR1", "parquet"), (b"ARROW1", "arrow"), (b"\xff\xff\xff\xff", "arrow"))
 
 _HTML_TAG = re.compile(
     rb"<(?:!doctype\s+html|html|head|body|title|meta|p|div|h[1-6]|table|a)\b", re.I
@@ -63,12 +88,24 @@ class Options:
     text_field: str = "text"
     missing_field: str = "skip"  # skip | error
     encoding_errors: str = "error"  # error | replace | skip-file
+    max_doc: int = MAX_WHOLE  # --max-doc-size in bytes
+    input_kind: str = "auto"  # --input-kind: auto (names and bytes) or a kind for every input
 
 
 def sniff_kind(head: bytes, name: str) -> str:
-    """`binary`, `html`, `json`, `jsonl`, `markdown` or `text` from the first bytes."""
+    """`binary`, `html`, `json`, `jsonl`, `markdown` or `text`: the name where it states the
+    kind, else the first bytes (a NUL byte means binary whatever the name)."""
+    for magic, kind in COLUMNAR_MAGIC:
+        if head.startswith(magic):
+            return kind
     if b"\0" in head[:SNIFF]:
         return "binary"
+    named = name_kind(name)
+    if named is not None:
+        return named
+    hinted = json_hint(name)
+    if hinted is not None:
+        return hinted
     body = head.removeprefix(b"\xef\xbb\xbf").lstrip()
     if body.startswith(b"<") and _HTML_TAG.search(body[:4096]):
         return "html"
@@ -82,23 +119,93 @@ def sniff_kind(head: bytes, name: str) -> str:
         except (ValueError, RecursionError):
             pass
         return "json"
-    if name.lower().endswith(MARKDOWN_EXT):
-        return "markdown"
     return "text"
 
 
-class HashingReader:
-    """Read a file while computing its SHA-256 and counting bytes."""
+def _suffix(name: str) -> str:
+    base = name.replace("\\", "/").rsplit("/", 1)[-1].lower()
+    dot = base.rfind(".")
+    return base[dot:] if dot > 0 else ""
 
-    def __init__(self, fp: BinaryIO) -> None:
+
+def name_kind(name: str) -> str | None:
+    """The kind a file's name states (`NAMED_KINDS`), or None when the name says nothing."""
+    return NAMED_KINDS.get(_suffix(name))
+
+
+def json_hint(name: str) -> str | None:
+    """`json` for `.json`, `jsonl` for `.jsonl` / `.ndjson`: hints the bytes must agree with."""
+    return JSON_NAMES.get(_suffix(name))
+
+
+def strip_compression(name: str) -> str:
+    """`corpus.jsonl.gz` -> `corpus.jsonl`: the name a compressed file's content goes by."""
+    suffix = _suffix(name)
+    return name[: -len(suffix)] if suffix in COMPRESSED_EXT else name
+
+
+def detect_kind(
+    head: bytes, name: str, fp: Any, limit: int, forced: str = "auto"
+) -> tuple[str, Any]:
+    """The kind of a stream whose first bytes are `head` (already read back into `fp`).
+
+    Where neither the name nor the first byte settle it (a leading `{` or `[` without a
+    `.json`/`.jsonl` name), one complete record decides: the first non-blank line is read
+    whole (at most `limit` bytes) and parsed. A JSON object is JSON Lines; another complete
+    value is JSON; a line the parser rejects before its end (`[ This is a pointer`, `[Unit]`)
+    is text; a line that ends before the value does (a pretty-printed `{`) is one JSON
+    document. Returns the kind and the reader to extract from (the line given back)."""
+    from matrixctl.ingest.inputs import Prefixed
+
+    if forced != "auto":
+        return ("binary" if b"\0" in head[:SNIFF] and forced not in COLUMNAR else forced), fp
+    kind = sniff_kind(head, name)
+    if kind not in ("json", "jsonl") or json_hint(name) is not None:
+        return kind, fp
+    lines: list[bytes] = []
+    size = 0
+    while size <= limit:
+        line = fp.readline(limit + 1 - size)
+        if not line:
+            break
+        lines.append(line)
+        size += len(line)
+        if line.strip() and line.endswith(b"\n"):
+            break
+    fp = Prefixed(b"".join(lines), fp)
+    first = b"".join(lines).removeprefix(b"\xef\xbb\xbf").strip()
+    if size > limit or not first:
+        return "json", fp
+    try:
+        value = json.loads(first)
+    except (ValueError, RecursionError) as exc:
+        pos = getattr(exc, "pos", None)
+        if (
+            isinstance(exc, json.JSONDecodeError)
+            and pos is not None
+            and pos < len(first.decode("utf-8", "replace"))
+        ):
+            return "text", fp
+        return "json", fp
+    return ("jsonl" if isinstance(value, dict) else "json"), fp
+
+
+class HashingReader:
+    """Read a file while computing its SHA-256 and counting bytes (as stored); `on_bytes`, when
+    given, hears the count after every read (progress within a file)."""
+
+    def __init__(self, fp: BinaryIO, on_bytes: Callable[[int], None] | None = None) -> None:
         self.fp = fp
         self.sha = hashlib.sha256()
         self.size = 0
+        self.on_bytes = on_bytes
 
     def read(self, n: int = -1) -> bytes:
         data = self.fp.read(n)
         self.sha.update(data)
         self.size += len(data)
+        if self.on_bytes is not None:
+            self.on_bytes(self.size)
         return data
 
     def readline(self, limit: int = -1) -> bytes:
@@ -699,16 +806,16 @@ class Counters:
     skipped_records: int = 0
 
 
-def _read_whole(fp: HashingReader, name: str, what: str) -> bytes:
-    data = fp.read(MAX_WHOLE + 1)
-    if len(data) > MAX_WHOLE:
+def _read_whole(fp: Any, name: str, what: str, limit: int = MAX_WHOLE) -> bytes:
+    data = fp.read(limit + 1)
+    if len(data) > limit:
         raise FormatError(
             INGEST_TOO_LARGE,
-            f"{what} source is larger than {MAX_WHOLE >> 20} MiB (parsed whole)",
+            f"{what} source is larger than --max-doc-size ({limit:,} bytes; parsed whole)",
             path=name,
-            hint="split it, or use JSON Lines for large JSON data sets",
+            hint="split it, use JSON Lines for large JSON data sets, or raise --max-doc-size",
         )
-    return data
+    return bytes(data)
 
 
 def _field(obj: Any, opts: Options, name: str, where: str, counters: Counters) -> str | None:
@@ -726,27 +833,30 @@ def _field(obj: Any, opts: Options, name: str, where: str, counters: Counters) -
     return None
 
 
-def documents(
-    kind: str, fp: HashingReader, name: str, opts: Options, counters: Counters
-) -> Iterator[Doc]:
+def documents(kind: str, fp: Any, name: str, opts: Options, counters: Counters) -> Iterator[Doc]:
     """The documents of one source of a known kind."""
     if kind == "text":
         yield 0, iter_decoded(fp, name, opts)
     elif kind == "markdown":
         yield 0, batch(markdown_lines(split_lines(iter_decoded(fp, name, opts))))
     elif kind == "html":
-        text = decode_whole(_read_whole(fp, name, "HTML"), name, opts)
+        text = decode_whole(_read_whole(fp, name, "HTML", opts.max_doc), name, opts)
         yield 0, iter([html_text(text)])
     elif kind == "json":
-        text = decode_whole(_read_whole(fp, name, "JSON"), name, opts)
+        text = decode_whole(_read_whole(fp, name, "JSON", opts.max_doc), name, opts)
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
+            hint = None
+            if exc.msg == "Extra data":
+                hint = "it holds several JSON values: JSON Lines? name it .jsonl"
             raise FormatError(
                 INGEST_JSON,
                 f"not valid JSON: {exc.msg} (line {exc.lineno})",
                 path=name,
                 offset=len(text[: exc.pos].encode("utf-8")),
+                field=f"line {exc.lineno}",
+                hint=hint,
             ) from None
         except RecursionError:
             raise FormatError(INGEST_JSON, "JSON nested too deeply", path=name) from None
@@ -761,22 +871,49 @@ def documents(
         raise ValueError(kind)
 
 
-def _jsonl(fp: HashingReader, name: str, opts: Options, counters: Counters) -> Iterator[Doc]:
-    offset = 0
-    line_no = 0
+def _read_line(fp: Any, limit: int) -> tuple[bytes, bool]:
+    """One line and whether it fits in `limit` bytes, read a piece at a time: a longer line
+    costs no more memory than `limit` and is never joined (the caller reports it)."""
+    raw = fp.readline(min(limit, PIECE))
+    if len(raw) < PIECE or raw.endswith(b"\n"):
+        return bytes(raw), len(raw) < limit or raw.endswith(b"\n")
+    parts = [raw]
+    size = len(raw)
+    while size < limit:
+        more = fp.readline(min(PIECE, limit - size))
+        if not more:
+            break
+        parts.append(more)
+        size += len(more)
+        if more.endswith(b"\n"):
+            break
+    if size >= limit and not parts[-1].endswith(b"\n"):
+        return b"", False
+    return b"".join(parts), True
+
+
+def _jsonl(
+    fp: Any, name: str, opts: Options, counters: Counters, line_no: int = 0, offset: int = 0
+) -> Iterator[Doc]:
+    """JSON Lines from `fp`; a work unit starts after `line_no` lines and `offset` bytes."""
+    first_line = line_no
     errors = "replace" if opts.encoding_errors == "replace" else "strict"
     while True:
-        raw = fp.readline(MAX_WHOLE + 1)
-        if not raw:
+        raw, fits = _read_line(fp, opts.max_doc + 1)
+        if not raw and fits:
             return
         line_no += 1
-        if len(raw) > MAX_WHOLE:
+        if not fits:
             raise FormatError(
-                INGEST_TOO_LARGE, f"line {line_no} is longer than 256 MiB", path=name, offset=offset
+                INGEST_TOO_LARGE,
+                f"line {line_no} is longer than --max-doc-size ({opts.max_doc:,} bytes)",
+                path=name,
+                offset=offset,
+                field=f"line {line_no}",
             )
         start = offset
         offset += len(raw)
-        if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        if line_no == 1 and first_line == 0 and raw.startswith(b"\xef\xbb\xbf"):
             raw = raw[3:]
             start += 3
         try:

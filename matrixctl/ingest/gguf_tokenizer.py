@@ -9,7 +9,7 @@ uses").
 
 π runs on a copy of the map holding only the symbols whose bytes occur in the sample: greedy
 leftmost-longest matching can only ever choose a symbol that occurs in the text, so the tokens
-are those of the whole map, and the automaton is built over a few thousand symbols instead of
+are those of the whole map, and the matcher (trie) is built over a few thousand symbols instead of
 up to hundreds of thousands.
 """
 

@@ -2,12 +2,12 @@
 
 - The inputs are listed in a fixed order (sources.py); `--shard I/N` keeps a stable subset.
 - With `--jobs 1` files are processed in this process. With N > 1, N worker processes are
-  forked as soon as the symbol map is loaded; each builds its own automaton while this process
+  forked as soon as the symbol map is loaded; each builds its own matcher (trie) while this process
   lists the inputs. The files are then handed out in work units: runs of consecutive files of
   about the same number of bytes (`plan_units`), at most 2N + 2 units in flight, and the writer
   consumes the results strictly in input order. The output bytes therefore do not depend on N,
   on how the files are grouped into units, or on which worker finishes first.
-- A worker keeps a file's tokens in memory up to 1 Mi tokens / 64 Ki documents, then spills
+- A worker keeps a file's tokens in memory up to 4 Mi tokens / 64 Ki documents, then spills
   them to a temporary file in the pack's temporary folder, so memory does not grow with the
   size of a file or of the corpus (a 5 GB text file streams through in 1 MiB pieces). Tokens
   travel back already in the pack's dtype (uint16 when the map allows), and the writer appends
@@ -17,6 +17,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import io
 import os
 import signal
 import time
@@ -37,12 +39,20 @@ if TYPE_CHECKING:
 INGEST_NO_INPUT = codes.define(
     "INGEST_NO_INPUT", "The sources hold no file to ingest (in this shard).", group="ingest"
 )
-MEM_TOKENS = 1 << 20
+INGEST_NO_DOCUMENTS = codes.define(
+    "INGEST_NO_DOCUMENTS",
+    "The inputs hold no document at all (every file empty, skipped or without the text "
+    "field); an empty pack would look like a successful build.",
+    group="ingest",
+)
+MEM_TOKENS = 4 << 20  # a piece of 4 MiB of text (~1.3 Mi tokens) stays in memory
 MEM_DOCS = 1 << 16
 UNIT_MAX_BYTES = 4 << 20  # a work unit: consecutive files up to this many bytes...
 UNIT_MIN_BYTES = 64 << 10
 UNIT_MAX_FILES = 256  # ...and at most this many files
 UNITS_PER_JOB = 32  # aim: this many units per worker, so the last ones end close together
+PIECE_BYTES = 4 << 20  # a piece of one large JSON Lines file: whole lines, about this size
+SPLIT_MIN = 2 * PIECE_BYTES  # files from this size on are cut into pieces (--jobs > 1)
 
 Tick = Callable[[int, int, int], None]  # files, bytes, tokens done so far
 
@@ -54,6 +64,10 @@ class FileResult:
     sha256: str = ""
     size: int = 0
     skip_reason: str | None = None
+    skip_code: str | None = None  # the error's code when --on-error skip left the file out
+    compression: str | None = None  # gzip, zstd, xz, bz2 (by magic)
+    decompressed: int | None = None  # bytes after decompression
+    piece: Piece | None = None  # the work unit inside one file this result is of (no data)
     documents: int = 0
     empty_documents: int = 0
     skipped_records: int = 0
@@ -72,6 +86,9 @@ class WorkerState:
     spill_dir: str
     smap: pi.SymbolMap | None = None
     out_dtype: str = "<u4"  # the dtype in-memory tokens are returned in
+    on_error: str = "fail"  # fail | skip: what a per-file failure does
+    strict: bool = False  # a file that is not a document is an error
+    on_bytes: Callable[[int], None] | None = None  # progress within a file (--jobs 1)
 
 
 _STATE: WorkerState | None = None
@@ -80,7 +97,7 @@ _STATE: WorkerState | None = None
 class _Acc:
     """A file's tokens and records, in memory until they grow, then in spill files."""
 
-    def __init__(self, spill_dir: str, ordinal: int, out_dtype: str = "<u4") -> None:
+    def __init__(self, spill_dir: str, ordinal: int | str, out_dtype: str = "<u4") -> None:
         self.spill_dir = spill_dir
         self.out_dtype = out_dtype
         self.ordinal = ordinal
@@ -162,62 +179,354 @@ def _encode_doc(tok: pi.Tokenizer, pieces: Iterator[str], acc: _Acc) -> int:
 
 
 def process_file(sf: SourceFile, state: WorkerState) -> FileResult:
+    """One source file under the error policy: with `--on-error skip` any per-file failure
+    (unreadable, binary when named, encoding, parse, size) leaves the file out, named in the
+    manifest's `skipped` with the error's code and message; with `fail` it stops the ingest."""
+    try:
+        return _process_file(sf, state)
+    except MatrixError as err:
+        if state.on_error != "skip" or isinstance(err, UsageError):
+            raise
+        result = FileResult(sf, "")
+        result.skip_code = err.code
+        where = f" at byte {err.offset}" if err.offset is not None else ""
+        result.skip_reason = f"{err.code}: {err.message}{where}"
+        return result
+
+
+def _open_raw(sf: SourceFile) -> Any:
+    if sf.path == "-":
+        import sys
+
+        return contextlib.nullcontext(sys.stdin.buffer)  # stdin is read, never closed
+    return open(sf.path, "rb")
+
+
+def _process_file(sf: SourceFile, state: WorkerState) -> FileResult:
     """Extract, tokenize and account one source file (runs in a worker)."""
-    import numpy as np
+    from matrixctl.ingest import inputs
 
     assert state.tok is not None
     try:
-        fp = open(sf.path, "rb")  # noqa: SIM115
+        opened = _open_raw(sf)
     except OSError as exc:
         raise from_os_error(exc, sf.recorded) from None
-    with fp:
-        reader = extract.HashingReader(fp)
+    with opened as raw:
+        reader = extract.HashingReader(raw, state.on_bytes)
         try:
-            head = fp.read(extract.SNIFF)
-            fp.seek(0)
+            head = inputs.read_head(reader, extract.SNIFF)
         except OSError as exc:
             raise from_os_error(exc, sf.recorded) from None
-        kind = extract.sniff_kind(head, sf.path)
-        result = FileResult(sf, kind)
-        if kind == "binary":
-            if sf.named:
+        stream: Any = inputs.Prefixed(head, reader)
+        compression = inputs.sniff_compression(head)
+        name = "" if sf.path == "-" else sf.path
+        dec = None
+        try:
+            if compression is not None:
+                buffered, dec = inputs.decompressing(stream, compression, sf.recorded)
+                head = inputs.read_head(buffered, extract.SNIFF)
+                stream = inputs.Prefixed(head, buffered)
+                name = extract.strip_compression(name)
+            kind, stream = extract.detect_kind(
+                head, name, stream, state.opts.max_doc, state.opts.input_kind
+            )
+            result = FileResult(sf, kind)
+            result.compression = compression
+            if kind == "binary":
+                if sf.named or state.strict:
+                    raise FormatError(
+                        extract.INGEST_BINARY,
+                        "is binary (a NUL byte in its first 8 KiB"
+                        + (f" after {compression} decompression" if compression else "")
+                        + "), not a document",
+                        path=sf.recorded,
+                        offset=head.index(b"\0"),
+                    )
+                result.skip_reason = "binary"
+                return result
+            if kind in extract.COLUMNAR and (compression or sf.path == "-"):
                 raise FormatError(
-                    extract.INGEST_BINARY,
-                    "is binary (a NUL byte in its first 8 KiB), not a document",
+                    extract.INGEST_COLUMNAR,
+                    f"a {kind} input must be a file as stored (it is read by its footer), "
+                    "not a compressed file or stdin",
                     path=sf.recorded,
-                    offset=head.index(b"\0"),
                 )
-            result.skip_reason = "binary"
-            return result
-        acc = _Acc(state.spill_dir, sf.ordinal, state.out_dtype)
-        counters = extract.Counters()
-        eos = None if state.eos_id is None else np.array([state.eos_id], dtype=np.int64)
-        try:
-            for item, pieces in extract.documents(kind, reader, sf.recorded, state.opts, counters):
-                n = _encode_doc(state.tok, pieces, acc)
-                if n == 0:
-                    result.empty_documents += 1
-                    continue
-                if eos is not None:
-                    acc.add(eos)
-                    n += 1
-                acc.record(n, item)
-                result.documents += 1
-                result.tokens += n
+            _tokenize(sf, kind, stream, state, result)
+            while stream.read(extract.PIECE):  # the rest, so damage at the end is found
+                pass
             reader.drain()
+        except FormatError as err:
+            if (
+                compression is not None
+                and err.code != inputs.INGEST_COMPRESSED
+                and err.offset is not None
+            ):
+                err.message += f" (offset into the {compression}-decompressed stream)"
+            raise
         except extract.SkipFile as skip:
+            result = FileResult(sf, "")
             result.skip_reason = f"encoding: {skip.reason}"
-            for path in (acc.ids_path, acc.recs_path):
-                if path:
-                    os.unlink(path)
             return result
         except OSError as exc:
             raise from_os_error(exc, sf.recorded) from None
-        acc.close(result)
-        result.skipped_records = counters.skipped_records
         result.sha256 = "sha256:" + reader.sha.hexdigest()
         result.size = reader.size
+        result.decompressed = None if dec is None else dec.produced
         return result
+
+
+def _tokenize(
+    sf: SourceFile,
+    kind: str,
+    stream: Any,
+    state: WorkerState,
+    result: FileResult,
+    piece: Piece | None = None,
+) -> None:
+    """The documents of one source, tokenized into `result` (spill files removed on failure)."""
+    import numpy as np
+
+    assert state.tok is not None
+    acc = _Acc(state.spill_dir, sf.ordinal if piece is None else piece.id, state.out_dtype)
+    counters = extract.Counters()
+    eos = None if state.eos_id is None else np.array([state.eos_id], dtype=np.int64)
+    if piece is not None and piece.kind == "parquet":
+        from matrixctl.ingest import columnar
+
+        docs = columnar.documents(
+            "parquet", sf.path, sf.recorded, state.opts, counters, piece.groups, piece.first_line
+        )
+    elif piece is not None:
+        docs = extract._jsonl(
+            io.BytesIO(piece.data), sf.recorded, state.opts, counters, piece.first_line, piece.start
+        )
+    elif kind in extract.COLUMNAR:
+        from matrixctl.ingest import columnar
+
+        docs = columnar.documents(kind, sf.path, sf.recorded, state.opts, counters)
+    else:
+        docs = extract.documents(kind, stream, sf.recorded, state.opts, counters)
+    try:
+        for item, pieces in docs:
+            n = _encode_doc(state.tok, pieces, acc)
+            if n == 0:
+                result.empty_documents += 1
+                continue
+            if eos is not None:
+                acc.add(eos)
+                n += 1
+            acc.record(n, item)
+            result.documents += 1
+            result.tokens += n
+    except BaseException:
+        _discard(acc)
+        raise
+    acc.close(result)
+    result.skipped_records = counters.skipped_records
+
+
+def _discard(acc: _Acc) -> None:
+    """Remove the spill files of a file that is left out or failed."""
+    for path in (acc.ids_path, acc.recs_path):
+        if path:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+# Work units inside one file -----------------------------------------------------------------
+
+
+@dataclass
+class Piece:
+    """A work unit inside one JSON Lines source: whole lines, self-contained.
+
+    `id` is stable (`ORDINAL:START-END`, the byte range in the decompressed stream) and the
+    same whatever --jobs is; `first_line` is the number of lines before it, so its records'
+    items and error line numbers are those of the file; `sha256` is of its bytes, so a result
+    can be checked against its input. The last piece also carries the file's totals (hash and
+    size as stored, compression). A cluster engine can schedule these as they are.
+    """
+
+    id: str
+    source: SourceFile
+    index: int
+    start: int
+    first_line: int
+    lines: int
+    data: bytes
+    sha256: str
+    stored_end: int  # stored bytes of the file read when the piece was cut (progress)
+    last: bool = False
+    file_sha256: str = ""
+    file_size: int = 0
+    compression: str | None = None
+    decompressed: int | None = None
+    kind: str = "jsonl"
+    groups: tuple[int, int] | None = None  # Parquet: the row groups [first, stop)
+
+
+def _split_parquet(sf: SourceFile, size: int) -> Iterator[Piece]:
+    """The pieces of one large Parquet file: runs of row groups; the file is hashed here."""
+    from matrixctl.ingest import columnar
+
+    ranges = columnar.row_group_pieces(sf.path, sf.recorded, size)
+    for index, (first, stop, rows) in enumerate(ranges):
+        piece = Piece(
+            f"{sf.ordinal}:rg{first}-{stop}", sf, index, first, rows, 0, b"", "", 0, kind="parquet"
+        )
+        piece.groups = (first, stop)
+        if index == len(ranges) - 1:
+            from matrixctl.ingest.pack import sha256_file
+
+            piece.last = True
+            piece.file_sha256 = sha256_file(sf.path)
+            piece.file_size = piece.stored_end = os.path.getsize(sf.path)
+        yield piece
+
+
+def split_file(sf: SourceFile, state: WorkerState, size: int = 0) -> Iterator[Piece | None]:
+    """Cut one source into pieces if it is JSON Lines: yields None (and nothing else) when it
+    is not, so the caller hands it out whole. Runs in the main process, reading the stream
+    once, in order: it hashes the stored bytes and counts lines as it cuts."""
+    from matrixctl.ingest import inputs
+
+    size = size or PIECE_BYTES
+    try:
+        opened = _open_raw(sf)
+    except OSError as exc:
+        raise from_os_error(exc, sf.recorded) from None
+    with opened as raw:
+        reader = extract.HashingReader(raw)
+        try:
+            head = inputs.read_head(reader, extract.SNIFF)
+            stream: Any = inputs.Prefixed(head, reader)
+            compression = inputs.sniff_compression(head)
+            name = extract.strip_compression(sf.path)
+            dec = None
+            if compression is not None:
+                buffered, dec = inputs.decompressing(stream, compression, sf.recorded)
+                head = inputs.read_head(buffered, extract.SNIFF)
+                stream = inputs.Prefixed(head, buffered)
+            kind, stream = extract.detect_kind(
+                head, name, stream, state.opts.max_doc, state.opts.input_kind
+            )
+            if kind == "parquet" and compression is None and sf.path != "-":
+                yield from _split_parquet(sf, size)
+                return
+            if kind != "jsonl":
+                yield None
+                return
+            yield from _cut(sf, stream, reader, dec, compression, size, state.opts.max_doc)
+        except OSError as exc:
+            raise from_os_error(exc, sf.recorded) from None
+
+
+def _cut(
+    sf: SourceFile,
+    stream: Any,
+    reader: extract.HashingReader,
+    dec: Any,
+    compression: str | None,
+    size: int,
+    max_doc: int,
+) -> Iterator[Piece]:
+    import hashlib
+
+    start = lines = index = 0
+    carry = b""
+    pending: Piece | None = None
+    while True:
+        data = stream.read(size)
+        if data:
+            buf = carry + data if carry else data
+            cut = buf.rfind(b"\n") + 1
+            if cut == 0:
+                carry = buf
+                if len(carry) > max_doc + 1:
+                    raise FormatError(
+                        extract.INGEST_TOO_LARGE,
+                        f"line {lines + 1} is longer than --max-doc-size ({max_doc:,} bytes)",
+                        path=sf.recorded,
+                        offset=start,
+                        field=f"line {lines + 1}",
+                    )
+                continue
+            body, carry = buf[:cut], buf[cut:]
+        else:
+            body, carry = carry, b""
+            if not body and pending is not None:
+                break
+        count = body.count(b"\n")
+        piece = Piece(
+            f"{sf.ordinal}:{start}-{start + len(body)}",
+            sf,
+            index,
+            start,
+            lines,
+            count,
+            body,
+            "sha256:" + hashlib.sha256(body).hexdigest(),
+            reader.size,
+        )
+        if pending is not None:
+            yield pending
+        pending = piece
+        index += 1
+        start += len(body)
+        lines += count
+        if not data:
+            break
+    assert pending is not None
+    pending.last = True
+    pending.file_sha256 = "sha256:" + reader.sha.hexdigest()
+    reader.drain()
+    pending.file_sha256 = "sha256:" + reader.sha.hexdigest()
+    pending.file_size = reader.size
+    pending.stored_end = reader.size
+    pending.compression = compression
+    pending.decompressed = None if dec is None else dec.produced
+    yield pending
+
+
+def process_piece(piece: Piece, state: WorkerState) -> FileResult:
+    """Tokenize one piece (runs in a worker); the result carries the piece without its data."""
+    result = FileResult(piece.source, piece.kind)
+    try:
+        _tokenize(piece.source, piece.kind, None, state, result, piece)
+    except FormatError as err:
+        if piece.compression is not None and err.offset is not None:
+            err.message += f" (offset into the {piece.compression}-decompressed stream)"
+        raise
+    except extract.SkipFile as skip:  # pragma: no cover - pieces are cut under --on-error fail
+        raise FormatError(extract.INGEST_UTF8, skip.reason, path=piece.source.recorded) from None
+    result.piece = dataclasses.replace(piece, data=b"")
+    if piece.last:
+        result.sha256 = piece.file_sha256
+        result.size = piece.file_size
+        result.compression = piece.compression
+        result.decompressed = piece.decompressed
+    return result
+
+
+def plan_work(
+    files: list[SourceFile], state: WorkerState, jobs: int
+) -> Iterator[list[SourceFile] | Piece]:
+    """The work units in input order: runs of small files (`plan_units`), and the pieces of
+    every large JSON Lines file (`split_file`), so one big file keeps every worker busy.
+    Files are cut only under --on-error fail (a file left out must leave no token behind)."""
+    for unit in plan_units(files, jobs):
+        sf = unit[0]
+        # stdin ("-") is never cut here: it is read once (with --jobs N it was spooled first).
+        if len(unit) == 1 and state.on_error == "fail" and sf.size >= SPLIT_MIN and sf.path != "-":
+            pieces = split_file(sf, state)
+            first = next(pieces)
+            if first is None:
+                yield unit
+                continue
+            yield first
+            yield from (p for p in pieces if p is not None)
+        else:
+            yield unit
 
 
 # Worker processes ---------------------------------------------------------------------------
@@ -251,19 +560,21 @@ def _init_worker() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     state = _STATE
     if state is not None and state.tok is None and state.smap is not None:
-        # Each worker builds its automaton, in parallel with the listing. A failure here
+        # Each worker builds its matcher, in parallel with the listing. A failure here
         # would make the pool restart the worker forever: `_work` retries and reports it.
         with contextlib.suppress(Exception):
             state.tok = pi.Tokenizer(state.smap)
 
 
-def _work(unit: list[SourceFile], spill_dir: str) -> tuple[str, Any]:
+def _work(unit: list[SourceFile] | Piece, spill_dir: str) -> tuple[str, Any]:
     assert _STATE is not None
     _STATE.spill_dir = spill_dir
     if _STATE.tok is None:
         assert _STATE.smap is not None
         _STATE.tok = pi.Tokenizer(_STATE.smap)
     try:
+        if isinstance(unit, Piece):
+            return "ok", [process_piece(unit, _STATE)]
         return "ok", [process_file(sf, _STATE) for sf in unit]
     except MatrixError as err:
         return "error", (
@@ -295,6 +606,7 @@ class Workers:
 
         global _STATE
         self.jobs = jobs
+        self.state = state
         _STATE = state  # inherited by the forked workers
         try:
             ctx = multiprocessing.get_context("fork")
@@ -306,7 +618,7 @@ class Workers:
     def results(self, files: list[SourceFile], spill_dir: str) -> Iterator[FileResult]:
         """Each file's result, in input order."""
         window: deque[Any] = deque()
-        pending = iter(plan_units(files, self.jobs))
+        pending = plan_work(files, self.state, self.jobs)
         for unit in pending:
             window.append(self.pool.apply_async(_work, (unit, spill_dir)))
             if len(window) >= 2 * self.jobs + 2:
@@ -335,8 +647,14 @@ def ordered_results(files: list[SourceFile], state: WorkerState, jobs: int) -> I
         if state.tok is None:
             assert state.smap is not None
             state.tok = pi.Tokenizer(state.smap)
-        for sf in files:
-            yield process_file(sf, state)
+        # Large JSON Lines and Parquet files go piece by piece here too: each piece's tokens
+        # stay in memory instead of the whole file's being spilled and read back.
+        for unit in plan_work(files, state, 1):
+            if isinstance(unit, Piece):
+                yield process_piece(unit, state)
+            else:
+                for sf in unit:
+                    yield process_file(sf, state)
         return
     workers = Workers(state, jobs)
     try:
@@ -360,6 +678,10 @@ class IngestOptions:
     text_field: str = "text"
     missing_field: str = "skip"
     encoding_errors: str = "error"
+    on_error: str = "fail"
+    strict: bool = False
+    max_doc_size: int = extract.MAX_WHOLE
+    input_kind: str = "auto"
 
 
 def resolve_eos(smap: pi.SymbolMap, value: str | None) -> int | None:
@@ -393,6 +715,14 @@ def ingest_docs(
         raise UsageError("--missing-field must be skip or error")
     if opts.encoding_errors not in ("error", "replace", "skip-file"):
         raise UsageError("--encoding-errors must be error, replace or skip-file")
+    if opts.on_error not in ("fail", "skip"):
+        raise UsageError("--on-error must be fail or skip")
+    if opts.max_doc_size < 1:
+        raise UsageError("--max-doc-size must be at least 1 byte")
+    if opts.input_kind != "auto" and opts.input_kind not in extract.KINDS:
+        raise UsageError(f"--input-kind must be auto or one of {', '.join(extract.KINDS)}")
+    if srcs.count("-") > 1:
+        raise UsageError("stdin (-) can be read only once")
     shard = parse_shard(opts.shard)
     map_path = opts.symbols or pi.default_map_path()
     smap, map_raw = pi.load_symbol_map(map_path)
@@ -414,10 +744,18 @@ def ingest_docs(
     state = WorkerState(
         None,
         eos,
-        extract.Options(opts.text_field, opts.missing_field, opts.encoding_errors),
+        extract.Options(
+            opts.text_field,
+            opts.missing_field,
+            opts.encoding_errors,
+            opts.max_doc_size,
+            opts.input_kind,
+        ),
         "",
         smap,
         "<u2" if dtype == "uint16" else "<u4",
+        opts.on_error,
+        opts.strict,
     )
     # The workers start now and build their automata while this process lists the inputs.
     workers = Workers(state, opts.jobs) if opts.jobs > 1 else None
@@ -446,7 +784,7 @@ def _ingest(
 ) -> dict[str, Any]:
     from matrixctl.ingest.pack import PackBuilder, PackPlan
 
-    files, skipped = enumerate_sources(srcs, exclude=[out_dir])
+    files, skipped = enumerate_sources(srcs, exclude=[out_dir], on_error=opts.on_error)
     total = len(files)
     if shard is not None:
         files = [f for f in files if shard_of(f.recorded, shard[1]) == shard[0]]
@@ -468,15 +806,35 @@ def _ingest(
         manifest_head={"source": srcs[0] if len(srcs) == 1 else list(srcs)},
     )
     started = time.monotonic()
-    nbytes = ntokens = 0
+    nbytes = ntokens = done = 0
+    if tick is not None and workers is None:
+        # --jobs 1: the bar moves with the bytes read inside each file.
+        def within(n: int) -> None:
+            assert tick is not None
+            tick(done, nbytes + n, ntokens)
+
+        state.on_bytes = within
     with PackBuilder(out_dir, plan) as pb:
         state.spill_dir = pb.spill_dir
+        if workers is not None and any(f.path == "-" for f in files):
+            files = [_spool_stdin(f, pb.spill_dir) if f.path == "-" else f for f in files]
         if workers is not None:
             results = workers.results(files, pb.spill_dir)
         else:
             results = ordered_results(files, state, 1)
         tokens = _TokenBuffer(pb)
-        for n, res in enumerate(results, 1):
+        split_at = 0  # stored bytes of the file being read in pieces, already counted
+        for res in results:
+            if res.piece is not None:
+                ntokens += res.tokens
+                _append_piece(pb, res, tokens)
+                nbytes += res.piece.stored_end - split_at
+                split_at = 0 if res.piece.last else res.piece.stored_end
+                done += res.piece.last
+                if tick:
+                    tick(done, nbytes, ntokens)
+                continue
+            done += 1
             nbytes += res.source.size
             if res.skip_reason is not None:
                 pb.skipped.append(
@@ -484,17 +842,29 @@ def _ingest(
                         "path": res.source.recorded,
                         "reason": res.skip_reason,
                         "ordinal": res.source.ordinal,
+                        "code": res.skip_code,
                     }
                 )
             else:
                 ntokens += res.tokens
                 _append(pb, res, tokens)
             if tick:
-                tick(n, nbytes, ntokens)
+                tick(done, nbytes, ntokens)
         tokens.flush()
+        if shard is None and pb.index.docs == 0:
+            raise FormatError(
+                INGEST_NO_DOCUMENTS,
+                f"the inputs hold no document ({len(files):,} files read, "
+                f"{len(skipped) + len(pb.skipped):,} skipped); no pack is written",
+                path=", ".join(srcs),
+                hint="the manifest would list them: see the skipped files above, or --text-field",
+            )
         tail = {
             "sources": pb.sources,
-            "skipped": [{"path": s.recorded, "reason": s.reason, "ordinal": None} for s in skipped]
+            "skipped": [
+                {"path": s.recorded, "reason": s.reason, "ordinal": None, "code": s.code}
+                for s in skipped
+            ]
             + pb.skipped,
             "shard": (
                 {"index": shard[0], "count": shard[1], "sources_total": total} if shard else None
@@ -503,6 +873,10 @@ def _ingest(
                 "text_field": opts.text_field,
                 "missing_field": opts.missing_field,
                 "encoding_errors": opts.encoding_errors,
+                "on_error": opts.on_error,
+                "strict": opts.strict,
+                "max_doc_size": opts.max_doc_size,
+                "input_kind": opts.input_kind,
             },
         }
         manifest = pb.finish(tail)
@@ -518,6 +892,10 @@ def _ingest(
         "dtype": manifest["dtype"],
         "vocab_size": manifest["vocab_size"],
         "skipped": len(manifest["skipped"]),
+        "skipped_files": [
+            {"path": s["path"], "reason": s["reason"], "code": s["code"]}
+            for s in manifest["skipped"]
+        ],
         "hash": manifest["hash"],
         "seconds": round(elapsed, 3),
     }
@@ -548,9 +926,47 @@ class _TokenBuffer:
             self.pb.add_tokens(parts[0] if len(parts) == 1 else np.concatenate(parts))
 
 
-def _append(pb: Any, res: FileResult, tokens: _TokenBuffer) -> None:
-    import numpy as np
+def _spool_stdin(sf: SourceFile, spill_dir: str) -> SourceFile:
+    """With --jobs > 1, stdin is first copied as it is into the pack's temporary folder, so
+    the workers can read it like a file (and a large JSON Lines stream is cut into pieces)."""
+    import shutil
+    import sys
 
+    path = os.path.join(spill_dir, "stdin")
+    with open(path, "wb") as out:
+        shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+    return dataclasses.replace(sf, path=path, size=os.path.getsize(path))
+
+
+def _append_piece(pb: Any, res: FileResult, tokens: _TokenBuffer) -> None:
+    """A piece's tokens and records; its counts go into its file's manifest entry."""
+    assert res.piece is not None
+    if res.piece.index == 0:
+        _append(pb, res, tokens)
+        return
+    entry = pb.sources[-1]
+    for key, value in (
+        ("documents", res.documents),
+        ("tokens", res.tokens),
+        ("skipped_records", res.skipped_records),
+        ("empty_documents", res.empty_documents),
+    ):
+        entry[key] += value
+    if res.piece.last:
+        entry.update(
+            bytes=res.size,
+            sha256=res.sha256,
+            compression=res.compression,
+            decompressed_bytes=res.decompressed,
+        )
+    _append(pb, res, tokens, len(pb.sources) - 1)
+
+
+def _append(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int | None = None) -> None:
+
+    if index is not None:
+        _add_payload(pb, res, tokens, index)
+        return
     index = len(pb.sources)
     pb.sources.append(
         {
@@ -559,12 +975,20 @@ def _append(pb: Any, res: FileResult, tokens: _TokenBuffer) -> None:
             "kind": res.kind,
             "bytes": res.size,
             "sha256": res.sha256,
+            "compression": res.compression,
+            "decompressed_bytes": res.decompressed,
             "documents": res.documents,
             "tokens": res.tokens,
             "skipped_records": res.skipped_records,
             "empty_documents": res.empty_documents,
         }
     )
+    _add_payload(pb, res, tokens, index)
+
+
+def _add_payload(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int) -> None:
+    import numpy as np
+
     if res.spill_ids is not None:
         tokens.flush()
         pb.add_tokens_file(res.spill_ids)

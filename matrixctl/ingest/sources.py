@@ -35,6 +35,7 @@ class SourceFile:
 class Skipped:
     recorded: str
     reason: str
+    code: str | None = None  # the error's code when --on-error skip left it out
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -59,9 +60,12 @@ def _display(path: str) -> str:
 
 
 def enumerate_sources(
-    srcs: list[str], exclude: list[str]
+    srcs: list[str], exclude: list[str], on_error: str = "fail"
 ) -> tuple[list[SourceFile], list[Skipped]]:
-    """Every input file in the deterministic order; `exclude` are folders never read."""
+    """Every input file in the deterministic order; `exclude` are folders never read.
+
+    Inside a folder, a file or subfolder that cannot be read stops the listing, or with
+    `on_error="skip"` is listed in `skipped` with the error's code."""
     excluded = {os.path.realpath(p) for p in exclude}
     files: list[SourceFile] = []
     skipped: list[Skipped] = []
@@ -79,7 +83,8 @@ def enumerate_sources(
 
     for src in srcs:
         if src == "-":
-            raise UsageError("ingest docs reads files and folders, not stdin (-)")
+            files.append(SourceFile(len(files), "-", "-", 0, True))  # stdin: one stream
+            continue
         try:
             st = os.stat(src)
         except OSError as exc:
@@ -93,18 +98,24 @@ def enumerate_sources(
         # The walk neither follows nor takes symbolic links, so below the folder's own real
         # path every file's real path is that path joined with its relative path.
         real_src = os.path.realpath(src)
-        for rel in _walk(src, excluded, skipped, base):
+        for rel in _walk(src, excluded, skipped, base, on_error):
             full = os.path.join(src, rel)
             try:
                 size = os.lstat(full).st_size
             except OSError as exc:
-                raise from_os_error(exc, full) from None
+                err = from_os_error(exc, full)
+                if on_error != "skip":
+                    raise err from None
+                skipped.append(Skipped(_display(f"{base}/{rel}"), err.message, err.code))
+                continue
             recorded = f"{base}/{rel}" if base != "/" else f"/{rel}"
             add(full, recorded, size, False, os.path.join(real_src, rel))
     return files, skipped
 
 
-def _walk(root: str, excluded: set[str], skipped: list[Skipped], base: str) -> list[str]:
+def _walk(
+    root: str, excluded: set[str], skipped: list[Skipped], base: str, on_error: str = "fail"
+) -> list[str]:
     """Relative paths of the regular files below `root`, sorted as UTF-8 bytes."""
     out: list[str] = []
     pending = [""]
@@ -116,7 +127,12 @@ def _walk(root: str, excluded: set[str], skipped: list[Skipped], base: str) -> l
         try:
             entries = list(os.scandir(folder))
         except OSError as exc:
-            raise from_os_error(exc, folder) from None
+            err = from_os_error(exc, folder)
+            if on_error != "skip" or not rel_dir:
+                raise err from None
+            where = _display(f"{base}/{rel_dir}")
+            skipped.append(Skipped(where, f"unreadable folder: {err.message}", err.code))
+            continue
         for entry in entries:
             rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
             if entry.name.startswith("."):

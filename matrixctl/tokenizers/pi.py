@@ -920,7 +920,7 @@ class Tokenizer:
         return self.match(data)[0]
 
     def prepare(self, text: str) -> bytes:
-        """Normalized text as the bytes the automaton matches (space marking applied, without
+        """Normalized text as the bytes the matcher matches (space marking applied, without
         the document's prefix space)."""
         text = normalize(text, self.map.normalization)
         if self.marking is not None:

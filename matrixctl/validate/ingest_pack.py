@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from matrixctl.validate.engine import rule
 from matrixctl.validate.findings import Finding, finding
 
 FMT = ip.FORMAT
+_CODE = re.compile(r"[A-Z][A-Z0-9_]*")
 MAX_MANIFEST = 256 << 20
 G = FMT
 PACK_MANIFEST = codes.define(
@@ -258,6 +260,55 @@ def check_sizes(s: PackSubject) -> Iterator[Finding]:
     for key in ("atom_file", "tokenizer"):
         if m[key] not in m["files"]:
             yield finding(PACK_MANIFEST, f"{key} {m[key]!r} has no entry in files", field=key)
+
+
+@rule(FMT, "skipped files: listed once, not also sources, error codes only under --on-error skip")
+def check_skipped(s: PackSubject) -> Iterator[Finding]:
+    m = s.manifest
+    if m is None or m.get("skipped") is None:
+        return
+    skipped = m["skipped"]
+    if not isinstance(skipped, list):
+        yield finding(PACK_MANIFEST, "skipped is not a list", field="skipped")
+        return
+    options = m.get("options")
+    on_error = options.get("on_error", "fail") if isinstance(options, dict) else "fail"
+    if on_error not in ("fail", "skip"):
+        yield finding(PACK_MANIFEST, f"options.on_error is {on_error!r}", field="options.on_error")
+        return
+    ordinals = [
+        src.get("ordinal")
+        for src in m["sources"]
+        if isinstance(src, dict) and isinstance(src.get("ordinal"), int)
+    ]
+    for n, entry in enumerate(skipped):
+        where = f"skipped[{n}]"
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("path"), str)
+            or not isinstance(entry.get("reason"), str)
+        ):
+            yield finding(
+                PACK_MANIFEST, f"{where} is not an object with path and reason", field=where
+            )
+            return
+        code = entry.get("code")
+        if code is not None and (not isinstance(code, str) or not _CODE.fullmatch(code)):
+            yield finding(PACK_MANIFEST, f"{where}.code {code!r} is not a code", field=where)
+        elif code is not None and on_error != "skip":
+            yield finding(
+                PACK_MANIFEST,
+                f"{where} was left out for an error ({code}) but options.on_error is {on_error!r}",
+                field=f"{where}.code",
+            )
+        if isinstance(entry.get("ordinal"), int):
+            ordinals.append(entry["ordinal"])
+    if len(set(ordinals)) != len(ordinals):
+        yield finding(
+            PACK_MANIFEST,
+            "an input ordinal appears twice among sources and skipped files",
+            field="skipped",
+        )
 
 
 def _regular(path: str | None) -> bool:
@@ -568,6 +619,15 @@ def _check_sources(m: dict[str, Any]) -> Iterator[Finding]:
                 PACK_MANIFEST, f"sources[{n}] is not an object with a path", field=f"sources[{n}]"
             )
             return
+        comp, size = srcrec.get("compression"), srcrec.get("decompressed_bytes")
+        if comp not in (None, "gzip", "zstd", "xz", "bz2") or (
+            (comp is None) != (size is None) or (size is not None and not isinstance(size, int))
+        ):
+            yield finding(
+                PACK_MANIFEST,
+                f"sources[{n}] has compression {comp!r} with decompressed_bytes {size!r}",
+                field=f"sources[{n}].compression",
+            )
         d, t = srcrec.get("documents"), srcrec.get("tokens")
         if not isinstance(d, int) or not isinstance(t, int):
             yield finding(

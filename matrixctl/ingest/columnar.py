@@ -1,0 +1,181 @@
+"""Parquet and Arrow IPC inputs of `ingest docs` (docs/inputs.md), through pyarrow.
+
+pyarrow is an optional extra (`pip install 'matrixctl[parquet]'`), imported only here. A file
+is streamed a row group (Parquet) or a record batch (Arrow) at a time; only the text column is
+read. Each row is one document; its item in the document index is its row number in the file.
+`--text-field a.b` reads the column `a` and, inside its struct values, the field `b`. A null
+or non-string cell is handled like a JSON record without the field (skipped and counted, or an
+error under `--missing-field error`). The documents do not depend on how the file is cut into
+row groups or batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from matrixctl.errors import FormatError
+from matrixctl.ingest import extract
+
+BATCH_ROWS = 1024  # rows converted to Python strings at a time
+
+
+def _pyarrow(name: str) -> Any:
+    try:
+        import pyarrow
+        import pyarrow.ipc
+        import pyarrow.parquet
+    except ImportError:
+        raise FormatError(
+            extract.INGEST_COLUMNAR,
+            "is Parquet/Arrow, which needs the parquet extra (pyarrow), not installed",
+            path=name,
+            hint="pip install 'matrixctl[parquet]'  (or: pip install pyarrow)",
+        ) from None
+    return pyarrow
+
+
+def _damaged(name: str, kind: str, exc: BaseException) -> FormatError:
+    return FormatError(extract.INGEST_COLUMNAR, f"is not a readable {kind} file ({exc})", path=name)
+
+
+class Table:
+    """One Parquet or Arrow file: its row groups / batches and the text column."""
+
+    def __init__(self, kind: str, path: str, name: str, field: str) -> None:
+        self.pa = _pyarrow(name)
+        self.kind = kind
+        self.name = name
+        self.path = path
+        self.top, *self.inner = field.split(".")
+        try:
+            if kind == "parquet":
+                self.pf = self.pa.parquet.ParquetFile(path)
+                self.schema = self.pf.schema_arrow
+                self.groups = [
+                    self.pf.metadata.row_group(i).num_rows
+                    for i in range(self.pf.metadata.num_row_groups)
+                ]
+            else:
+                self.source = self.pa.memory_map(path, "r")
+                try:
+                    self.reader = self.pa.ipc.open_file(self.source)
+                    self.batches: Any = None
+                    self.groups = [
+                        self.reader.get_batch(i).num_rows
+                        for i in range(self.reader.num_record_batches)
+                    ]
+                except self.pa.ArrowInvalid:
+                    self.source.seek(0)
+                    self.reader = None
+                    self.batches = self.pa.ipc.open_stream(self.source)
+                    self.groups = []
+                self.schema = (self.reader or self.batches).schema
+        except (OSError, self.pa.ArrowException) as exc:
+            raise _damaged(name, kind, exc) from None
+        if self.top not in self.schema.names:
+            raise FormatError(
+                extract.INGEST_TEXT_FIELD,
+                f"has no column {self.top!r} (columns: {', '.join(self.schema.names[:20])})",
+                path=name,
+                field=field,
+                hint="choose the column with --text-field",
+            )
+
+    def group_texts(self, index: int) -> Iterator[list[Any]]:
+        """The text column of row group / batch `index`, BATCH_ROWS Python values at a time."""
+        try:
+            if self.kind == "parquet":
+                for batch in self.pf.iter_batches(
+                    batch_size=BATCH_ROWS, row_groups=[index], columns=[self.top]
+                ):
+                    yield self._values(batch.column(0))
+            else:
+                col = self.reader.get_batch(index).column(self.top)
+                for start in range(0, len(col), BATCH_ROWS):
+                    yield self._values(col.slice(start, BATCH_ROWS))
+        except (OSError, self.pa.ArrowException) as exc:
+            raise _damaged(self.name, self.kind, exc) from None
+
+    def _values(self, col: Any) -> list[Any]:
+        values: list[Any] = col.to_pylist()
+        for key in self.inner:
+            values = [v.get(key) if isinstance(v, dict) else None for v in values]
+        return values
+
+    def stream_texts(self, groups: tuple[int, int] | None = None) -> Iterator[list[Any]]:
+        """Every row group / batch in order (an Arrow stream is read as it comes), or those
+        of `groups` (a range of row group numbers)."""
+        if self.kind == "arrow" and self.reader is None:
+            try:
+                for batch in self.batches:
+                    yield self._values(batch.column(self.top))
+            except (OSError, self.pa.ArrowException) as exc:
+                raise _damaged(self.name, self.kind, exc) from None
+            return
+        first, stop = groups if groups is not None else (0, len(self.groups))
+        for index in range(first, stop):
+            yield from self.group_texts(index)
+
+
+def _docs(
+    values: list[Any], first_row: int, name: str, opts: extract.Options, counters: extract.Counters
+) -> Iterator[extract.Doc]:
+    for n, value in enumerate(values):
+        row = first_row + n
+        if not isinstance(value, str):
+            if opts.missing_field == "error":
+                raise FormatError(
+                    extract.INGEST_TEXT_FIELD,
+                    f"row {row} has no string {opts.text_field!r}",
+                    path=name,
+                    field=opts.text_field,
+                )
+            counters.skipped_records += 1
+            continue
+        if len(value) > opts.max_doc // 4 and len(value.encode("utf-8")) > opts.max_doc:
+            raise FormatError(
+                extract.INGEST_TOO_LARGE,
+                f"row {row} is larger than --max-doc-size ({opts.max_doc:,} bytes)",
+                path=name,
+                field=opts.text_field,
+            )
+        yield row, iter([value.replace("\r\n", "\n")])
+
+
+def row_group_pieces(path: str, name: str, target: int) -> list[tuple[int, int, int]]:
+    """Runs of consecutive row groups of about `target` bytes (uncompressed, as the footer
+    says): `(first group, stop, rows before)`, the work units of one large Parquet file."""
+    pa = _pyarrow(name)
+    try:
+        meta = pa.parquet.ParquetFile(path).metadata
+    except (OSError, pa.ArrowException) as exc:
+        raise _damaged(name, "parquet", exc) from None
+    pieces: list[tuple[int, int, int]] = []
+    first = rows = size = before = 0
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        size += group.total_byte_size
+        rows += group.num_rows
+        if size >= target or i == meta.num_row_groups - 1:
+            pieces.append((first, i + 1, before))
+            first, before, size = i + 1, rows, 0
+    return pieces or [(0, 0, 0)]
+
+
+def documents(
+    kind: str,
+    path: str,
+    name: str,
+    opts: extract.Options,
+    counters: extract.Counters,
+    groups: tuple[int, int] | None = None,
+    first_row: int = 0,
+) -> Iterator[extract.Doc]:
+    """Every row of a Parquet or Arrow file as a document (row number as its item); or the
+    rows of the row groups `groups`, the first of which is row `first_row`."""
+    table = Table(kind, path, name, opts.text_field)
+    row = first_row
+    for values in table.stream_texts(groups):
+        yield from _docs(values, row, name, opts, counters)
+        row += len(values)
