@@ -94,16 +94,14 @@ class TensorFile(Mapping[str, "np.ndarray"]):
             flat = source.array(info)
         else:
             raise UsageError(
-                f"tensor {name!r} is stored {info.layout}; open the file without "
-                "keep_quantized to read it dequantized",
-                path=self.path,
-                field=name,
+                f"{self.path}: tensor {name!r} is stored {info.layout}; open the file without "
+                "keep_quantized to read it dequantized"
             )
         return _numeric_view(flat, info.dtype).reshape(info.shape)
 
     def _open_source(self) -> TensorSource:
         if self._source is None:
-            raise UsageError(f"{self.path} is closed", path=self.path)
+            raise UsageError(f"{self.path} is closed")
         return self._source
 
     def __iter__(self) -> Iterator[str]:
@@ -154,7 +152,6 @@ def _dtype_of(name: str, arr: np.ndarray) -> str:
     if known is None:
         raise UsageError(
             f"tensor {name!r}: numpy dtype {arr.dtype} has no tensor type in matrixctl",
-            field=name,
             hint="cast it first, e.g. arr.astype('float32')",
         )
     return known.name
@@ -228,7 +225,7 @@ def save(
     container = next((c for c in TENSOR_CONTAINERS if c.format == dst_fmt), None)
     sink_cls = container.io()[1] if container is not None else None
     if sink_cls is None:
-        raise UsageError(f"save cannot write {dst_fmt}", path=dst)
+        raise UsageError(f"{dst}: save cannot write {dst_fmt}")
     source = _array_source(tensors, metadata or {})
     result = convert_source(source, _Named("<arrays>"), dst, dict(options), dst_fmt=dst_fmt,  # type: ignore[arg-type]
                             sink_cls=sink_cls)  # fmt: skip

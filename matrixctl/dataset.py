@@ -167,14 +167,32 @@ class PackDataset:
         return perm
 
     def iter(
-        self, *, seed: int = 0, shuffle: bool = True, start: dict[str, Any] | None = None
+        self,
+        *,
+        seed: int | None = None,
+        shuffle: bool | None = None,
+        start: dict[str, Any] | None = None,
     ) -> Iterator[np.ndarray]:
-        """The atoms of one epoch from `start` (default: this dataset's state), in the epoch's
-        order; `state_dict()` follows each atom yielded. After the last atom the state is the
-        next epoch's first position. A `start` with another seed or shuffle is refused
-        (PACK_STATE): it would not resume the same order."""
-        state = self._check_state(start if start is not None else self._state, seed, shuffle)
-        epoch, position = state["epoch"], state["position"]
+        """The atoms of one epoch from `start` (default: this dataset's state, at first epoch 0
+        position 0), in the epoch's order; `state_dict()` follows each atom yielded, and after
+        the last atom it is the next epoch's first position. `seed` and `shuffle` default to the
+        state's (0 and True at first). Resuming mid-epoch with another seed or shuffle than the
+        state's is refused (PACK_STATE): it would not continue the same order."""
+        state = self._checked(start if start is not None else self._state)
+        mid = state["position"] > 0
+        for key, asked in (("seed", seed), ("shuffle", shuffle)):
+            if asked is not None and mid and state[key] != asked:
+                raise FormatError(
+                    PACK_STATE,
+                    f"the state is inside an epoch shuffled with {key}={state[key]!r}; iter() "
+                    f"asks for {asked!r}, which would not resume the same order",
+                    field=key,
+                )
+        seed = state["seed"] if seed is None else int(seed)
+        shuffle = state["shuffle"] if shuffle is None else bool(shuffle)
+        return self._epoch(state["epoch"], state["position"], seed, shuffle)
+
+    def _epoch(self, epoch: int, position: int, seed: int, shuffle: bool) -> Iterator[np.ndarray]:
         self._state = {"epoch": epoch, "position": position, "seed": seed, "shuffle": shuffle}
         order = self.order(epoch, seed=seed, shuffle=shuffle)
         for k in range(position, self._count):
@@ -183,7 +201,7 @@ class PackDataset:
         self._state = {"epoch": epoch + 1, "position": 0, "seed": seed, "shuffle": shuffle}
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        return self.iter(seed=self._state["seed"], shuffle=self._state["shuffle"])
+        return self.iter()
 
     def state_dict(self) -> dict[str, Any]:
         """Where iteration stands: `{"epoch", "position", "seed", "shuffle"}` (JSON-able);
@@ -192,36 +210,25 @@ class PackDataset:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from `state` (a `state_dict()` of this pack) at the next `iter()`."""
-        if not isinstance(state, dict):
-            raise FormatError(PACK_STATE, f"state must be a dict, got {type(state).__name__}")
-        seed, shuffle = state.get("seed"), state.get("shuffle")
-        if not isinstance(seed, int) or not isinstance(shuffle, bool):
-            raise FormatError(PACK_STATE, "state needs an int seed and a bool shuffle",
-                              field="seed" if not isinstance(seed, int) else "shuffle")  # fmt: skip
-        self._state = self._check_state(state, seed, shuffle)
+        self._state = self._checked(state)
 
-    def _check_state(self, state: dict[str, Any], seed: int, shuffle: bool) -> dict[str, Any]:
-        for key in ("epoch", "position"):
+    def _checked(self, state: Any) -> dict[str, Any]:
+        if not isinstance(state, dict):
+            raise FormatError(PACK_STATE, f"a state is a dict, got {type(state).__name__}")
+        for key in ("epoch", "position", "seed"):
             value = state.get(key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise FormatError(PACK_STATE, f"state {key} must be an int >= 0, got {value!r}",
                                   field=key)  # fmt: skip
+        if not isinstance(state.get("shuffle"), bool):
+            raise FormatError(PACK_STATE, "state shuffle must be true or false", field="shuffle")
         if state["position"] > self._count:
             raise FormatError(
                 PACK_STATE,
                 f"state position {state['position']} is beyond the pack's {self._count} atoms",
                 field="position",
             )
-        for key, want in (("seed", seed), ("shuffle", shuffle)):
-            if key in state and state[key] != want:
-                raise FormatError(
-                    PACK_STATE,
-                    f"state was saved with {key}={state[key]!r}, iter() asks for {want!r}: "
-                    "that would not resume the same order",
-                    field=key,
-                )
-        return {"epoch": state["epoch"], "position": state["position"], "seed": seed,
-                "shuffle": shuffle}  # fmt: skip
+        return {k: state[k] for k in ("epoch", "position", "seed", "shuffle")}
 
     def __repr__(self) -> str:
         return (
