@@ -42,7 +42,21 @@ if TYPE_CHECKING:
     )
     from matrixctl.dataset import PackDataset
 
-__all__ = ["__version__", *_API]
+__all__ = [
+    "PackDataset",
+    "Report",
+    "TensorFile",
+    "Tokenizer",
+    "__version__",
+    "convert",
+    "inspect",
+    "load",
+    "load_tokenizer",
+    "open",
+    "open_pack",
+    "save",
+    "verify",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from matrixctl import codes
+from matrixctl.dataset import PackDataset
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.validate.findings import FileReport
 
@@ -127,7 +128,7 @@ class TensorFile(Mapping[str, "np.ndarray"]):
         return f"<TensorFile {self.path!r} {self.format}: {len(self.infos)} tensors>"
 
 
-def open(path: str | os.PathLike[str], **options: Any) -> TensorFile:  # noqa: A001
+def open(path: str | os.PathLike[str], **options: Any) -> TensorFile:
     """Open any tensor container (format sniffed from its bytes, structural checks run).
     `keep_quantized=True` keeps GGUF's quantized tensors as raw blocks (not readable as arrays)."""
     return TensorFile(path, **options)
@@ -210,7 +211,7 @@ def save(
     tensors: Mapping[str, Any],
     *,
     metadata: Mapping[str, Any] | None = None,
-    format: str | None = None,  # noqa: A002 - the CLI's --to
+    format: str | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Write `tensors` (name -> array) to a container chosen by `format` or the file's suffix
@@ -232,7 +233,9 @@ def save(
     return {**result.summary, "notes": list(result.notes)}
 
 
-def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
+def convert(
+    src: str | os.PathLike[str], dst: str | os.PathLike[str], **options: Any
+) -> dict[str, Any]:
     """`matrixctl convert SRC DST` with the CLI's options as keywords (`to`, `select`,
     `exclude`, `dtype`, `compress`, `digest`, `meta`, `per_file`, `densify`, `keep_quantized`,
     `atoms`; list options take lists). Returns what `convert --json` prints after
@@ -393,16 +396,7 @@ def load_tokenizer(
 # Ingest packs -----------------------------------------------------------------------------------
 
 
-def open_pack(path: str | os.PathLike[str], *, verify: bool = False) -> Any:
-    """A dataset over an ingest pack (`matrixctl.dataset.PackDataset`), checked on open."""
-    from matrixctl.dataset import PackDataset
-
+def open_pack(path: str | os.PathLike[str], *, verify: bool = False) -> PackDataset:
+    """A dataset over an ingest pack, checked on open (`verify=True`: every check of
+    `matrixctl verify PACKDIR`, which reads the whole pack). See `matrixctl.dataset`."""
     return PackDataset(path, verify=verify)
-
-
-def __getattr__(name: str) -> Any:
-    if name == "PackDataset":
-        from matrixctl.dataset import PackDataset
-
-        return PackDataset
-    raise AttributeError(name)

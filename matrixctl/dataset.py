@@ -96,11 +96,11 @@ class PackDataset:
         self.dtype = dtype
         self._count = header.atom_count
         self._docs = index_header.doc_count
-        self._tokens: np.ndarray = _memmap(atoms_path, dtype, header.data_offset,
-                                           header.token_count)  # fmt: skip
-        self._atoms = self._tokens.reshape(header.atom_count, header.atom_size)
-        self._records: np.ndarray = _memmap(index_path, np.dtype(doc_index.RECORD_DTYPE),
-                                            doc_index.HEADER_SIZE, index_header.doc_count)  # fmt: skip
+        tokens = _memmap(atoms_path, dtype, header.data_offset, header.token_count)
+        self._tokens: np.ndarray = tokens
+        self._atoms = tokens.reshape(header.atom_count, header.atom_size)
+        record = np.dtype(doc_index.RECORD_DTYPE)
+        self._records = _memmap(index_path, record, doc_index.HEADER_SIZE, index_header.doc_count)
         self._state: dict[str, Any] = {"epoch": 0, "position": 0, "seed": 0, "shuffle": True}
 
     def _agree(self, manifest: dict[str, Any], header: Any, index_header: Any) -> None:

@@ -34,7 +34,7 @@ def open_sniffed(path: str) -> Iterator[tuple[Source | Folder, str]]:
     with Folder(path) if folder is not None else Source.open(path) as src:
         fmt = folder.name if folder is not None else registry.sniff(src)  # type: ignore[arg-type]
         if fmt is None:
-            known = registry.explain_unknown(src) if not getattr(src, "is_folder", False) else None
+            known = registry.explain_unknown(src) if isinstance(src, Source) else None
             raise FormatError(
                 codes.UNKNOWN_FORMAT,
                 known or "format not recognised from its bytes",

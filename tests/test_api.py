@@ -31,7 +31,8 @@ def _tensors() -> dict[str, np.ndarray]:
 def test_import_matrixctl_loads_neither_numpy_nor_the_api() -> None:
     probe = (
         "import sys, matrixctl\n"
-        "print(','.join(sorted(m for m in sys.modules if m == 'numpy' or m.startswith('matrixctl'))))"
+        "names = [m for m in sys.modules if m == 'numpy' or m.startswith('matrixctl')]\n"
+        "print(','.join(sorted(names)))"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True
@@ -110,7 +111,9 @@ def test_save_is_deterministic_and_matches_cli_convert_bytes(tmp_path: Path) -> 
     assert summary["from"] == "ztensor" and summary["to"] == "safetensors"
     cli_bytes = (tmp_path / "cli.safetensors").read_bytes()
     assert (tmp_path / "api.safetensors").read_bytes() == cli_bytes
-    assert matrixctl.convert(tmp_path / "a.zt", tmp_path / "c.zt", select=["*.bias"])["tensors"] == 1
+    assert (
+        matrixctl.convert(tmp_path / "a.zt", tmp_path / "c.zt", select=["*.bias"])["tensors"] == 1
+    )
 
 
 def test_save_refusals_leave_no_file(tmp_path: Path) -> None:
@@ -169,7 +172,11 @@ def test_a_closed_file_refuses_reads(tmp_path: Path) -> None:
 
 def test_inspect_is_exactly_the_cli_json_document(tmp_path: Path) -> None:
     matrixctl.save(tmp_path / "m.zt", _tensors())
-    for path in (tmp_path / "m.zt", tmp_path / "missing.bin", FIXTURES / "gguf" / "ggml-vocab-gpt-2.gguf"):
+    for path in (
+        tmp_path / "m.zt",
+        tmp_path / "missing.bin",
+        FIXTURES / "gguf" / "ggml-vocab-gpt-2.gguf",
+    ):
         res = run_cli("inspect", "--json", str(path))
         assert matrixctl.inspect(path) == res.json()
     res = run_cli("inspect", "--json", "--stats", str(tmp_path / "m.zt"))
@@ -223,7 +230,9 @@ def test_scx_tokenizer_encodes_like_the_cli(tmp_path: Path) -> None:
     src = tmp_path / "src.json"
     src.write_text(json.dumps(g.SOURCE))
     reg = tmp_path / "reg.scxr"
-    assert run_cli("tokenize", "scx", "sign", str(src), "-o", str(reg), "--key", str(keys)).code == 0
+    assert (
+        run_cli("tokenize", "scx", "sign", str(src), "-o", str(reg), "--key", str(keys)).code == 0
+    )
     pub = str(keys) + ".pub"
     tok = matrixctl.load_tokenizer(reg, trust=[pub])
     data = b"hello scx world\n" * 3
@@ -313,7 +322,12 @@ def test_training_loop_checkpoints_mid_epoch_and_resumes_the_same_order(pack: Pa
     assert [a.tolist() for a in resumed.iter()] == after
     other = matrixctl.open_pack(pack)
     assert [a.tolist() for a in other.iter(start=json.loads(checkpoint))] == everything[11:]
-    plain = [a.tolist() for a in other.iter(seed=7, shuffle=False, start={"epoch": 0, "position": 0, "seed": 7, "shuffle": False})]
+    plain = [
+        a.tolist()
+        for a in other.iter(
+            seed=7, shuffle=False, start={"epoch": 0, "position": 0, "seed": 7, "shuffle": False}
+        )
+    ]
     assert plain == raw.tolist()
 
 
@@ -347,7 +361,10 @@ def test_open_pack_checks_cheaply_and_verify_checks_everything(pack: Path, tmp_p
     atoms.write_bytes(bytes(data[:-32]))  # cut: the manifest's size no longer matches
     with pytest.raises(FormatError) as err2:
         matrixctl.open_pack(pack)
-    assert err2.value.code == run_cli("verify", "--json", str(pack)).json()["files"][0]["findings"][0]["code"]
+    assert (
+        err2.value.code
+        == run_cli("verify", "--json", str(pack)).json()["files"][0]["findings"][0]["code"]
+    )
 
 
 def test_open_pack_refuses_what_is_not_a_pack(tmp_path: Path) -> None:

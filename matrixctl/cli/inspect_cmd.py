@@ -58,7 +58,8 @@ def inspect(
             render_description(report, seen.description)
             if stats:
                 piped = path == "-" and report.ok() and not stdin_is_file()
-                render_stats(report, seen.numbers, "stdin is a pipe: give a file" if piped else None)
+                why = "stdin is a pipe: give a file" if piped else None
+                render_stats(report, seen.numbers, why)
     if json_out:
         emit_json({"files": docs}, ok=worst == 0)
     if worst:
