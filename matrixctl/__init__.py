@@ -8,8 +8,7 @@ loaded on first use (module `__getattr__`), and numpy only by the code that need
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # typing itself costs start-up time; mypy treats this name as typing's
 __version__ = "0.1.0"
 
 _API = (
@@ -28,6 +27,8 @@ _API = (
 )
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from matrixctl.api import (
         Report,
         TensorFile,
