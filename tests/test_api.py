@@ -378,3 +378,26 @@ def test_open_pack_refuses_what_is_not_a_pack(tmp_path: Path) -> None:
     with pytest.raises(FormatError) as err3:
         matrixctl.open_pack(tmp_path / "m.zt")
     assert err3.value.code == "UNKNOWN_FORMAT"
+
+
+def test_sparse_tensors_are_returned_dense(tmp_path: Path) -> None:
+    """Decision (docs/api.md): a sparse zTensor tensor reads as its dense array."""
+    import ztensor
+
+    path = tmp_path / "s.zt"
+    with ztensor.Writer(str(path)) as w:
+        w.add_sparse_csr(
+            "sp", np.array([3.0, 4.0], np.float32), np.array([1, 0]), np.array([0, 1, 2]), (2, 2)
+        )
+    with matrixctl.open(path) as f:
+        assert f.infos["sp"].layout == "sparse_csr"
+        assert f["sp"].tolist() == [[0.0, 3.0], [4.0, 0.0]]
+
+
+def test_npy_written_by_numpy_big_endian_reads_as_values(tmp_path: Path) -> None:
+    arr = np.arange(6, dtype=">i4").reshape(2, 3)
+    np.save(tmp_path / "be.npy", arr)
+    with matrixctl.open(tmp_path / "be.npy") as f:
+        assert list(f) == ["be"]
+        got = f["be"]
+        assert got.tolist() == arr.tolist() and got.shape == (2, 3)
