@@ -186,6 +186,12 @@ def test_inspect_is_exactly_the_cli_json_document(tmp_path: Path) -> None:
     assert list(doc)[:2] == ["schema_version", "ok"]
 
 
+def test_inspect_and_verify_of_a_pack_folder_match_the_cli(pack: Path) -> None:
+    assert matrixctl.inspect(pack) == run_cli("inspect", "--json", str(pack)).json()
+    cli = run_cli("verify", "--json", str(pack)).json()["files"][0]
+    assert matrixctl.verify(pack).to_json() == cli and cli["ok"]
+
+
 def test_verify_gives_the_cli_findings_and_codes(tmp_path: Path) -> None:
     matrixctl.save(tmp_path / "m.zt", _tensors())
     good = matrixctl.verify(tmp_path / "m.zt")
