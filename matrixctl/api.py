@@ -280,14 +280,29 @@ def verify(path: str | os.PathLike[str]) -> FileReport:
 
 
 def inspect(
-    path: str | os.PathLike[str], *, full: bool = False, stats: bool = False
+    path: str | os.PathLike[str],
+    *,
+    full: bool = False,
+    stats: bool = False,
+    ids: str | None = None,
+    symbols: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Exactly the document `matrixctl inspect --json PATH` prints (parsed): `schema_version`,
-    `ok`, and `files` with the one entry for `path`. Never raises for a bad input."""
+    `ok`, and `files` with the one entry for `path`. `full`, `stats`, `ids` ("START:COUNT")
+    and `symbols` (a π map path) are the CLI's options. Never raises for a bad input; a bad
+    option is a UsageError, an unreadable map the error `--symbols` gives."""
     from matrixctl.inspection import inspect_path
     from matrixctl.jsondoc import document
+    from matrixctl.validate.ids import IdPreview, parse_range
 
-    seen = inspect_path(os.fspath(path), full=full, stats=stats)
+    start, count = parse_range(ids)
+    smap = None
+    if symbols is not None:
+        from matrixctl.tokenizers.pi import load_symbol_map
+
+        smap = load_symbol_map(os.fspath(symbols))[0]
+    preview = IdPreview(start, count, smap)
+    seen = inspect_path(os.fspath(path), full=full, stats=stats, ids=preview)
     return document({"files": [seen.entry()]}, ok=seen.report.exit_code() == 0)
 
 

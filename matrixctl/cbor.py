@@ -292,3 +292,157 @@ def dumps(value: Any) -> bytes:
     out: list[bytes] = []
     _encode(value, out)
     return b"".join(out)
+
+
+# Deterministic decoder (zTensor 2) ----------------------------------------------------------
+
+DETERMINISTIC_DEPTH = 32
+
+
+class _Deterministic:
+    """Decoder that accepts only the Core Deterministic Encoding of RFC 8949 4.2.1, as the
+    zTensor 2 manifest must be: shortest heads, definite lengths, map keys in strictly
+    ascending order of their encoded bytes (which also rules out duplicates), floats in the
+    shortest width that keeps the value and NaN only as f9 7e00; no tags, no simple values
+    other than false, true and null; text map keys only; at most `max_depth` levels of arrays
+    and maps counted from the root (the root map is level 1)."""
+
+    def __init__(self, data: bytes, max_depth: int, max_items: int) -> None:
+        self.data = data
+        self.end = len(data)
+        self.items = 0
+        self.max_depth = max_depth
+        self.max_items = max_items
+
+    def head(self, pos: int) -> tuple[int, int, int, int]:
+        """(major, info, argument, position after the head), shortest form enforced."""
+        data = self.data
+        if pos >= self.end:
+            raise CborError("malformed", f"CBOR item head needs a byte at offset {pos}", pos)
+        initial = data[pos]
+        major, info = initial >> 5, initial & 0x1F
+        if info < 24:
+            return major, info, info, pos + 1
+        if info > 27:
+            what = "indefinite length" if info == 31 else f"reserved additional information {info}"
+            raise CborError("deterministic", f"{what} is not deterministic CBOR", pos)
+        size = 1 << (info - 24)
+        if pos + 1 + size > self.end:
+            raise CborError(
+                "malformed",
+                f"CBOR argument needs {size} bytes at offset {pos + 1}, only "
+                f"{self.end - pos - 1} left",
+                pos,
+            )
+        arg = int.from_bytes(data[pos + 1 : pos + 1 + size], "big")
+        if major != 7 and arg < (24 if size == 1 else 1 << (4 * size)):
+            raise CborError(
+                "deterministic", f"integer head at offset {pos} is not in its shortest form", pos
+            )
+        return major, info, arg, pos + 1 + size
+
+    def value(self, pos: int, depth: int) -> tuple[Any, int]:
+        self.items += 1
+        if self.items > self.max_items:
+            raise CborError(
+                "limit", f"more than {self.max_items:,} CBOR items: refusing to decode", pos
+            )
+        start = pos
+        major, info, arg, pos = self.head(pos)
+        if major == 0:
+            return arg, pos
+        if major == 1:
+            return -1 - arg, pos
+        if major in (2, 3):
+            end = pos + arg
+            if end > self.end:
+                raise CborError(
+                    "malformed",
+                    f"CBOR string of {arg:,} bytes at offset {start} runs past the end",
+                    start,
+                )
+            if major == 2:
+                return self.data[pos:end], end
+            try:
+                return self.data[pos:end].decode("utf-8"), end
+            except UnicodeDecodeError as exc:
+                raise CborError(
+                    "malformed", f"text string is not valid UTF-8 ({exc.reason})", pos + exc.start
+                ) from None
+        if major in (4, 5):
+            if depth >= self.max_depth:
+                raise CborError(
+                    "depth",
+                    f"nesting deeper than {self.max_depth} levels from the manifest root",
+                    start,
+                )
+            if major == 4:
+                if arg > self.end - pos:
+                    raise CborError(
+                        "malformed", f"array of {arg:,} items at offset {start} cannot fit", start
+                    )
+                out: list[Any] = []
+                for _ in range(arg):
+                    item, pos = self.value(pos, depth + 1)
+                    out.append(item)
+                return out, pos
+            if 2 * arg > self.end - pos:
+                raise CborError(
+                    "malformed", f"map of {arg:,} entries at offset {start} cannot fit", start
+                )
+            result: dict[str, Any] = {}
+            prev: bytes | None = None
+            for _ in range(arg):
+                key_at = pos
+                key, pos = self.value(pos, depth + 1)
+                if type(key) is not str:
+                    raise CborError(
+                        "key", f"map key is a {type(key).__name__}: only text keys", key_at
+                    )
+                encoded = self.data[key_at:pos]
+                if prev is not None and encoded <= prev:
+                    kind = "duplicate" if encoded == prev else "order"
+                    what = "duplicate map key" if encoded == prev else "map keys out of order at"
+                    raise CborError(kind, f"{what} {key!r}", key_at)
+                prev = encoded
+                result[key], pos = self.value(pos, depth + 1)
+            return result, pos
+        if major == 6:
+            raise CborError("tag", f"CBOR tag {arg} is not allowed in a manifest", start)
+        # major 7
+        if info == 20:
+            return False, pos
+        if info == 21:
+            return True, pos
+        if info == 22:
+            return None, pos
+        if info in (25, 26, 27):
+            raw = self.data[start:pos]
+            value: float = (
+                _half_to_float(arg)
+                if info == 25
+                else struct.unpack(">f" if info == 26 else ">d", raw[1:])[0]
+            )
+            if _float(value) != raw:
+                raise CborError(
+                    "deterministic",
+                    f"float at offset {start} is not in its shortest exact form "
+                    "(or is a NaN other than f9 7e00)",
+                    start,
+                )
+            return value, pos
+        raise CborError("simple", f"CBOR simple value {arg} is not allowed in a manifest", start)
+
+
+def loads_deterministic(
+    data: bytes | memoryview, *, max_depth: int = DETERMINISTIC_DEPTH, max_items: int = MAX_ITEMS
+) -> Any:
+    """Decode exactly one item in deterministic CBOR (see `_Deterministic`); CborError else."""
+    raw = bytes(data)
+    decoder = _Deterministic(raw, max_depth, max_items)
+    value, pos = decoder.value(0, 0)
+    if pos != len(raw):
+        raise CborError(
+            "trailing", f"{len(raw) - pos} bytes follow the CBOR item inside its length", pos
+        )
+    return value

@@ -34,12 +34,17 @@ class Inspection:
         return doc
 
 
-def inspect_path(path: str, *, full: bool = False, stats: bool = False) -> Inspection:
+def inspect_path(
+    path: str, *, full: bool = False, stats: bool = False, ids: Any = None
+) -> Inspection:
     """Open, sniff and structurally check `path`, describe it, and with `stats` read its
-    numbers. Never raises for a bad input: the report carries it (exit code 1 or 2)."""
+    numbers. `ids` is the id preview (`matrixctl.validate.ids.IdPreview`; None: the default
+    one, as `inspect` without --ids). Never raises for a bad input: the report carries it."""
     from matrixctl.validate.engine import examine
+    from matrixctl.validate.ids import IdPreview
 
-    report, desc = examine(path, scan=False, describe=True, full=full)
+    preview = IdPreview() if ids is None else ids
+    report, desc = examine(path, scan=False, describe=True, full=full, ids=preview)
     numbers = read_stats(path, report) if stats else None
     return Inspection(path, report, desc, numbers, stats)
 

@@ -357,7 +357,7 @@ def refuse_binary_to_terminal(path: str, what: str = "binary output") -> None:
         raise UsageError(
             f"refusing to write {what} to a terminal",
             code=codes.OUT_TTY,
-            hint="redirect stdout (`> out.bin`, `| next-command`) or name a file with -o",
+            hint="redirect stdout (`> out.bin`, `| next-command`) or name an output file, not -",
         )
 
 

@@ -2,8 +2,8 @@
 
 A path is a file (mapped, or spooled when it is a pipe), `-` (stdin), or a folder that a folder
 format recognises (`formats/registry.py` `directory=` sniffs: an ingest pack, a Hugging Face
-model folder, ...). The errors are the CLI's: a missing path is `IO_NOT_FOUND`, a folder no format
-claims is `IO_IS_DIR`, bytes no format claims are `UNKNOWN_FORMAT` (with the registry's
+model folder, ...). The errors are the CLI's: a missing path is `IO_NOT_FOUND`, a folder no
+format claims `UNKNOWN_FOLDER`, bytes no format claims are `UNKNOWN_FORMAT` (with the registry's
 explanation when it recognises something matrixctl does not read). The Python API
 (`matrixctl.api`) opens through here; the CLI's copies of this logic move here in the layering
 step (docs/api.md, "Layers").

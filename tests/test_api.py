@@ -186,6 +186,16 @@ def test_inspect_is_exactly_the_cli_json_document(tmp_path: Path) -> None:
     assert list(doc)[:2] == ["schema_version", "ok"]
 
 
+def test_inspect_id_previews_match_the_cli(pack: Path) -> None:
+    atoms = pack / "matrix_atoms.bin"
+    smap = pack / "pi_symbol_map.json"
+    assert matrixctl.inspect(atoms) == run_cli("inspect", "--json", str(atoms)).json()
+    cli = run_cli("inspect", "--json", "--ids", "5:4", "-s", str(smap), str(atoms)).json()
+    assert matrixctl.inspect(atoms, ids="5:4", symbols=smap) == cli
+    with pytest.raises(UsageError):
+        matrixctl.inspect(atoms, ids="x:y")
+
+
 def test_inspect_and_verify_of_a_pack_folder_match_the_cli(pack: Path) -> None:
     assert matrixctl.inspect(pack) == run_cli("inspect", "--json", str(pack)).json()
     cli = run_cli("verify", "--json", str(pack)).json()["files"][0]
@@ -385,7 +395,7 @@ def test_open_pack_refuses_what_is_not_a_pack(tmp_path: Path) -> None:
     assert err.value.code == "IO_NOT_FOUND"
     with pytest.raises(InputError) as err2:
         matrixctl.open_pack(tmp_path)  # an empty folder
-    assert err2.value.code == "IO_IS_DIR"
+    assert err2.value.code == _cli_code(tmp_path) == "UNKNOWN_FOLDER"
     matrixctl.save(tmp_path / "m.zt", _tensors())
     with pytest.raises(FormatError) as err3:
         matrixctl.open_pack(tmp_path / "m.zt")

@@ -18,6 +18,7 @@ import pytest
 from matrixctl.cli.app import main
 from tests.conftest import ROOT
 
+MAP = str(ROOT / "matrixctl" / "data" / "pi_symbol_map.json")
 ITERATIONS = 6  # mutations per file here; the wider campaign ran 300 per format
 
 
@@ -71,7 +72,12 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, extra in (("x.zt", []), ("z.zt", ["--compress", "zstd"])):
         args = ["convert", str(d / "s.safetensors"), str(d / name), "-q", *extra]
         assert _call(args)[0] == 0
+    for name, extra in (("v2.zt", []), ("v2z.zt", ["--compress", "zstd"])):
+        args = ["convert", str(d / "s.safetensors"), str(d / name), "--zt-version", "2", *extra]
+        assert _call([*args, "-q"])[0] == 0
     np.save(d / "n.npy", np.arange(10, dtype=np.int16))
+    np.save(d / "v.npy", np.arange(300, 330, dtype=np.uint32))
+    np.save(d / "m.npy", np.arange(24, dtype=np.uint16).reshape(6, 4))
     np.savez(d / "n.npz", a=np.arange(5), b=np.ones((2, 2)))
     ggufcraft.write_model(str(d / "g.gguf"), extra=False, embd_type="Q8_0")
     assert (
@@ -93,9 +99,15 @@ def _commands(name: str, path: str, out: str) -> list[list[str]]:
         cmds.append(["convert", path, os.path.join(out, "o.safetensors"), "-q"])
     if name == "a.bin":
         cmds.append(["pack", "svgt", path, "--grid", "4x4", "-o", os.path.join(out, "o.svgt")])
+    if name in ("a.bin", "t.mxt"):  # id previews and ids to .npy
+        cmds.append(["inspect", "--json", "--ids", "5:300", "-s", MAP, path])
+        cmds.append(["convert", path, os.path.join(out, "o.npy"), "-q"])
     if name == "t.mxt":
         cmds.append(["pack", "atoms", path, "-n", "8", "-o", os.path.join(out, "o.bin")])
         cmds.append(["tokenize", "pi", "decode", path, "-o", os.path.join(out, "o.txt")])
+    if name in ("n.npy", "v.npy", "m.npy"):  # .npy back to ids
+        cmds.append(["convert", path, os.path.join(out, "o.mxt"), "-q"])
+        cmds.append(["convert", path, os.path.join(out, "o.bin"), "-q"])
     if name == "a.svgt":
         cmds.append(["convert", path, os.path.join(out, "o.svg")])
     return cmds
@@ -108,8 +120,12 @@ NAMES = [
     "doc_index.bin",
     "x.zt",
     "z.zt",
+    "v2.zt",
+    "v2z.zt",
     "s.safetensors",
     "n.npy",
+    "v.npy",
+    "m.npy",
     "n.npz",
     "m.weights",
     "m.stb",

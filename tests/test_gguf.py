@@ -375,6 +375,8 @@ def test_convert_select_and_usage(model, tmp_path: Path) -> None:
     bad = run_cli("convert", "--keep-quantized", str(out), str(tmp_path / "x.zt"))
     assert bad.code == 2 and "--keep-quantized does not apply to safetensors" in bad.stderr
     to_gguf = run_cli("convert", str(out), str(tmp_path / "x.gguf"), "--to", "gguf")
+    assert to_gguf.code == 0  # GGUF is a destination too (tests/test_gguf_write.py)
+    to_gguf = run_cli("convert", str(out), str(tmp_path / "x.gguf"), "--to", "svg")
     assert to_gguf.code == 2 and "CONVERT_UNSUPPORTED" in to_gguf.stderr
 
 

@@ -125,7 +125,8 @@ def test_folder_is_recognised_inspected_and_verified(model: Path) -> None:
     other.mkdir()
     (other / "config.json").write_text("{}")
     result = run_cli("convert", str(other), str(model.parent / "o.weights"))
-    assert result.code == 2 and "IO_IS_DIR" in result.stderr
+    assert result.code == 2 and "UNKNOWN_FOLDER" in result.stderr
+    assert "has config.json but no model.safetensors" in result.stderr
 
 
 def test_convert_fills_metadata_and_vocabulary_from_the_folder(model: Path) -> None:

@@ -66,7 +66,8 @@ def no_placeholders(value: Any) -> None:
     if isinstance(value, dict):
         if isinstance(value.get("shown"), int):
             arrays = [v for v in value.values() if isinstance(v, list)]
-            assert len(arrays) == 1 and len(arrays[0]) == value["shown"] <= value["count"]
+            assert len(arrays) == 1 and len(arrays[0]) == value["shown"]
+            assert value["count"] is None or value["shown"] <= value["count"]  # None: unknown
         for item in value.values():
             no_placeholders(item)
     elif isinstance(value, list):
@@ -301,8 +302,11 @@ def test_pack_and_tokenize_documents(files, tmp_path: Path) -> None:
     text.write_text("hello world, hello json")
     enc = run_cli("tokenize", "pi", "encode", str(text), "-o", str(tmp_path / "t.mxt"), "--json")
     assert enc.code == 0 and check("tokenize pi encode", enc)
-    usage = run_cli("tokenize", "pi", "encode", "--json", "-", stdin=b"x")
+    usage = run_cli("tokenize", "pi", "encode", "--json", "--label")
     assert usage.code == 2 and check("tokenize pi encode", usage)["error"]["code"] == "USAGE"
+    # With stdout as the output the ids are in the document (tests/test_ids.py).
+    ids = run_cli("tokenize", "pi", "encode", "--json", "-", stdin=b"x")
+    assert ids.code == 0 and check("tokenize pi encode", ids)["ids"] == [345]
 
 
 def test_scx_documents(tmp_path: Path) -> None:

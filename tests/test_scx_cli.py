@@ -162,11 +162,39 @@ def test_encode_json_summary_and_debug_markers(tmp_path: Path, signed: Path, key
     assert res.code == 0
     doc = res.json()
     assert doc["bytes"] == 7 and doc["tokens"] == 33 + len(g.VECTORS[2][3])
-    assert doc["warnings"][0]["code"] == "MISALIGNED_SHARD"
+    assert doc["warnings"] == [] and doc["padding"] == 1  # bundles of 4 bytes
     strict = run_cli("tokenize", "scx", "encode", str(src), "-o", str(tmp_path / "s.mxt"), "-r",
                      str(signed), "--trust", str(keys) + ".pub", "--strict-alignment")  # fmt: skip
     assert strict.code == 1 and "MISALIGNED_SHARD" in strict.stderr and "offset 4" in strict.stderr
     assert not (tmp_path / "s.mxt").exists()
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 16, 17, 1000])
+def test_encode_quiet_prints_nothing_whatever_the_length(
+    tmp_path: Path, signed: Path, keys: Path, size: int
+) -> None:
+    """Decision: -q prints nothing on success, also when the last bundle is padded (any length
+    that is not a whole number of bundles): padding is not a warning (docs/formats/scx.md)."""
+    res = run_cli("tokenize", "scx", "encode", "-q", "-o", str(tmp_path / "t.mxt"),
+                  "-r", str(signed), "--trust", str(keys) + ".pub", stdin=b"x" * size)  # fmt: skip
+    assert res.code == 0 and res.stderr == "" and res.stdout == b""
+    loud = run_cli("tokenize", "scx", "encode", "-o", str(tmp_path / "u.mxt"),
+                   "-r", str(signed), "--trust", str(keys) + ".pub", stdin=b"x" * size)  # fmt: skip
+    assert loud.code == 0 and "warning" not in loud.stderr and "encoded" in loud.stderr
+
+
+def test_pack_shards_quiet_prints_nothing_when_it_pads(
+    tmp_path: Path, signed: Path, keys: Path
+) -> None:
+    """Decision: `pack shards` pads the last bundle without a warning too (the summary's
+    `padding` says how much), so -q prints nothing on success."""
+    src = tmp_path / "in.bin"
+    src.write_bytes(b"x" * 7)  # bundles of 4 bytes: 1 byte of padding
+    args = ["pack", "shards", str(src), "-r", str(signed), "--trust", str(keys) + ".pub"]
+    res = run_cli(*args, "-o", str(tmp_path / "a"), "-q")
+    assert res.code == 0 and res.stderr == "" and res.stdout == b""
+    doc = run_cli(*args, "-o", str(tmp_path / "b"), "--json").json()
+    assert doc["padding"] == 1 and doc["warnings"] == []
 
 
 def test_encode_refuses_untrusted_configs(tmp_path: Path, signed: Path) -> None:

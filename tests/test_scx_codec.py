@@ -183,13 +183,16 @@ def test_request_config_hash_must_match() -> None:
 
 
 def test_strict_alignment_refuses_padding_with_the_byte_offset() -> None:
-    """Decision: strict_alignment turns padding of the last bundle into MISALIGNED_SHARD."""
+    """Decision: strict_alignment turns padding of the last bundle into MISALIGNED_SHARD.
+    Decision: without it, padding the last bundle is no warning (it is lossless and the normal
+    case for any length that is not a whole number of bundles); the response counts the
+    PAD-BYTEs instead."""
     resp = api.encode(TOK, api.EncodeRequest(b"x" * 21, TOK.h_tok, strict_alignment=True))
     assert [(e.code, e.byte_offset) for e in resp.errors] == [(tk.MISALIGNED_SHARD, 16)]
     ok = api.encode(TOK, api.EncodeRequest(b"x" * 21, TOK.h_tok))
-    assert ok.errors == [] and [w.code for w in ok.warnings] == [tk.MISALIGNED_SHARD]
+    assert ok.errors == [] and ok.warnings == [] and ok.pad_bytes == 11
     aligned = api.encode(TOK, api.EncodeRequest(b"x" * 32, TOK.h_tok, strict_alignment=True))
-    assert aligned.errors == [] and aligned.warnings == []
+    assert aligned.errors == [] and aligned.warnings == [] and aligned.pad_bytes == 0
 
 
 def test_non_canonical_streams_strict_and_lenient() -> None:

@@ -54,7 +54,7 @@ def root(
 
 app.command("inspect")(inspect_cmd.inspect)
 app.command("verify")(verify_cmd.verify)
-app.command("convert")(convert.convert)
+app.command("convert", cls=convert.ConvertCommand)(convert.convert)
 app.add_typer(pack.app, name="pack")
 app.add_typer(tokenize.app, name="tokenize")
 app.add_typer(ingest.app, name="ingest")

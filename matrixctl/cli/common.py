@@ -114,9 +114,15 @@ def reset_console() -> None:
     _console = None
 
 
-def emit_json(doc: dict[str, Any], *, ok: bool = True) -> None:
+def emit_json(
+    doc: dict[str, Any], *, ok: bool = True, last_array: tuple[str, Any] | None = None
+) -> None:
     """One JSON document on stdout (UTF-8, control characters escaped by JSON itself):
-    `schema_version` first, then `ok` (False exactly when the command fails), then `doc`."""
+    `schema_version` first, then `ok` (False exactly when the command fails), then `doc`.
+
+    `last_array=(key, file)` adds a last key whose array items are already JSON text,
+    comma-separated, in a binary file: copied in chunks, so a long array (token ids) needs no
+    memory."""
     global _json_done
     head: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "ok": ok}
     assert "ok" not in doc, "pass ok= instead"
@@ -124,7 +130,17 @@ def emit_json(doc: dict[str, Any], *, ok: bool = True) -> None:
     _json_done = True
     data = json.dumps(head, indent=2, ensure_ascii=False, default=json_default) + "\n"
     out = sys.stdout.buffer if hasattr(sys.stdout, "buffer") else None
-    if out is not None:
+    if out is not None and last_array is not None:
+        import shutil
+
+        key, items = last_array
+        body = data[: data.rindex("\n}")] + f",\n  {json.dumps(key)}: ["
+        out.write(body.encode("utf-8", "backslashreplace"))
+        items.seek(0)
+        shutil.copyfileobj(items, out, 1 << 20)
+        out.write(b"]\n}\n")
+        out.flush()
+    elif out is not None:
         out.write(data.encode("utf-8", "backslashreplace"))
         out.flush()
     else:  # pragma: no cover - test runners without a byte stream

@@ -5,8 +5,37 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperOption
 
 from matrixctl.cli.common import JsonOption, QuietOption, emit_json, note, progress, warn
+
+TO_HELP = "Output format, when the output name does not tell it: "
+
+
+class _ToOption(TyperOption):
+    """`--to`, whose help lists the formats convert can write. The list comes from the
+    converter registry (`matrixctl.convert.describe_writable`), which imports every codec, so
+    it is computed only when the help is shown (--help, docs), never when a command runs."""
+
+    @property
+    def help(self) -> str:
+        from matrixctl.convert import describe_writable
+
+        return TO_HELP + describe_writable() + "."
+
+    @help.setter
+    def help(self, value: str | None) -> None:
+        pass
+
+
+class ConvertCommand(TyperCommand):
+    """The `convert` command: its `--to` option is a `_ToOption`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.name == "to":
+                param.__class__ = _ToOption
 
 
 def convert(
@@ -24,7 +53,7 @@ def convert(
     ],
     to: Annotated[
         str | None,
-        typer.Option("--to", help="Output format, when the output name does not tell it."),
+        typer.Option("--to", metavar="FORMAT", help=TO_HELP + "see --help."),
     ] = None,
     atoms: Annotated[
         str | None,
@@ -58,7 +87,17 @@ def convert(
             metavar="D|GLOB=D",
             help="Tensor containers: cast every floating-point tensor to D, or the tensors "
             "matching GLOB to D (repeatable; later ones win). Without it nothing is cast and "
-            "a tensor the output cannot hold is refused.",
+            "a tensor the output cannot hold is refused. Token ids from a .npy: uint16 or "
+            "uint32, the id dtype to write.",
+        ),
+    ] = None,
+    vocab_size: Annotated[
+        int | None,
+        typer.Option(
+            "--vocab-size",
+            metavar="N",
+            help=".npy to a token stream or MATRIX-ATOM: the vocab_size to declare (every id "
+            "must be below it). Default: none for a stream, largest id + 1 for atoms.",
         ),
     ] = None,
     compress: Annotated[
@@ -77,6 +116,24 @@ def convert(
             help="zTensor output: the per-component digest (default crc32c).",
         ),
     ] = None,
+    quantize: Annotated[
+        str | None,
+        typer.Option(
+            "--quantize",
+            metavar="q8_0",
+            help="GGUF output: store floating tensors of rank >= 2 whose rows are whole "
+            "32-element blocks as Q8_0 (quantized by matrixctl); the others keep their type.",
+        ),
+    ] = None,
+    zt_version: Annotated[
+        int | None,
+        typer.Option(
+            "--zt-version",
+            metavar="1|2",
+            help="zTensor output: the container version (default: 2 when the input is zTensor "
+            "2, else 1.1; docs/formats/ztensor2.md says why).",
+        ),
+    ] = None,
     meta: Annotated[
         list[str] | None,
         typer.Option(
@@ -93,7 +150,8 @@ def convert(
             metavar="N",
             help="STB output: at most N tensors per .stb file (1-256, default 256); more "
             "tensors go to further files NAME.1.stb, NAME.2.stb, ... listed in the sidecar. "
-            "16 keeps every tensor addressable by KHΛNARY's G_LOAD_BIN_TENSOR.",
+            "16 suits runtimes whose loader addresses at most 16 files of 16 tensors (the STB "
+            "spec's KHΛNARY runtime and its G_LOAD_BIN_TENSOR instruction).",
         ),
     ] = None,
     densify: Annotated[
@@ -117,7 +175,8 @@ def convert(
 ) -> None:
     """Convert between formats: tensor containers (zTensor, safetensors, NumPy .npy/.npz,
     EMBD .weights, STB .stb) into one another, a Hugging Face model folder or a GGUF model into
-    any of them, and SVG-Tensor to an SVG picture (`atoms.svgt atoms.svg`).
+    any of them, SVG-Tensor to an SVG picture (`atoms.svgt atoms.svg`), and token ids to .npy
+    and back: a token stream (.mxt) to a 1-D array, MATRIX-ATOM (.bin) to atoms x atom_size.
 
     Tensor names, shapes and values are preserved; a tensor the output cannot hold exactly is
     refused (nothing is written) unless --dtype asks for a cast. Streams one tensor at a time.
@@ -143,6 +202,7 @@ def convert(
                 known or "format not recognised from its bytes",
                 path=source.name,
             )
+        dst_fmt = conv.ztensor_version(dst_fmt, zt_version, src_fmt)
         converter = conv.find(src_fmt, dst_fmt)
         options: dict[str, Any] = {
             "atoms": atoms,
@@ -155,6 +215,8 @@ def convert(
             "digest": digest,
             "densify": densify or None,
             "keep_quantized": keep_quantized or None,
+            "vocab_size": vocab_size,
+            "quantize": quantize.lower() if quantize else None,
         }
         conv.check_options(converter, options)
         if "progress" in converter.options:

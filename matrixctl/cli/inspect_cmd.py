@@ -14,6 +14,24 @@ def inspect(
         list[str],
         typer.Argument(metavar="PATH...", help="Files or folders to look inside; - is stdin."),
     ],
+    ids: Annotated[
+        str | None,
+        typer.Option(
+            "--ids",
+            metavar="START:COUNT",
+            help="Token streams and MATRIX-ATOM files: preview COUNT ids from token index START "
+            "(default 0:32, COUNT at most 4096).",
+        ),
+    ] = None,
+    symbols: Annotated[
+        str | None,
+        typer.Option(
+            "--symbols",
+            "-s",
+            metavar="MAP",
+            help="A pi_symbol_map.json: show each previewed id's kind and text.",
+        ),
+    ] = None,
     json_out: JsonOption = False,
     full: Annotated[
         bool,
@@ -43,11 +61,19 @@ def inspect(
     `--json` each tensor gets a `stats` object, a token file a `stats` object.
     """
     from matrixctl.inspection import inspect_path, stdin_is_file
+    from matrixctl.validate.ids import IdPreview, parse_range
 
+    start, count = parse_range(ids)
+    smap = None
+    if symbols is not None:
+        from matrixctl.tokenizers.pi import load_symbol_map
+
+        smap = load_symbol_map(symbols)[0]
+    preview = IdPreview(start, count, smap)
     docs: list[dict[str, Any]] = []
     worst = 0
     for path in paths:
-        seen = inspect_path(path, full=full, stats=stats)
+        seen = inspect_path(path, full=full, stats=stats, ids=preview)
         report = seen.report
         worst = max(worst, report.exit_code())
         if json_out:

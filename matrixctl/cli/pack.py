@@ -128,7 +128,10 @@ def shards(
         str, typer.Option("-o", "--output", help="Folder to create: manifest, registry, shards.")
     ],
     registry: Annotated[
-        str, typer.Option("--registry", "-r", help="A signed SCX registry file (SCX-TOK-REG-V1).")
+        str,
+        typer.Option(
+            "--registry", "-r", help="A signed SCX registry file (from `tokenize scx sign`)."
+        ),
     ],
     input_path: Annotated[
         str,
@@ -141,7 +144,7 @@ def shards(
         typer.Option(
             "--trust",
             metavar="FILE",
-            help="Trusted pi public keys (`.pub` files); repeatable. Default: "
+            help="Trusted public signing keys (`.pub` files); repeatable. Default: "
             "MATRIXCTL_SCX_TRUST. Nothing is trusted otherwise.",
         ),
     ] = None,
@@ -167,12 +170,12 @@ def shards(
     json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
-    """Align a binary file into SCX shards and write the AGL tokenizer manifest.
+    """Cut a binary file into SCX shards and write the tokenizer manifest (manifest.json).
 
-    The binary substrate alignment law of the signed registry: bundles of N lanes of W bytes
-    (the last one padded with PAD-BYTE), shards of shard_bundles bundles, each with
-    H_SHARD_RAW and H_SHARD_ALIGNED, a registry snapshot and manifest.json. The folder appears
-    whole or not at all.
+    The signed registry's alignment settings say how: bundles of N lanes of W bytes (the last
+    bundle padded with the registry's pad byte), shards of shard_bundles bundles. The folder
+    holds the shard files, a copy of the registry and manifest.json, which records the hash of
+    every shard's bytes with and without padding; it appears whole or not at all.
     """
     from matrixctl.tokenizers.scx import api, manifest
     from matrixctl.tokenizers.scx import shards as scx_shards
@@ -202,5 +205,5 @@ def shards(
         note(
             f"aligned {summary['bytes']:,} bytes into {summary['shards']} shard(s) of up to "
             f"{summary['shard_bundles']:,} bundles of {summary['bundle_bytes']} bytes -> "
-            f"{output}/manifest.json (H_MANIFEST {summary['manifest_hash'][:16]}...)"
+            f"{output}/manifest.json (manifest hash {summary['manifest_hash'][:16]}...)"
         )

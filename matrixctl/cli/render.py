@@ -121,7 +121,8 @@ def render_description(report: FileReport, doc: dict[str, Any] | None) -> None:
         if scalars:
             con.print(_kv_table("", scalars))
         for key, value in doc.items():
-            if isinstance(value, dict) and isinstance(value.get("items"), list):
+            items = value.get("items") if isinstance(value, dict) else None
+            if isinstance(items, list) and all(isinstance(i, dict) for i in items):
                 # A sample: {"count", "shown", "items"} (inspect --full shows every item).
                 count, items = value.get("count"), value["items"]
                 title = key if count == len(items) else f"{key} (first {len(items)} of {count:,})"
@@ -132,7 +133,8 @@ def render_description(report: FileReport, doc: dict[str, Any] | None) -> None:
             elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
                 if key == "fields":
                     continue  # the byte map is for --json readers and docs
-                con.print(_list_table(key, value))
+                rows = [_quoted_text(r) for r in value] if key == "id_text" else value
+                con.print(_list_table(key, rows))
     if report.findings:
         con.print(findings_table(report))
         if report.suppressed:
@@ -147,6 +149,18 @@ def render_description(report: FileReport, doc: dict[str, Any] | None) -> None:
             )
         )
     con.print()
+
+
+def _quoted_text(row: dict[str, Any]) -> dict[str, Any]:
+    """A token's text in quotes with escapes, so leading spaces and controls can be seen; ids
+    without thousands separators (as in `ids`)."""
+    import json
+
+    row = {**row, "id": str(row["id"])}
+    text = row.get("text")
+    if text is not None and row.get("kind") != "byte":
+        row["text"] = json.dumps(text, ensure_ascii=False)
+    return row
 
 
 def render_verify(reports: list[FileReport], strict: bool) -> None:

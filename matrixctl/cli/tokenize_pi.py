@@ -39,8 +39,21 @@ def encode(
     symbols: SymbolsOption = None,
     output: Annotated[
         str,
-        typer.Option("-o", "--output", help="Token stream output; - is stdout (not a terminal)."),
+        typer.Option(
+            "-o",
+            "--output",
+            help="Output; - is stdout (a binary token stream is refused on a terminal).",
+        ),
     ] = "-",
+    ids: Annotated[
+        bool,
+        typer.Option(
+            "--ids",
+            help="Write the ids as text instead of a token stream: decimal, space-separated, "
+            "one line per document (the whole input is one document); `decode` and `pack "
+            "atoms` read it back.",
+        ),
+    ] = False,
     label: Annotated[
         str | None,
         typer.Option("--label", help="Label of the document frame. Default: the input path."),
@@ -48,20 +61,31 @@ def encode(
     json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
-    """Encode UTF-8 text into a token stream (`MXTOKENS`) that `pack atoms` reads.
+    """Encode UTF-8 text into a token stream (`MXTOKENS`) that `pack atoms` reads, or into ids
+    a person can read (--ids, --json).
 
     Streams: memory stays flat whatever the input size. The text is normalized with the
     map's normalization, then matched greedily (leftmost-longest) against the symbols;
     characters no symbol covers become byte tokens (byte fallback) or unk_id. The whole
     input is one document, closed by a DOC frame labelled with --label or the input path.
+
+    --json prints the summary (map hash, counts) as one document; when the output is stdout
+    the ids go into that document too, as its last field `ids`.
     """
-    from matrixctl.errors import UsageError
     from matrixctl.io import STDIO
     from matrixctl.tokenizers.encode_io import encode_file
 
-    if json_out and output == STDIO:
-        raise UsageError("--json needs stdout, so the output cannot be - as well; use -o FILE")
-    summary = encode_file(input_path, output, symbols=symbols, label=label)
+    if json_out and output == STDIO:  # stdout carries one document: the ids go in it
+        import tempfile
+
+        with tempfile.TemporaryFile(prefix="matrixctl-ids-") as spool:
+            summary = encode_file(
+                input_path, output, symbols=symbols, label=label, form="json", json_ids=spool
+            )
+            emit_json(summary, last_array=("ids", spool))
+        return
+    form = "text" if ids else "stream"
+    summary = encode_file(input_path, output, symbols=symbols, label=label, form=form)
     if json_out:
         emit_json(summary)
     else:

@@ -9,7 +9,8 @@ import typer
 from matrixctl.cli.common import JsonOption, QuietOption, emit_json, note, progress, warn
 
 app = typer.Typer(
-    help="SCX-TOK-V1: the lane-packed, signed, replay-safe byte tokenizer.",
+    help="SCX (SCX-TOK-V1): a byte tokenizer whose merges come from a signed registry file; "
+    "each token stream names the config that made it, so another config cannot decode it.",
     no_args_is_help=True,
 )
 
@@ -24,7 +25,7 @@ TrustOption = Annotated[
     typer.Option(
         "--trust",
         metavar="FILE",
-        help="Trusted pi public keys (a `.pub` file from keygen, or a list of such lines); "
+        help="Trusted public signing keys (a `.pub` file from keygen, or a list of such lines); "
         "repeatable. Default: the files in MATRIXCTL_SCX_TRUST. Nothing is trusted otherwise.",
     ),
 ]
@@ -57,10 +58,11 @@ def keygen(
     json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
-    """Create an Ed25519 pi key pair: OUTPUT (private, mode 0600, never printed) and OUTPUT.pub.
+    """Create an Ed25519 key pair for signing SCX registries: OUTPUT and OUTPUT.pub.
 
-    OUTPUT.pub holds one line `pi-ed25519 <hex> <key id>`: give it to whoever must trust the
-    key (`--trust`), and keep OUTPUT secret.
+    OUTPUT is the private key (mode 0600, never printed): keep it secret. OUTPUT.pub holds one
+    line `pi-ed25519 <hex> <key id>` (pi is the spec's name for the signing authority): give it
+    to whoever must trust the key (`--trust`).
     """
     import os
 
@@ -100,11 +102,12 @@ def sign(
         typer.Argument(
             metavar="SOURCE",
             help="A registry source (JSON, or the JSON of `inspect --json REGISTRY`), a "
-            "registry file to add a signature to, or an AGL manifest to rotate to a new key.",
+            "registry file to add a signature to, or a tokenizer manifest (the manifest.json "
+            "of `pack shards`) to re-sign with a new key.",
         ),
     ],
     output: OutOption,
-    key: Annotated[str, typer.Option("--key", "-k", help="The pi private key (from keygen).")],
+    key: Annotated[str, typer.Option("--key", "-k", help="The private signing key (from keygen).")],
     parent: Annotated[
         str | None,
         typer.Option(
@@ -117,9 +120,10 @@ def sign(
 ) -> None:
     """Sign an SCX config: build and sign a registry, add a signature, or rotate a manifest.
 
-    The signature is Ed25519 over H_TOK (spec version, lane mode, H_REG, H_ALIGN, H_API); the
-    same config signed by another key has the same H_TOK. Signing a manifest records the new
-    key as pi_key_id and moves the old signature to key_history.
+    The signature is Ed25519 over the config hash (H_TOK, a hash of the spec version, the
+    lane width, the merges, the alignment settings and the API version), so the same config
+    signed by another key has the same config hash. Signing a manifest records the new key as
+    pi_key_id and moves the old signature to key_history.
     """
     import json
 
@@ -155,7 +159,8 @@ def sign(
             manifest_hash=rotated.h_manifest.hex(),
         )
         message = (
-            f"rotated {name} from {man.pi_key_id} to {private.key_id} (same H_TOK) -> {output}"
+            f"rotated {name} from {man.pi_key_id} to {private.key_id} (same config hash) "
+            f"-> {output}"
         )
     else:
         if data.startswith(rg.MAGIC):
@@ -207,8 +212,8 @@ def sign(
         )
         message = (
             f"signed {name} ({len(rf.registry.composites)} composites, "
-            f"{rf.registry.lane_mode_name}) with {private.key_id}: H_TOK {rf.h_tok.hex()[:16]}... "
-            f"-> {output}"
+            f"{rf.registry.lane_mode_name}) with {private.key_id}: "
+            f"config hash {rf.h_tok.hex()[:16]}... -> {output}"
         )
     if json_out:
         emit_json(summary)
@@ -228,14 +233,17 @@ def encode(
         bool,
         typer.Option(
             "--strict-alignment",
-            help="Refuse input whose length is not a whole number of bundles (instead of "
-            "padding the last bundle with PAD-BYTE).",
+            help="Refuse input whose length is not a whole number of bundles (the registry "
+            "sets a bundle: N lanes of W bytes) instead of padding the last bundle with the "
+            "registry's pad byte.",
         ),
     ] = False,
     debug_markers: Annotated[
         bool,
         typer.Option(
-            "--debug-markers", help="Emit LANE_MARK before every lane and CHUNK_MARK per chunk."
+            "--debug-markers",
+            help="Add marker tokens for debugging (LANE_MARK before every lane, CHUNK_MARK at "
+            "every chunk); decoding does not need them.",
         ),
     ] = False,
     jobs: Annotated[
@@ -251,7 +259,7 @@ def encode(
 
     The registry's signature must come from a trusted key (UNSIGNED_REGISTRY otherwise). The
     output is an MXTOKENS stream (`pack atoms` reads it) whose tokens start with TOK_CONFIG and
-    H_TOK, so a decoder can refuse tokens made by another config.
+    the config hash, so a decoder can refuse tokens made by another config.
     """
     import numpy as np
 
@@ -265,6 +273,7 @@ def encode(
         raise UsageError("--json needs stdout, so the output cannot be - as well")
     tok, _ = api.load_config(registry, trust)
     warnings: list[api.Issue] = []
+    padding: list[int] = []
     tokens = 0
     counted = [0]
 
@@ -288,6 +297,7 @@ def encode(
                 strict_alignment=strict_alignment,
                 emit_debug_markers=debug_markers,
                 warnings=warnings,
+                padding=padding,
             ):
                 batch.append(arr)
                 held += arr.size
@@ -313,13 +323,15 @@ def encode(
                 "tokens": tokens,
                 "h_tok": tok.h_tok.hex(),
                 "authority": tok.authority.key_id if tok.authority else None,
+                "padding": padding[0],
                 "warnings": [w.to_json() for w in warnings],
             }
         )
     else:
+        padded = f", last bundle padded with {padding[0]} bytes" if padding[0] else ""
         note(
-            f"encoded {counted[0]:,} bytes into {tokens:,} SCX tokens "
-            f"(H_TOK {tok.h_tok.hex()[:16]}...) -> {output}"
+            f"encoded {counted[0]:,} bytes into {tokens:,} SCX tokens{padded} "
+            f"(config hash {tok.h_tok.hex()[:16]}...) -> {output}"
         )
 
 
@@ -348,7 +360,7 @@ def decode(
 ) -> None:
     """Decode an SCX token stream back into the exact bytes (the strict inverse of encode).
 
-    Any error (an unknown token, a broken bundle or shard, another config's H_TOK, a count
+    Any error (an unknown token, a broken bundle or shard, tokens of another config, a count
     that disagrees) stops with its code and token index; nothing is written.
     """
     from matrixctl.errors import UsageError

@@ -93,10 +93,17 @@ class TensorConverter(Converter):
 
 
 TENSOR_OPTIONS: tuple[str, ...] = ("select", "dtype", "compress", "digest", "densify", "progress")
-TENSOR_OPTIONS += ("exclude", "meta", "per_file", "keep_quantized")
+TENSOR_OPTIONS += ("exclude", "meta", "per_file", "keep_quantized", "quantize")
+
+IDS_OPTIONS: tuple[str, ...] = ("dtype", "vocab_size")
 
 CONVERTERS: list[Converter] = [
     Converter("svgt", "svg", "matrixctl.convert.svg:svgt_to_svg", options=("atoms",)),
+    # Token ids <-> .npy (matrixctl.convert.ids): 1-D for a stream, atoms x atom_size for atoms.
+    Converter("token-stream", "npy", "matrixctl.convert.ids:stream_to_npy"),
+    Converter("matrix-atom", "npy", "matrixctl.convert.ids:atoms_to_npy"),
+    Converter("npy", "token-stream", "matrixctl.convert.ids:npy_to_stream", IDS_OPTIONS),
+    Converter("npy", "matrix-atom", "matrixctl.convert.ids:npy_to_atoms", IDS_OPTIONS),
 ]
 
 # One line per tensor container; `convert` goes from any of them to any other.
@@ -110,25 +117,60 @@ TENSOR_CONTAINERS: list[Container] = [
     Container("stb", "matrixctl.formats.stb", (".stb",)),
     Container("stb-sidecar", "matrixctl.formats.stb"),
     Container("hf-model-dir", "matrixctl.formats.hf_model"),
-    Container("gguf", "matrixctl.formats.gguf"),
+    Container("gguf", "matrixctl.formats.gguf_write", (".gguf",)),
 ]
 
 # Destination format by output extension (outputs only: inputs are always sniffed).
-OUTPUT_EXTENSIONS: dict[str, str] = {".svg": "svg"}
+OUTPUT_EXTENSIONS: dict[str, str] = {".svg": "svg", ".mxt": "token-stream", ".bin": "matrix-atom"}
+
+# Short names `--to` takes besides a format's name and its output extensions (zt, weights, ...).
+TO_ALIASES: dict[str, str] = {"st": "safetensors"}
 
 
 def _writable() -> dict[str, Container]:
-    return {c.format: c for c in TENSOR_CONTAINERS}
+    """The containers convert can write: those whose codec has a sink (imports each codec, so
+    only on the way to a conversion or an error, never at start-up)."""
+    return {c.format: c for c in TENSOR_CONTAINERS if c.io()[1] is not None}
+
+
+def writable_formats() -> dict[str, list[str]]:
+    """Every format convert can write, with the other names `--to` accepts for it (its output
+    extensions without the dot, and TO_ALIASES): derived from the registries, so a container
+    that gains a sink is offered everywhere by itself."""
+    names: dict[str, list[str]] = {c.dst: [] for c in CONVERTERS}
+    for ext, fmt in OUTPUT_EXTENSIONS.items():
+        names.setdefault(fmt, []).append(ext[1:])
+    for c in _writable().values():
+        names.setdefault(c.format, []).extend(e[1:] for e in c.extensions)
+    for alias, fmt in TO_ALIASES.items():
+        if fmt in names:
+            names[fmt].append(alias)
+    return {fmt: sorted(set(alt) - {fmt}) for fmt, alt in sorted(names.items())}
+
+
+def describe_writable() -> str:
+    """`embd (or weights), ..., ztensor (or zt)`: what convert writes, for help and errors."""
+    return ", ".join(
+        f"{fmt} (or {', '.join(alt)})" if alt else fmt for fmt, alt in writable_formats().items()
+    )
 
 
 def destination_format(dst: str, to: str | None) -> str:
     if to:
-        known = {c.dst for c in CONVERTERS} | set(_writable())
-        if to not in known:
+        for name, alt in writable_formats().items():
+            if to.lower() == name or to.lower() in alt:
+                return name
+        readable = {c.format for c in TENSOR_CONTAINERS} | {c.src for c in CONVERTERS}
+        if to in readable:
             raise UsageError(
-                f"--to {to!r} is not a format convert can write ({', '.join(sorted(known))})"
+                f"convert reads {to} but cannot write it",
+                code=CONVERT_UNSUPPORTED,
+                hint=f"--to takes one of: {describe_writable()}",
             )
-        return to
+        raise UsageError(
+            f"--to {to!r} is not a format convert can write",
+            hint=f"--to takes one of: {describe_writable()}",
+        )
     ext = os.path.splitext(dst)[1].lower()
     fmt = OUTPUT_EXTENSIONS.get(ext)
     for c in _writable().values():
@@ -140,6 +182,20 @@ def destination_format(dst: str, to: str | None) -> str:
             hint=f"name it with one of {', '.join(sorted(_extensions()))} or pass --to FORMAT",
         )
     return fmt
+
+
+def ztensor_version(dst_fmt: str, version: int | None, src_fmt: str | None = None) -> str:
+    """`--zt-version` picks the zTensor container; without it a `.zt` output is v2 when the
+    input is v2 (a v2 file stays v2) and v1.1 otherwise (docs/formats/ztensor2.md)."""
+    if dst_fmt not in ("ztensor", "ztensor-v2"):
+        if version is not None:
+            raise UsageError(f"--zt-version applies to zTensor output only, not {dst_fmt}")
+        return dst_fmt
+    if version is None:
+        return "ztensor-v2" if src_fmt == "ztensor-v2" else dst_fmt
+    if version not in (1, 2):
+        raise UsageError(f"--zt-version must be 1 or 2, got {version}")
+    return "ztensor" if version == 1 else "ztensor-v2"
 
 
 def _extensions() -> list[str]:
@@ -168,6 +224,7 @@ def find(src_fmt: str, dst_fmt: str) -> Converter:
         sources = sorted(c.format for c in TENSOR_CONTAINERS if c.io()[0] is not None)
         if containers[dst_fmt].io()[1] is None:
             sources = []
+        sources = sorted({*sources, *(c.src for c in CONVERTERS if c.dst == dst_fmt)})
     raise UsageError(
         f"cannot convert {src_fmt} to {dst_fmt}",
         code=CONVERT_UNSUPPORTED,

@@ -457,9 +457,9 @@ def prepare_sink_options(
 ) -> dict[str, Any]:
     """The sink's options from the command's, with usage errors before anything is read."""
     sink_options = {k: v for k, v in options.items() if v is not None}
-    for opt in ("compress", "digest", "per_file"):
+    for opt in ("compress", "digest", "per_file", "quantize"):
         if options.get(opt) is not None and opt not in getattr(sink_cls, "accepts", ()):
-            owner = "STB" if opt == "per_file" else "zTensor"
+            owner = {"per_file": "STB", "quantize": "GGUF"}.get(opt, "zTensor")
             flag = "--" + opt.replace("_", "-")
             raise UsageError(f"{flag} applies to {owner} output only, not {dst_fmt}")
     sink_options["meta"] = parse_meta(options.get("meta"))

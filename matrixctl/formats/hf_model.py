@@ -121,6 +121,16 @@ HF_TOKENIZER = codes.define(
 )
 
 
+def incomplete(path: str) -> str | None:
+    """For a folder that holds part of a Hugging Face model folder but is not one: what it
+    has and what it lacks, for the error line; None when it holds none of the marking files."""
+    has = [f for f in (CONFIG, WEIGHTS, INDEX) if os.path.isfile(os.path.join(path, f))]
+    if not has or is_model_dir(path):
+        return None
+    lacks = CONFIG if CONFIG not in has else f"{WEIGHTS} (or a sharded checkpoint's {INDEX})"
+    return f"has {' and '.join(has)} but no {lacks}: a Hugging Face model folder needs both"
+
+
 def is_model_dir(path: str) -> bool:
     """A folder is a Hugging Face model folder when it holds config.json and model.safetensors
     or model.safetensors.index.json."""

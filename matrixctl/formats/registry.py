@@ -16,12 +16,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from matrixctl import codes
+from matrixctl.errors import InputError
 from matrixctl.formats import ingest_pack, pi_symbol_map
 
 if TYPE_CHECKING:
     from matrixctl.io import Source
 
 SNIFF_BYTES = 64
+
+UNKNOWN_FOLDER = codes.define(
+    "UNKNOWN_FOLDER",
+    "A folder was given where a file or a known folder was expected: it lacks the files that "
+    "mark a Hugging Face model folder, an ingest pack or a GGUF ingest folder (the message says "
+    "which).",
+    group="general",
+)
 
 
 def _sniff_safetensors(head: bytes, size: int) -> bool:
@@ -58,6 +68,7 @@ class Format:
     directory: Callable[[str], bool] | None = None
     extensions: tuple[str, ...] = ()
     doc: str | None = None  # docs/formats/<doc>.md when it is not named after the format
+    holds: str | None = None  # a folder format: the files that mark it, for error lines
 
     def matches(self, head: bytes, size: int) -> bool:
         if self.magic is not None:
@@ -101,6 +112,7 @@ FORMATS: list[Format] = [
         "MATRIX ingest pack (folder)",
         "matrixctl.validate.ingest_pack",
         directory=ingest_pack.is_pack,
+        holds="ingest_manifest.json",
     ),
     Format(
         "ztensor",
@@ -142,14 +154,14 @@ FORMATS: list[Format] = [
     ),
     Format(
         "scx-manifest",
-        "AGL tokenizer manifest (AGL-TOK-MANIFEST-V1)",
+        "SCX tokenizer manifest (AGL-TOK-MANIFEST-V1)",
         "matrixctl.validate.scx_manifest",
         sniff=lambda head, size: head.startswith(b'{\n  "format": "AGL-TOK-MANIFEST-V1",'),
         extensions=(".json",),
     ),
     Format(
         "scx-shard",
-        "SCX aligned substrate shard",
+        "SCX shard (a piece of an input cut by `pack shards`)",
         "matrixctl.validate.scx_shard",
         magic=b"SCXSHARD",
         extensions=(".scxs",),
@@ -180,6 +192,7 @@ FORMATS: list[Format] = [
         "Hugging Face model folder",
         "matrixctl.validate.hf_model",
         directory=_is_hf_model_dir,
+        holds="config.json + model.safetensors (or model.safetensors.index.json)",
     ),
     Format("gguf", "GGUF model", "matrixctl.validate.gguf", magic=b"GGUF", extensions=(".gguf",)),
     Format(
@@ -187,6 +200,7 @@ FORMATS: list[Format] = [
         "GGUF ingest folder (symbol map, tokenizer, embeddings)",
         "matrixctl.validate.gguf_ingest",
         directory=lambda p: os.path.isfile(os.path.join(p, "gguf_manifest.json")),
+        holds="gguf_manifest.json",
         doc="gguf",
     ),
 ]
@@ -214,14 +228,20 @@ def sniff(src: Source) -> str | None:
 
 
 def sniff_dir(path: str) -> Format | None:
-    """The folder format `path` is, or None for files. A folder no format claims is an error
-    raised by the caller when it opens the path as a file."""
+    """The folder format `path` is, or None for files. A folder no format claims is
+    UNKNOWN_FOLDER, naming what it lacks (exit 2, like any input that cannot be read)."""
     if not os.path.isdir(path):
         return None
     for fmt in FORMATS:
         if fmt.directory is not None and fmt.directory(path):
             return fmt
-    return None
+    from matrixctl.formats.hf_model import incomplete
+
+    why = incomplete(path)
+    if why is None:
+        kinds = "; ".join(f"{f.name}: {f.holds}" for f in FORMATS if f.holds is not None)
+        why = f"is a folder without the files of any folder format ({kinds})"
+    raise InputError(UNKNOWN_FOLDER, why, path=path)
 
 
 # Known formats matrixctl does not read, recognised so the message can say what the file is.

@@ -138,8 +138,8 @@ STB_GAP = codes.define(
 )
 STB_GLYPH_REACH = codes.define(
     "STB_GLYPH_REACH",
-    "Tensor ids above 15 (or bin files above 15) cannot be named by KHΛNARY's "
-    "G_LOAD_BIN_TENSOR, whose payload has 4 bits for each.",
+    "Tensor ids above 15 (or bin files above 15) cannot be named by a runtime that addresses "
+    "them in 4 bits each (KHΛNARY, the runtime of the STB spec: its G_LOAD_BIN_TENSOR).",
     group=G,
     severity=Severity.INFO,
 )
@@ -951,7 +951,8 @@ class StbSink(TensorSink):
         ]
         if far or len(self.parts) > GLYPH_REACH:
             self._notes.append(
-                "KHΛNARY's G_LOAD_BIN_TENSOR names tensor ids and bin files 0-15 only: "
+                "runtimes that address tensors in 4 bits (KHΛNARY's G_LOAD_BIN_TENSOR, the STB "
+                "spec's loader) reach tensor ids and bin files 0-15 only: "
                 + "; ".join(
                     far[:3]
                     + ([f"bin files {GLYPH_REACH}+"] if len(self.parts) > GLYPH_REACH else [])

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import shutil
 import sys
-from typing import Any
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, BinaryIO
 
 from matrixctl.errors import FormatError, from_os_error
 from matrixctl.io import STDIO, atomic_output, display_name, open_input_stream
@@ -19,15 +24,26 @@ def load_tokenizer(symbols: str | None) -> tuple[pi.SymbolMap, bytes, pi.Tokeniz
 
 
 def encode_file(
-    input_path: str, output: str, *, symbols: str | None, label: str | None = None
+    input_path: str,
+    output: str,
+    *,
+    symbols: str | None,
+    label: str | None = None,
+    form: str = "stream",
+    json_ids: BinaryIO | None = None,
 ) -> dict[str, Any]:
-    """Stream UTF-8 text into a token stream with one document. Returns a summary."""
-    from matrixctl.formats.token_stream import TokenStreamWriter
+    """Stream UTF-8 text into token ids of one document. Returns a summary.
 
+    `form` is `stream` (a token stream, binary, on `output`), `text` (the ids as one line of
+    space-separated decimals on `output`, which `decode` and `pack atoms` read) or `json` (the
+    ids comma-separated into `json_ids`, for the command's JSON document; `output` is not
+    written). Memory stays flat in every form; text for stdout is spooled and appears only once
+    the whole input is encoded, so a failure prints nothing.
+    """
     smap, _, tok = load_tokenizer(symbols)
     name = display_name(input_path)
     nbytes = 0
-    with open_input_stream(input_path) as raw, atomic_output(output, what="a token stream") as out:
+    with open_input_stream(input_path) as raw, _output(output, form) as out:
 
         class Counting:
             def read(self, n: int = -1) -> bytes:
@@ -39,25 +55,107 @@ def encode_file(
                 nbytes += len(data)
                 return data
 
-        writer = TokenStreamWriter(out, dtype=tok.dtype, vocab_size=smap.vocab_size)
+        sink: _IdSink
+        if form == "stream":
+            sink = _StreamSink(out, tok.dtype, smap.vocab_size)
+        elif form == "json":
+            assert json_ids is not None
+            sink = _TextSink(json_ids, ", ")
+        else:
+            sink = _TextSink(out, " ")
         enc = tok.stream()
         for text in pi.iter_text(Counting(), name, READ_CHUNK):
-            writer.write(enc.feed(text))
-        writer.write(enc.finish())
-        writer.end_document(name if label is None else label)
-        end = writer.close()
-    return {
+            sink.write(enc.feed(text))
+        sink.write(enc.finish())
+        sink.end_document(name if label is None else label)
+        crc = sink.close()
+    summary: dict[str, Any] = {
         "input": input_path,
         "output": output,
         "bytes": nbytes,
-        "tokens": end.token_count,
-        "documents": end.doc_count,
+        "tokens": sink.tokens,
+        "documents": 1,
         "dtype": tok.dtype,
         "vocab_size": smap.vocab_size,
         "symbol_map": symbols or "(bundled default)",
         "symbol_map_hash": smap.canonical_hash(),
-        "crc32": f"0x{end.crc32:08x}",
     }
+    if crc is not None:
+        summary["crc32"] = f"0x{crc:08x}"
+    return summary
+
+
+class _IdSink:
+    tokens = 0
+
+    def write(self, ids: Any) -> None:
+        raise NotImplementedError
+
+    def end_document(self, label: str) -> None:
+        raise NotImplementedError
+
+    def close(self) -> int | None:
+        raise NotImplementedError
+
+
+class _StreamSink(_IdSink):
+    def __init__(self, out: Any, dtype: str, vocab_size: int) -> None:
+        from matrixctl.formats.token_stream import TokenStreamWriter
+
+        self.writer = TokenStreamWriter(out, dtype=dtype, vocab_size=vocab_size)
+
+    def write(self, ids: Any) -> None:
+        self.writer.write(ids)
+        self.tokens = self.writer.tokens
+
+    def end_document(self, label: str) -> None:
+        self.writer.end_document(label)
+
+    def close(self) -> int:
+        return self.writer.close().crc32
+
+
+class _TextSink(_IdSink):
+    """Decimal ids joined by `sep`; a newline ends each document in the text form (`sep` is a
+    space); the JSON form (`sep` is a comma) has no document ends: one array."""
+
+    def __init__(self, out: Any, sep: str) -> None:
+        self.out = out
+        self.sep = sep
+
+    def write(self, ids: Any) -> None:
+        if ids.size == 0:
+            return
+        text = self.sep.join(map(str, ids.tolist()))
+        self.out.write((self.sep + text if self.tokens else text).encode("ascii"))
+        self.tokens += int(ids.size)
+
+    def end_document(self, label: str) -> None:
+        if self.sep == " ":
+            self.out.write(b"\n")  # one line per document
+
+    def close(self) -> None:
+        return None
+
+
+@contextmanager
+def _output(path: str, form: str) -> Iterator[BinaryIO]:
+    """Binary streams go through `atomic_output` (refused on a terminal); text may go to a
+    terminal, but is spooled there too, so a failed run prints nothing to stdout. The JSON
+    form writes no output here."""
+    if form == "json":
+        yield io.BytesIO()  # never written: the ids go to the JSON document
+        return
+    if form == "stream" or path != STDIO:
+        with atomic_output(path, what="a token stream" if form == "stream" else "token ids") as out:
+            yield out
+        return
+    with tempfile.TemporaryFile(prefix="matrixctl-out-") as tmp:
+        yield tmp
+        tmp.seek(0)
+        out = sys.stdout.buffer
+        shutil.copyfileobj(tmp, out, READ_CHUNK)
+        out.flush()
 
 
 def decode_file(input_path: str, output: str, *, symbols: str | None, errors: str) -> None:

@@ -121,23 +121,31 @@ def _load(load: Callable[[Any], Any], arg: Any, report: FileReport) -> Any:
 
 
 def examine(
-    path: str, *, scan: bool, describe: bool = False, fmt: str | None = None, full: bool = False
+    path: str,
+    *,
+    scan: bool,
+    describe: bool = False,
+    fmt: str | None = None,
+    full: bool = False,
+    ids: Any = None,
 ) -> tuple[FileReport, dict[str, Any] | None]:
     """Open, sniff and check one path; with `describe`, also return the format's description.
 
     `scan=True` runs every rule (verify); `scan=False` only the structural ones (inspect).
     `full=True` makes the description list every element of its long arrays (`shown`).
     Unreadable inputs give a report marked unreadable (exit code 2), never an exception.
+    `ids` (a `matrixctl.validate.ids.IdPreview`) adds an id preview to the description of a
+    format whose handler has `describe_ids` (token streams, MATRIX-ATOM).
     """
     token = _FULL.set(full)
     try:
-        return _examine(path, scan=scan, describe=describe, fmt=fmt)
+        return _examine(path, scan=scan, describe=describe, fmt=fmt, ids=ids)
     finally:
         _FULL.reset(token)
 
 
 def _examine(
-    path: str, *, scan: bool, describe: bool, fmt: str | None
+    path: str, *, scan: bool, describe: bool, fmt: str | None, ids: Any = None
 ) -> tuple[FileReport, dict[str, Any] | None]:
     from matrixctl.formats import registry
 
@@ -148,7 +156,7 @@ def _examine(
             report = FileReport(name, entry.name)
             mod = importlib.import_module(entry.handler)
             subject = _load(mod.load_dir, path, report)
-            return _finish(mod, entry.name, subject, report, scan=scan, describe=describe)
+            return _finish(mod, entry.name, subject, report, scan=scan, describe=describe, ids=ids)
         src = Source.open(path)
     except MatrixError as err:
         report = FileReport(name, None, unreadable=isinstance(err, InputError))
@@ -170,17 +178,29 @@ def _examine(
         report = FileReport(src.name, fmt)
         mod = handler(fmt)
         subject = _load(mod.load, src, report)
-        return _finish(mod, fmt, subject, report, scan=scan, describe=describe)
+        return _finish(mod, fmt, subject, report, scan=scan, describe=describe, ids=ids)
 
 
 def _finish(
-    mod: Any, fmt: str, subject: Any, report: FileReport, *, scan: bool, describe: bool
+    mod: Any,
+    fmt: str,
+    subject: Any,
+    report: FileReport,
+    *,
+    scan: bool,
+    describe: bool,
+    ids: Any = None,
 ) -> tuple[FileReport, dict[str, Any] | None]:
     if subject is None:
         return report, None
     try:
         run_rules(fmt, subject, report, scan=scan)
-        return report, (mod.describe(subject) if describe else None)
+        if not describe:
+            return report, None
+        desc = mod.describe(subject)
+        if ids is not None and hasattr(mod, "describe_ids"):
+            desc.update(mod.describe_ids(subject, ids))
+        return report, desc
     finally:
         close = getattr(subject, "close", None)
         if close is not None:

@@ -13,6 +13,8 @@ from matrixctl.formats import matrix_atom as ma
 from matrixctl.io import Releaser, Source
 from matrixctl.validate.engine import rule, sample, shown
 from matrixctl.validate.findings import Finding, finding
+from matrixctl.validate.ids import IdPreview
+from matrixctl.validate.ids import describe_ids as ids_section
 
 FMT = ma.FORMAT
 SCAN_CHUNK_BYTES = 1 << 20  # small enough to stay in L2 between the CRC and the max pass
@@ -144,6 +146,36 @@ def preview(s: AtomSubject) -> dict[str, Any]:
         more = " ..." if n < h.atom_size else ""
         rows.append({"atom": atom, "tokens": " ".join(map(str, ids)) + more})
     return sample(rows, h.atom_count)
+
+
+def describe_ids(s: AtomSubject, preview: IdPreview) -> dict[str, Any]:
+    """Ids `preview.start` .. `+ count` of the payload: only tokens that are inside both the
+    declared token_count and the file (header fields may disagree with the file's size)."""
+    h = s.header
+    itemsize = h.itemsize
+    if itemsize is None:
+        return ids_section([], preview.start, None, preview, stopped="the dtype_id is unknown")
+    present = max(0, (s.src.size - h.data_offset) // itemsize) if h.data_offset >= 0 else 0
+    available = min(h.token_count, present)
+    n = max(0, min(preview.count, available - preview.start))
+    code = "H" if itemsize == 2 else "I"
+    ids = (
+        list(struct.unpack_from(f"<{n}{code}", s.src.buf, h.data_offset + preview.start * itemsize))
+        if n
+        else []
+    )
+    stopped = None
+    if present < h.token_count and preview.start + preview.count > present:
+        stopped = f"the file ends after {present} of the {h.token_count} tokens it declares"
+    return ids_section(
+        ids,
+        preview.start,
+        h.token_count,
+        preview,
+        atom_size=h.atom_size,
+        stopped=stopped,
+        vocab_size=h.vocab_size,
+    )
 
 
 @rule(FMT, "header fields", header=True)

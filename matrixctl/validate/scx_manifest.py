@@ -125,7 +125,7 @@ def check_hashes(s: ManifestSubject) -> Iterator[Finding]:
         )
 
 
-@rule(FMT, "pi-signature over config_hash by a trusted key")
+@rule(FMT, "signature over config_hash by a trusted key")
 def check_signature(s: ManifestSubject) -> Iterator[Finding]:
     m = s.man
     if not signing.valid(m.pi_signature.public_key, m.pi_signature.signature, m.config_hash):
@@ -139,7 +139,7 @@ def check_signature(s: ManifestSubject) -> Iterator[Finding]:
             yield finding(
                 tk.UNSIGNED_REGISTRY,
                 f"the earlier signature by {sig.key_id} does not verify over config_hash (a "
-                "rotation keeps the same H_TOK)",
+                "rotation keeps the same config hash)",
                 field=f"key_history[{i}]",
             )
     from matrixctl.validate.scx_registry import trusted_keys

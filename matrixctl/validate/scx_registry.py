@@ -86,12 +86,12 @@ def describe(s: RegistrySubject) -> dict[str, Any]:
     }
 
 
-@rule(FMT, "pi-signatures verify over H_TOK")
+@rule(FMT, "signatures verify over the config hash (H_TOK)")
 def check_signatures(s: RegistrySubject) -> Iterator[Finding]:
     if not s.rf.signatures:
         yield finding(
             tk.UNSIGNED_REGISTRY,
-            "the registry carries no pi-signature; runtimes must reject it",
+            "the registry carries no signature; runtimes must reject it",
             offset=len(s.rf.body) + rg.ALIGN_SIZE + 8,
             field="signatures.count",
         )
@@ -100,14 +100,15 @@ def check_signatures(s: RegistrySubject) -> Iterator[Finding]:
         if not s.valid[sig.public_key]:
             yield finding(
                 rg.SCX_SIG_INVALID,
-                f"the signature by {sig.key_id} does not verify over H_TOK {s.h_tok.hex()[:16]}... "
-                "(the registry, its alignment law or the signature changed after signing)",
+                f"the signature by {sig.key_id} does not verify over the config hash "
+                f"{s.h_tok.hex()[:16]}... "
+                "(the registry, its alignment settings or the signature changed after signing)",
                 offset=sig_offset(s.rf, i) + 40,
                 field=f"signatures[{i}]",
             )
 
 
-@rule(FMT, "signed by a trusted pi key")
+@rule(FMT, "signed by a trusted signing key")
 def check_trust(s: RegistrySubject) -> Iterator[Finding]:
     if not s.rf.signatures:
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,6 +11,8 @@ from matrixctl.formats import token_stream as ts
 from matrixctl.io import Source
 from matrixctl.validate.engine import rule
 from matrixctl.validate.findings import Finding, from_error
+from matrixctl.validate.ids import IdPreview
+from matrixctl.validate.ids import describe_ids as ids_section
 
 FMT = ts.FORMAT
 
@@ -43,6 +46,57 @@ def describe(s: StreamSubject) -> dict[str, Any]:
             "crc32": f"0x{end.crc32:08x}",
         }
     return out
+
+
+def describe_ids(s: StreamSubject, preview: IdPreview) -> dict[str, Any]:
+    """Ids `preview.start` .. `+ count`, found by walking the frames from the header."""
+    ids, stopped = read_ids(s.src.buf, s.src.size, s.header, preview.start, preview.count)
+    end = ts.read_end(s.src.buf, s.src.size)
+    of = end.token_count if end is not None else None
+    return ids_section(
+        ids, preview.start, of, preview, stopped=stopped, vocab_size=s.header.vocab_size
+    )
+
+
+def read_ids(
+    buf: Any, size: int, header: ts.StreamHeader, start: int, count: int
+) -> tuple[list[int], str | None]:
+    """Up to `count` ids from token index `start`, and why the walk stopped early (if it did).
+
+    Frames are skipped by their counts; every position is checked against `size` before it is
+    read, so frames that claim more than the file holds end the preview, never a read past
+    the end. Each frame moves the walk forward by at least 8 bytes, so it always ends.
+    """
+    itemsize = header.itemsize
+    code = "H" if itemsize == 2 else "I"
+    out: list[int] = []
+    pos = ts.HEADER_SIZE
+    index = 0  # token index of the next frame's first id
+    while len(out) < count:
+        if pos + ts.FRAME_SIZE > size:
+            return out, f"the stream ends at offset {size} without its END frame"
+        kind, _, n = ts.FRAME.unpack_from(buf, pos)
+        body = pos + ts.FRAME_SIZE
+        if kind == ts.KIND_END:
+            return out, None
+        if kind == ts.KIND_DOC:
+            if n > ts.MAX_LABEL_BYTES:
+                return out, f"the frame at offset {pos} has a label length {n} beyond the limit"
+            pos = body + n + (-n) % ts.ALIGN
+            continue
+        if kind != ts.KIND_TOKENS or not 1 <= n <= ts.MAX_FRAME_TOKENS:
+            return out, f"the frame at offset {pos} is not a valid frame (kind {kind}, count {n})"
+        present = min(n, max(0, (size - body) // itemsize))
+        first = max(start - index, 0)
+        take = min(present, first + count - len(out)) - first
+        if take > 0:
+            out.extend(struct.unpack_from(f"<{take}{code}", buf, body + first * itemsize))
+        if present < n:
+            return out, f"the stream ends at offset {size}, inside the frame at offset {pos}"
+        index += n
+        nbytes = n * itemsize
+        pos = body + nbytes + (-nbytes) % ts.ALIGN
+    return out, None
 
 
 @rule(FMT, "frames, END trailer, CRC-32, id range", scan=True)

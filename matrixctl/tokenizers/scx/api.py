@@ -103,11 +103,11 @@ def authorize(rf: RegistryFile, trusted: Iterable[bytes]) -> Signature:
     if not trusted:
         raise fail(
             tk.UNSIGNED_REGISTRY,
-            "no trusted pi keys were given, so no signature can authorise this config",
+            "no trusted signing keys were given, so no signature can authorise this config",
             context=ctx,
         )
     if not rf.signatures:
-        raise fail(tk.UNSIGNED_REGISTRY, "the registry carries no pi-signature", context=ctx)
+        raise fail(tk.UNSIGNED_REGISTRY, "the registry carries no signature", context=ctx)
     broken = []
     for sig in rf.signatures:
         if sig.public_key not in trusted:
@@ -118,8 +118,8 @@ def authorize(rf: RegistryFile, trusted: Iterable[bytes]) -> Signature:
     if broken:
         raise fail(
             tk.UNSIGNED_REGISTRY,
-            f"the signature by trusted key {broken[0]} does not verify over H_TOK "
-            "(the registry or its alignment law was changed after signing)",
+            f"the signature by trusted key {broken[0]} does not verify over the config hash "
+            "(the registry or its alignment settings were changed after signing)",
             context={**ctx, "key_id": broken[0]},
         )
     ids = ", ".join(s.key_id for s in rf.signatures)
@@ -160,7 +160,7 @@ class Tokenizer:
         if config_hash != self.h_tok:
             raise fail(
                 tk.UNSUPPORTED_VERSION,
-                "the request's config_hash is not this tokenizer's H_TOK",
+                "the request's config_hash is not this tokenizer's config hash (H_TOK)",
                 context={"config_hash": config_hash.hex(), "h_tok": self.h_tok.hex()},
                 **position,
             )
@@ -182,6 +182,7 @@ class Encoder:
         self.bytes_in = 0
         self.bundles = 0
         self.warnings: list[Issue] = []
+        self.pad_bytes = 0  # PAD-BYTEs that complete the last bundle (0: none)
         self._started = False
         self._done = False
         self.block = max(1, BLOCK_BYTES // tok.bundle_bytes) * tok.bundle_bytes
@@ -275,15 +276,9 @@ class Encoder:
                     byte_offset=at,
                     context={"bundle_bytes": tok.bundle_bytes, "input_bytes": self.bytes_in},
                 )
-            self.warnings.append(
-                Issue(
-                    tk.MISALIGNED_SHARD,
-                    f"the last bundle holds {len(self.carry)} bytes; it is padded with {pad} "
-                    f"PAD-BYTEs 0x{tok.pad_byte:02x} (BUNDLE_PAD)",
-                    byte_offset=at,
-                    context={"pad_bytes": str(pad)},
-                )
-            )
+            # Not a warning: padding is the alignment law's normal case and lossless
+            # (STREAM_END has the byte count); strict_alignment refuses it (docs/formats/scx.md).
+            self.pad_bytes = pad
             j = self.bundles
             if j % tok.shard_bundles == 0:
                 pending.append(tk.SHARD_START)
@@ -476,7 +471,7 @@ class Decoder:
         if h != self.tok.h_tok:
             raise fail(
                 tk.UNSUPPORTED_VERSION,
-                "the stream was made by another tokenizer config (its H_TOK is not this one's)",
+                "the stream was made by another tokenizer config (its config hash differs)",
                 token_index=1,
                 context={"stream_h_tok": h.hex(), "h_tok": self.tok.h_tok.hex()},
             )
@@ -1086,6 +1081,7 @@ class EncodeResponse:
     tokens: Any  # np.ndarray of uint16 (empty on failure)
     warnings: list[Issue] = field(default_factory=list)
     errors: list[Issue] = field(default_factory=list)
+    pad_bytes: int = 0  # PAD-BYTEs that complete the last bundle
 
     @property
     def ok(self) -> bool:
@@ -1129,7 +1125,7 @@ def encode(tok: Tokenizer, req: EncodeRequest) -> EncodeResponse:
         parts += enc.finish()
     except ScxFailure as err:
         return EncodeResponse(np.zeros(0, dtype="<u2"), enc.warnings, [err.issue])
-    return EncodeResponse(_concat(parts, "<u2"), enc.warnings, [])
+    return EncodeResponse(_concat(parts, "<u2"), enc.warnings, [], enc.pad_bytes)
 
 
 def decode(tok: Tokenizer, req: DecodeRequest) -> DecodeResponse:
@@ -1171,9 +1167,12 @@ def encode_chunks(
     strict_alignment: bool = False,
     emit_debug_markers: bool = False,
     warnings: list[Issue] | None = None,
+    padding: list[int] | None = None,
 ) -> Iterator[np.ndarray]:
     """Encode a stream of byte chunks; with `jobs` > 1, blocks are encoded by a thread pool
-    (numpy releases the GIL in its kernels) and joined in input order: the same tokens."""
+    (numpy releases the GIL in its kernels) and joined in input order: the same tokens.
+    `warnings` and `padding` (the PAD-BYTEs that complete the last bundle) are filled in at
+    the end."""
     from collections import deque
     from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -1211,6 +1210,8 @@ def encode_chunks(
     finally:
         if warnings is not None:
             warnings.extend(enc.warnings)
+        if padding is not None:
+            padding.append(enc.pad_bytes)
 
 
 def load_config(registry_path: str, trust_paths: list[str] | None) -> tuple[Tokenizer, bytes]:
@@ -1234,7 +1235,7 @@ def load_config(registry_path: str, trust_paths: list[str] | None) -> tuple[Toke
     except ScxFailure as err:
         err.path = registry_path
         if not keys:
-            err.hint = f"name trusted pi keys with --trust FILE (or {signing.TRUST_ENV})"
+            err.hint = f"name trusted signing keys with --trust FILE (or {signing.TRUST_ENV})"
         raise
     return Tokenizer(rf, authority), data
 

@@ -56,25 +56,27 @@ _TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\Z")
 G = FORMAT
 SCX_MAN_JSON = codes.define(
     "SCX_MAN_JSON",
-    "The AGL manifest is not UTF-8 JSON with the fields of AGL-TOK-MANIFEST-V1 and their types.",
+    "The SCX tokenizer manifest is not UTF-8 JSON with the fields of AGL-TOK-MANIFEST-V1 and "
+    "their types.",
     group=G,
 )
 SCX_MAN_CANONICAL = codes.define(
     "SCX_MAN_CANONICAL",
-    "The AGL manifest is not in its canonical text, so H_MANIFEST would not be reproducible.",
+    "The SCX tokenizer manifest is not in its canonical text, so its hash (H_MANIFEST) would "
+    "not be reproducible.",
     group=G,
 )
 SCX_MAN_HASH = codes.define(
     "SCX_MAN_HASH",
-    "An AGL manifest hash disagrees: manifest_hash with H_MANIFEST of its text, config_hash "
-    "with H_TOK of its fields, api_schema_hash with this implementation, registry or alignment "
-    "hash with the registry snapshot.",
+    "An SCX tokenizer manifest hash disagrees: manifest_hash with the hash of its text, "
+    "config_hash with the config hash (H_TOK) of its fields, api_schema_hash with this "
+    "implementation, registry or alignment hash with the registry snapshot.",
     group=G,
 )
 SCX_MAN_SHARD = codes.define(
     "SCX_MAN_SHARD",
-    "An AGL manifest shard entry disagrees with its shard file (missing file, index, counts, "
-    "config hash), or its path leaves the manifest's folder.",
+    "An SCX tokenizer manifest shard entry disagrees with its shard file (missing file, index, "
+    "counts, config hash), or its path leaves the manifest's folder.",
     group=G,
 )
 

@@ -116,8 +116,8 @@ SCX_REG_FIXED = codes.define(
 )
 SCX_ALIGN_LAW = codes.define(
     "SCX_ALIGN_LAW",
-    "The SCX alignment law section is invalid (magic, bundle lanes, chunk size not a multiple "
-    "of the bundle size, shard size, reserved bytes).",
+    "The SCX registry's alignment section (the alignment law) is invalid (magic, bundle lanes, "
+    "chunk size not a multiple of the bundle size, shard size, reserved bytes).",
     group=G,
 )
 SCX_SIG_SECTION = codes.define(
@@ -126,11 +126,11 @@ SCX_SIG_SECTION = codes.define(
     group=G,
 )
 SCX_SIG_INVALID = codes.define(
-    "SCX_SIG_INVALID", "An SCX pi-signature does not verify against its public key.", group=G
+    "SCX_SIG_INVALID", "An SCX registry signature does not verify against its public key.", group=G
 )
 SCX_TRUST_UNCHECKED = codes.define(
     "SCX_TRUST_UNCHECKED",
-    "No trusted pi keys were configured (MATRIXCTL_SCX_TRUST), so authority was not checked.",
+    "No trusted signing keys were configured (MATRIXCTL_SCX_TRUST), so authority was not checked.",
     group=G,
     severity=Severity.WARNING,
 )

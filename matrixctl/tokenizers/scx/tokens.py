@@ -105,14 +105,14 @@ INVALID_BUNDLE_BOUNDARY = codes.define(
 )
 MISALIGNED_SHARD = codes.define(
     "MISALIGNED_SHARD",
-    "SCX shard structure breaks the alignment law: shard markers out of place, a shard of the "
-    "wrong bundle count, a short bundle before the end, or unaligned input under "
+    "SCX shard structure breaks the registry's alignment rules: shard markers out of place, a "
+    "shard of the wrong bundle count, a short bundle before the end, or unaligned input under "
     "strict_alignment.",
     group=G,
 )
 UNSIGNED_REGISTRY = codes.define(
     "UNSIGNED_REGISTRY",
-    "The SCX config carries no valid signature from a trusted pi key (or no trusted keys were "
+    "The SCX config carries no valid signature from a trusted signing key (or no trusted keys were "
     "given).",
     group=G,
 )
@@ -124,7 +124,8 @@ UNSUPPORTED_VERSION = codes.define(
 INVERTIBILITY_VIOLATION = codes.define(
     "INVERTIBILITY_VIOLATION",
     "Decoding would not give back the bytes that encode into this stream (a non-canonical "
-    "token, a deprecated composite, padding that is not PAD-BYTE, a byte count that disagrees).",
+    "token, a deprecated composite, padding other than the registry's pad byte, a byte count "
+    "that disagrees).",
     group=G,
 )
 INTERNAL_INVARIANT_BROKEN = codes.define(

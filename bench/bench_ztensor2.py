@@ -1,0 +1,223 @@
+"""zTensor 2: read, verify and write against ztensor 2.1.2 and a bare hash pass.
+
+    .venv/bin/python bench/bench_ztensor2.py            # 256 MiB workload, markdown on stdout
+    .venv/bin/python bench/bench_ztensor2.py --quick    # 16 MiB, for a smoke test
+
+Workload: one float32 tensor of 256 MiB (values from a small range, so zstd has something to
+do), written raw (canonical) and zstd-seekable, by each writer. Every measurement runs in a
+child process of its own; ztensor 2.1.2 runs from `.venv/ztensor2` (it cannot share the
+environment with ztensor 1.1.1). Times exclude start-up and imports; best of REPEATS children
+for reads (a mapping kept from a previous read would make the next one free), best of REPEATS
+runs in one child for writes and verifies. The page cache is warm; nothing is dropped.
+
+- read: file -> the tensor as a numpy array, touching one byte per 4 KiB page. ztensor:
+  `np.from_dlpack(src[name])`; matrixctl: `open_source(path)` and `array(info)` (digest not
+  checked on the read path in either tool).
+- verify: matrixctl's verify (every rule, digests over the decoded bytes) called as a library
+  (`engine.examine(path, scan=True)`) and as the command in-process (`main(["verify", ...])`,
+  typer's parsing included), against a bare XXH3-64 pass over the file's bytes through a fresh
+  mapping (the anchor), and ztensor's `verify(deep=True)`.
+- write: arrays in memory -> file. ztensor `Writer` (canonical; zstd at 4096 alignment);
+  matrixctl `save_file` (atomic: temp file, fsync, rename), and the same without the fsync.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REF = ROOT / ".venv" / "ztensor2"
+REPEATS = 5
+MiB = 1 << 20
+
+
+def data(size: int):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return {"weight": (rng.integers(0, 64, size // 4) * 0.25).astype(np.float32)}
+
+
+def touch(arr) -> int:
+    import numpy as np
+
+    flat = np.asarray(arr).reshape(-1).view(np.uint8)
+    return int(flat[::4096].sum()) if flat.size else 0
+
+
+def write_with(tool: str, arrays, path: str, zstd: bool) -> None:
+    if tool == "ztensor 2.1.2":
+        import ztensor
+
+        with ztensor.Writer(path, canonical=not zstd, align=4096 if zstd else None) as w:
+            for name in sorted(arrays):
+                arr = arrays[name]
+                enc = "zt.zstd-seekable/1" if zstd else None
+                w.add(name, arr.view("u1"), shape=list(arr.shape), dtype="f32", encoding=enc)
+            w.finish()
+        return
+    from matrixctl.formats.ztensor2 import save_file
+
+    if tool.endswith("(no fsync)"):
+        os.fsync = lambda fd: None  # type: ignore[assignment]
+    save_file(arrays, path, compress="zstd" if zstd else None)
+
+
+def read_with(tool: str, path: str) -> int:
+    total = 0
+    if tool == "ztensor 2.1.2":
+        import numpy as np
+        import ztensor
+
+        with ztensor.open(path) as src:
+            for name in src.keys():  # noqa: SIM118
+                total += touch(np.from_dlpack(src[name]))
+        return total
+    from matrixctl.convert.tensors import open_source
+
+    with open_source(path) as src:
+        for info in src.tensors():
+            total += touch(src.array(info, verify=False))
+    return total
+
+
+def verify_with(tool: str, path: str) -> None:
+    if tool == "ztensor 2.1.2":
+        import ztensor
+
+        ztensor.verify(path, deep=True)
+    elif tool == "bare XXH3-64":
+        import mmap
+
+        import xxhash
+
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            xxhash.xxh3_64_intdigest(m)
+    elif tool == "matrixctl (library)":
+        from matrixctl.validate.engine import examine
+
+        report, _ = examine(path, scan=True)
+        if not report.ok():
+            raise SystemExit("verify failed")
+    else:
+        from matrixctl.cli.app import main
+
+        if main(["verify", "-q", path]) != 0:
+            raise SystemExit("verify failed")
+
+
+def run_one(tool: str, op: str, path: str, size: int) -> float:
+    zstd = path.endswith("z.zt")
+    if op == "write":
+        arrays = data(size)
+        best = float("inf")
+        for _ in range(REPEATS):
+            if os.path.exists(path):
+                os.unlink(path)
+            t = time.perf_counter()
+            write_with(tool, arrays, path, zstd)
+            best = min(best, time.perf_counter() - t)
+        return best
+    if op == "verify":
+        verify_with(tool, path)  # warm imports and the page cache
+        best = float("inf")
+        for _ in range(REPEATS):
+            t = time.perf_counter()
+            verify_with(tool, path)
+            best = min(best, time.perf_counter() - t)
+        return best
+    with tempfile.TemporaryDirectory() as tmp:  # warm the imports on a tiny file
+        tiny = os.path.join(tmp, "tiny.zt")
+        import numpy as np
+
+        write_with(
+            "ztensor 2.1.2" if tool == "ztensor 2.1.2" else "matrixctl",
+            {"x": np.zeros(4, np.float32)},
+            tiny,
+            False,
+        )
+        read_with(tool, tiny)
+    t = time.perf_counter()
+    read_with(tool, path)
+    return time.perf_counter() - t
+
+
+def child(tool: str, op: str, path: str, size: int) -> float:
+    env = dict(os.environ)
+    if tool == "ztensor 2.1.2":
+        env["PYTHONPATH"] = str(REF)
+    runs = REPEATS if op == "read" else 1
+    best = float("inf")
+    for _ in range(runs):
+        out = subprocess.run(
+            [sys.executable, __file__, "--one", tool, op, path, str(size)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            check=True,
+        )
+        best = min(best, float(out.stdout.strip()))
+    return best
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--one"]:
+        print(run_one(argv[1], argv[2], argv[3], int(argv[4])))
+        return 0
+    if not (REF / "ztensor").is_dir():
+        raise SystemExit("ztensor 2.1.2 is not in .venv/ztensor2 (make .venv/.installed)")
+    size = (16 if "--quick" in argv else 256) * MiB
+    mib = size / MiB
+    rows = [
+        "| encoding | operation | tool | time (s) | MiB/s | ratio |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    with tempfile.TemporaryDirectory(dir=ROOT / "bench") as tmp:
+        for enc in ("raw", "zstd"):
+            z = "z" if enc == "zstd" else ""
+            ref_path, our_path = f"{tmp}/ref{z}.zt", f"{tmp}/ours{z}.zt"
+            writes = {
+                "ztensor 2.1.2": child("ztensor 2.1.2", "write", ref_path, size),
+                "matrixctl": child("matrixctl", "write", our_path, size),
+                "matrixctl (no fsync)": child(
+                    "matrixctl (no fsync)", "write", f"{tmp}/nf{z}.zt", size
+                ),
+            }
+            same = Path(ref_path).read_bytes() == Path(our_path).read_bytes()
+            for tool, secs in writes.items():
+                ratio = writes["ztensor 2.1.2"] / secs
+                rows.append(
+                    f"| {enc} | write | {tool} | {secs:.3f} | {mib / secs:,.0f} | {ratio:.2f}x ztensor 2.1.2 |"
+                )
+            reads = {
+                tool: child(tool, "read", ref_path, size) for tool in ("ztensor 2.1.2", "matrixctl")
+            }
+            for tool, secs in reads.items():
+                ratio = reads["ztensor 2.1.2"] / secs
+                rows.append(
+                    f"| {enc} | read | {tool} | {secs:.4f} | {mib / secs:,.0f} | {ratio:.2f}x ztensor 2.1.2 |"
+                )
+            verifies = {
+                tool: child(tool, "verify", ref_path, size)
+                for tool in ("bare XXH3-64", "matrixctl (library)", "matrixctl", "ztensor 2.1.2")
+            }
+            for tool, secs in verifies.items():
+                ratio = verifies["bare XXH3-64"] / secs
+                rows.append(
+                    f"| {enc} | verify | {tool} | {secs:.3f} | {mib / secs:,.0f} | {ratio:.2f}x bare XXH3-64 |"
+                )
+            rows.append(
+                f"| {enc} | bytes | matrixctl vs ztensor 2.1.2 output | | | {'identical' if same else 'DIFFERENT'} |"
+            )
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

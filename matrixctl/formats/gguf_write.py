@@ -1,0 +1,351 @@
+"""GGUF as a `convert` destination: a streaming, deterministic GGUF v3 writer of our own.
+
+Layout written (docs/formats/gguf.md, "Writing"): magic `GGUF`, version 3, tensor and metadata
+counts, the metadata pairs in the order they arrive (typed as below), one tensor info per
+tensor (dims innermost first, the ggml type, the offset in the data section), zero padding to
+the alignment (`general.alignment`, 32 when absent), then each tensor's bytes at a multiple of
+the alignment with zero padding between. The header is written by `begin` (every size is known
+from the plan), the data streams in `add`.
+
+Tensor types: F32, F16, BF16, F64, I8-I64 as they are; `--quantize q8_0` stores floating
+tensors of rank >= 2 whose rows are whole 32-element blocks as Q8_0, quantized here (ggml's
+reference rounding: d = max|x| / 127 as f16, q = round-half-away(x / d)); raw ggml blocks
+(GGUF `--keep-quantized`, zTensor 2 `gguf.<type>/1`) are written verbatim under their type.
+
+Metadata types: `--meta KEY:TYPE=VALUE` states one (u8 i8 u16 i16 u32 i32 u64 i64 f32 f64 bool
+str); otherwise bool -> BOOL, int -> UINT32 (INT32 when negative, 64-bit beyond 32), float ->
+FLOAT32 when exact else FLOAT64, text -> STRING, lists of those -> ARRAY of the widest item
+type (`tokenizer.ggml.token_type` -> INT32 as llama.cpp writes it); maps and mixed lists are
+stored as their JSON text with a note.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from matrixctl import codes
+from matrixctl.errors import FormatError, UsageError
+from matrixctl.formats.gguf import GgufSource
+from matrixctl.tensors import (
+    DTYPES,
+    Outputs,
+    PartStreams,
+    TensorInfo,
+    TensorSink,
+)
+
+FORMAT = "gguf"
+MAGIC = b"GGUF"
+VERSION = 3
+DEFAULT_ALIGNMENT = 32
+QK8_0 = 32
+Q8_0_BYTES = 34
+Q8_0_ID = 8
+# matrixctl dtype -> ggml type id (plain types only)
+GGML_PLAIN = {"f32": 0, "f16": 1, "bf16": 30, "f64": 28, "i8": 24, "i16": 25, "i32": 26, "i64": 27}
+FLOATS = frozenset({"f32", "f16", "bf16", "f64"})
+QUANTIZE = ("q8_0",)
+
+# GGUF metadata value types
+U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)
+TYPE_NAMES = {
+    "u8": U8, "i8": I8, "u16": U16, "i16": I16, "u32": U32, "i32": I32, "f32": F32,
+    "bool": BOOL, "str": STRING, "u64": U64, "i64": I64, "f64": F64,
+}  # fmt: skip
+_PACK = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F32: "<f",
+         U64: "<Q", I64: "<q", F64: "<d", BOOL: "<?"}  # fmt: skip
+INT32_ARRAYS = frozenset({"tokenizer.ggml.token_type"})
+
+GGUF_WRITE = codes.define(
+    "GGUF_WRITE",
+    "A value cannot be written to GGUF: a typed --meta value that does not parse or fit its "
+    "type, or bytes streamed that disagree with the tensor's shape.",
+    group="gguf",
+)
+
+
+def _string(text: str | bytes) -> bytes:
+    raw = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def _exact_f32(x: float) -> bool:
+    if math.isnan(x) or math.isinf(x):
+        return True
+    try:
+        return bool(struct.unpack("<f", struct.pack("<f", x))[0] == x)
+    except OverflowError:
+        return False
+
+
+def _int_type(values: list[int]) -> int:
+    lo, hi = min(values, default=0), max(values, default=0)
+    if lo >= 0:
+        return U32 if hi < 1 << 32 else U64
+    return I32 if lo >= -(1 << 31) and hi < 1 << 31 else I64
+
+
+def infer(key: str, value: Any) -> tuple[int, Any, int | None] | None:
+    """(value type, value, item type for arrays) for a metadata value; None when it has no
+    GGUF form (a map, a mixed or nested list, null): the caller stores JSON text."""
+    if isinstance(value, bool):
+        return BOOL, value, None
+    if isinstance(value, int):
+        return _int_type([value]), value, None
+    if isinstance(value, float):
+        return (F32 if _exact_f32(value) else F64), value, None
+    if isinstance(value, str | bytes):
+        return STRING, value, None
+    if isinstance(value, list | tuple):
+        items = list(value)
+        if all(isinstance(i, str | bytes) for i in items) and items:
+            return ARRAY, items, STRING
+        if all(isinstance(i, bool) for i in items) and items:
+            return ARRAY, items, BOOL
+        if all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+            kind = I32 if key in INT32_ARRAYS else _int_type(items)
+            if kind == I32 and items and (min(items) < -(1 << 31) or max(items) >= 1 << 31):
+                kind = _int_type(items)
+            return ARRAY, items, kind
+        if all(isinstance(i, int | float) and not isinstance(i, bool) for i in items):
+            floats = [float(i) for i in items]
+            return ARRAY, floats, (F32 if all(_exact_f32(x) for x in floats) else F64)
+    return None
+
+
+def typed(key: str, kind: str, text: str) -> tuple[int, Any, None]:
+    """`--meta KEY:TYPE=VALUE`."""
+    vtype = TYPE_NAMES.get(kind)
+    if vtype is None:
+        raise UsageError(
+            f"--meta {key}:{kind}: unknown GGUF type {kind!r} (one of {', '.join(TYPE_NAMES)})"
+        )
+    try:
+        if vtype == STRING:
+            return STRING, text, None
+        if vtype == BOOL:
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(text)
+            return BOOL, text.lower() in ("true", "1"), None
+        value: Any = float(text) if vtype in (F32, F64) else int(text, 0)
+        struct.pack(_PACK[vtype], value)
+    except (ValueError, struct.error, OverflowError):
+        raise UsageError(f"--meta {key}:{kind}={text!r}: not a valid {kind}") from None
+    return vtype, value, None
+
+
+def encode_value(vtype: int, value: Any, item: int | None) -> bytes:
+    if vtype == STRING:
+        return _string(value)
+    if vtype == ARRAY:
+        assert item is not None
+        head = struct.pack("<IQ", item, len(value))
+        if item == STRING:
+            return head + b"".join(_string(v) for v in value)
+        import numpy as np
+
+        fmt = {U8: "<u1", I8: "<i1", U16: "<u2", I16: "<i2", U32: "<u4", I32: "<i4",
+               F32: "<f4", U64: "<u8", I64: "<i8", F64: "<f8", BOOL: "|u1"}[item]  # fmt: skip
+        return head + np.asarray(value, dtype=np.dtype(fmt)).tobytes()
+    return struct.pack(_PACK[vtype], value)
+
+
+def q8_0(values: Any) -> bytes:
+    """Q8_0 blocks of a 1-D f32 array whose length is a multiple of 32 (ggml's reference
+    quantizer: d = amax / 127 stored as f16; q = roundf(x * (1 / d)), halves away from 0)."""
+    import numpy as np
+
+    x = np.asarray(values, dtype=np.float32).reshape(-1, QK8_0)
+    amax = np.abs(x).max(axis=1)
+    d = (amax / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    scaled = (x * inv[:, None]).astype(np.float64)
+    q = (np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)).astype(np.int8)
+    out = np.empty((x.shape[0], Q8_0_BYTES), dtype=np.uint8)
+    out[:, :2] = d.astype("<f2").view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = q.view(np.uint8)
+    return out.tobytes()
+
+
+def _to_f32(piece: Any, dtype: str) -> Any:
+    import numpy as np
+
+    raw = np.frombuffer(memoryview(piece).cast("B"), dtype=np.dtype(DTYPES[dtype].storage))
+    if dtype == "bf16":
+        return (raw.astype(np.uint32) << 16).view(np.float32)
+    return raw.astype(np.float32)
+
+
+class GgufSink(TensorSink):
+    """`convert ... out.gguf`: see the module docstring."""
+
+    format = FORMAT
+    dtypes = frozenset(GGML_PLAIN) | {"u8"}
+    layouts = frozenset({"dense", "quantized_group"})
+    keeps_metadata = True
+    accepts = ("quantize",)
+
+    def refuse(self, info: TensorInfo) -> str | None:
+        if info.layout == "quantized_group":
+            return None if self._ggml(info) else "only raw ggml blocks have a GGUF type"
+        if info.dtype not in GGML_PLAIN:
+            return f"GGUF has no tensor type for {info.dtype}"
+        if not 1 <= len(info.shape) <= 4:
+            return f"GGUF tensors have 1 to 4 dimensions, this one has {len(info.shape)}"
+        return None
+
+    @staticmethod
+    def _ggml(info: TensorInfo) -> Any:
+        a = info.attributes
+        if a.get("quantization") != "ggml" or not 1 <= len(info.shape) <= 4:
+            return None
+        from matrixctl.formats.gguf import GGML_BY_NAME
+
+        g = GGML_BY_NAME.get(str(a.get("ggml_type")))
+        if g is None or (a.get("block_size"), a.get("type_size")) != (g.block_size, g.type_size):
+            return None
+        return g if info.shape[-1] % g.block_size == 0 else None
+
+    def _plan(self, info: TensorInfo) -> tuple[int, int, bool]:
+        """(ggml type id, stored bytes, quantize here)."""
+        if info.layout == "quantized_group":
+            g = self._ggml(info)
+            return g.id, info.count // g.block_size * g.type_size, False
+        quant = self.options.get("quantize")
+        if (
+            quant == "q8_0"
+            and info.dtype in FLOATS
+            and len(info.shape) >= 2
+            and info.shape[-1] % QK8_0 == 0
+        ):
+            return Q8_0_ID, info.count // QK8_0 * Q8_0_BYTES, True
+        return GGML_PLAIN[info.dtype], info.nbytes, False
+
+    def begin(self, out: Outputs, plan: list[TensorInfo], metadata: Mapping[str, Any]) -> None:
+        quant = self.options.get("quantize")
+        if quant is not None and quant not in QUANTIZE:
+            raise UsageError(f"--quantize must be one of {', '.join(QUANTIZE)}, got {quant!r}")
+        self._notes: list[str] = []
+        self.fp = out.main
+        pairs: list[tuple[str, int, Any, int | None]] = []
+        as_json: list[str] = []
+        seen: set[str] = set()
+        for raw_key, value in metadata.items():
+            key, sep, kind = str(raw_key).partition(":")
+            if sep and isinstance(value, str) and raw_key in self.options.get("meta", {}):
+                pairs.append((key, *typed(key, kind, value)))
+            else:
+                got = infer(key, value)
+                if got is None:
+                    if value is None:
+                        self._notes.append(f"metadata {key} is null: left out")
+                        continue
+                    got = (STRING, json.dumps(value, sort_keys=True, ensure_ascii=False), None)
+                    as_json.append(key)
+                pairs.append((key, *got))
+            seen.add(key)
+        # a later pair of the same key (a --meta over the source's) wins, in its first place
+        last = {k: (t, v, i) for k, t, v, i in pairs}
+        ordered: list[tuple[str, int, Any, int | None]] = []
+        for k, _, _, _ in pairs:
+            if k in last:
+                ordered.append((k, *last.pop(k)))
+        quantized = [self._plan(i)[2] for i in plan]
+        if any(quantized) and "general.quantization_version" not in seen:
+            ordered.append(("general.quantization_version", U32, 2, None))
+        if as_json:
+            self._notes.append(
+                f"metadata {', '.join(as_json[:5])} has no GGUF type: stored as JSON text"
+            )
+        if "general.architecture" not in seen:
+            self._notes.append(
+                "no general.architecture: llama.cpp needs one to load the model "
+                "(--meta general.architecture=NAME)"
+            )
+        align = {k: v for k, _, v, _ in ordered}.get("general.alignment", DEFAULT_ALIGNMENT)
+        if not isinstance(align, int) or align < 1 or align & (align - 1):
+            raise UsageError(f"general.alignment must be a power of two, got {align!r}")
+        self.alignment = align
+        header = bytearray(MAGIC + struct.pack("<IQQ", VERSION, len(plan), len(ordered)))
+        for key, vtype, value, item in ordered:
+            header += _string(key) + struct.pack("<I", vtype) + encode_value(vtype, value, item)
+        self.layout: dict[str, tuple[int, int, bool]] = {}
+        offset = 0
+        for info in plan:
+            gid, nbytes, quant_here = self._plan(info)
+            dims = tuple(reversed(info.shape))
+            header += _string(info.name) + struct.pack("<I", len(dims))
+            header += struct.pack(f"<{len(dims)}Q", *dims)
+            header += struct.pack("<IQ", gid, offset)
+            self.layout[info.name] = (offset, nbytes, quant_here)
+            offset += -(-nbytes // align) * align
+        header += bytes(-len(header) % align)
+        self.fp.write(header)
+        self.data_start = len(header)
+        self.pos = 0
+        self.count = 0
+        self.quantized = sum(quantized)
+
+    def add(self, info: TensorInfo, parts: PartStreams) -> None:
+        offset, nbytes, quant_here = self.layout[info.name]
+        if self.pos != offset:  # pragma: no cover - begin laid the tensors out in this order
+            raise FormatError(GGUF_WRITE, f"{info.name}: out of order", field=info.name)
+        role = "packed_weight" if info.layout == "quantized_group" else "data"
+        got = 0
+        if quant_here:
+            got = self._write_q8_0(info, parts(role))
+        else:
+            for piece in parts(role):
+                view = memoryview(piece).cast("B")
+                got += view.nbytes
+                self.fp.write(view)
+        if got != nbytes:
+            raise FormatError(
+                GGUF_WRITE,
+                f"{info.name}: {got:,} bytes written, the tensor needs {nbytes:,}",
+                field=info.name,
+            )
+        pad = -nbytes % self.alignment
+        if pad:
+            self.fp.write(bytes(pad))
+        self.pos = offset + nbytes + pad
+        self.count += 1
+
+    def _write_q8_0(self, info: TensorInfo, stream: Iterator[Any]) -> int:
+        import numpy as np
+
+        rest = np.empty(0, dtype=np.float32)
+        written = 0
+        for piece in stream:
+            values = _to_f32(piece, info.dtype)
+            if rest.size:
+                values = np.concatenate([rest, values])
+            whole = values.size - values.size % QK8_0
+            if whole:
+                block = q8_0(values[:whole])
+                self.fp.write(block)
+                written += len(block)
+            rest = values[whole:].copy()
+        if rest.size:
+            raise FormatError(
+                GGUF_WRITE, f"{info.name}: {rest.size} values left over", field=info.name
+            )
+        return written
+
+    def finish(self) -> dict[str, Any]:
+        return {
+            "bytes": self.data_start + self.pos,
+            "alignment": self.alignment,
+            "quantized": self.quantized,
+        }
+
+    def notes(self) -> list[str]:
+        return list(self._notes)
+
+
+TENSOR_IO = {FORMAT: (GgufSource, GgufSink)}
