@@ -1,7 +1,80 @@
 """matrixctl: inspect, verify, convert and build the binary files ML pipelines pass around.
 
-The package is a library with a thin command line on top (`matrixctl.cli`). Importing the
-package is cheap: numpy and the other heavy modules are imported by the code that needs them.
+The package is a library with a thin command line on top (`matrixctl.cli`). Its Python API
+(docs/api.md) is `open`, `load`, `save`, `convert`, `verify`, `inspect`, `load_tokenizer` and
+`open_pack`, defined in `matrixctl.api`. Importing the package is cheap: those names are
+loaded on first use (module `__getattr__`), and numpy only by the code that needs it.
 """
 
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing itself costs start-up time; mypy treats this name as typing's
 __version__ = "0.1.0"
+
+_API = (
+    "PackDataset",
+    "Report",
+    "TensorFile",
+    "Tokenizer",
+    "convert",
+    "inspect",
+    "load",
+    "load_tokenizer",
+    "open",
+    "open_pack",
+    "save",
+    "verify",
+)
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from matrixctl.api import (
+        Report,
+        TensorFile,
+        Tokenizer,
+        inspect,
+        load,
+        load_tokenizer,
+        open,
+        open_pack,
+        save,
+        verify,
+    )
+    from matrixctl.dataset import PackDataset
+
+__all__ = [
+    "PackDataset",
+    "Report",
+    "TensorFile",
+    "Tokenizer",
+    "__version__",
+    "convert",
+    "inspect",
+    "load",
+    "load_tokenizer",
+    "open",
+    "open_pack",
+    "save",
+    "verify",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "convert":
+        # The subpackage `matrixctl.convert` is the name's owner (any `import matrixctl.convert`
+        # sets it); the module is callable and runs `matrixctl.api.convert` (docs/api.md).
+        import importlib
+
+        return importlib.import_module("matrixctl.convert")
+    if name in _API:
+        import importlib
+
+        value = getattr(importlib.import_module("matrixctl.api"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'matrixctl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_API})

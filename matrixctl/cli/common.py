@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from matrixctl.errors import MatrixError
+from matrixctl.jsondoc import SCHEMA_VERSION, json_default
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,7 +25,6 @@ PROG = "matrixctl"
 
 # The --json contract (docs/json.md, docs/schemas/): every document is one object whose first
 # key is schema_version, then ok; a failure is {"schema_version", "ok": false, "error": {...}}.
-SCHEMA_VERSION = 1
 _json_asked = False  # set by --json as it is parsed: main() then reports a failure as JSON too
 _json_done = False  # a document is on stdout: main() adds no second one
 
@@ -128,7 +128,7 @@ def emit_json(
     assert "ok" not in doc, "pass ok= instead"
     head.update((k, v) for k, v in doc.items() if k != "schema_version")
     _json_done = True
-    data = json.dumps(head, indent=2, ensure_ascii=False, default=_json_default) + "\n"
+    data = json.dumps(head, indent=2, ensure_ascii=False, default=json_default) + "\n"
     out = sys.stdout.buffer if hasattr(sys.stdout, "buffer") else None
     if out is not None and last_array is not None:
         import shutil
@@ -163,14 +163,6 @@ def emit_json_error(err: MatrixError) -> None:
         },
         ok=False,
     )
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, bytes):
-        return obj.hex()
-    if hasattr(obj, "item"):  # numpy scalars
-        return obj.item()
-    raise TypeError(f"cannot encode {type(obj).__name__} as JSON")
 
 
 def safe(text: object) -> str:

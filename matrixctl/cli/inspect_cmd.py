@@ -60,7 +60,7 @@ def inspect(
     `--stats` streams the contents (bounded memory) of a file whose structural checks pass; in
     `--json` each tensor gets a `stats` object, a token file a `stats` object.
     """
-    from matrixctl.validate.engine import examine
+    from matrixctl.inspection import inspect_path, stdin_is_file
     from matrixctl.validate.ids import IdPreview, parse_range
 
     start, count = parse_range(ids)
@@ -73,69 +73,20 @@ def inspect(
     docs: list[dict[str, Any]] = []
     worst = 0
     for path in paths:
-        report, desc = examine(path, scan=False, describe=True, full=full, ids=preview)
-        numbers = _stats(path, report) if stats else None
+        seen = inspect_path(path, full=full, stats=stats, ids=preview)
+        report = seen.report
         worst = max(worst, report.exit_code())
         if json_out:
-            doc: dict[str, Any] = {"path": report.path, "format": report.format}
-            doc.update(desc or {})
-            doc["findings"] = [f.to_json() for f in report.findings]
-            doc["checks"] = report.checks
-            doc["skipped"] = report.skipped
-            doc["suppressed"] = report.suppressed
-            if stats:
-                _attach(doc, numbers)
-            docs.append(doc)
+            docs.append(seen.entry())
         else:
             from matrixctl.cli.render import render_description, render_stats
 
-            render_description(report, desc)
+            render_description(report, seen.description)
             if stats:
-                piped = path == "-" and report.ok() and not _stdin_is_file()
-                render_stats(report, numbers, "stdin is a pipe: give a file" if piped else None)
+                piped = path == "-" and report.ok() and not stdin_is_file()
+                why = "stdin is a pipe: give a file" if piped else None
+                render_stats(report, seen.numbers, why)
     if json_out:
         emit_json({"files": docs}, ok=worst == 0)
     if worst:
         raise typer.Exit(worst)
-
-
-def _stats(path: str, report: Any) -> dict[str, Any] | None:
-    """The numbers of a file whose structural checks pass; a problem reading them becomes a
-    finding of the report (exit 1). A pipe on stdin was consumed by the checks: no numbers."""
-    if not report.ok() or report.format is None or (path == "-" and not _stdin_is_file()):
-        return None
-    from matrixctl.errors import FormatError
-    from matrixctl.stats import stats_for
-    from matrixctl.validate.findings import from_error
-
-    try:
-        return stats_for(path, report.format)
-    except FormatError as err:
-        report.findings.append(from_error(err))
-        return None
-
-
-def _stdin_is_file() -> bool:
-    import os
-    import stat
-    import sys
-
-    try:
-        return stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def _attach(doc: dict[str, Any], numbers: dict[str, Any] | None) -> None:
-    """Each tensor row of the description gets its `stats`; token numbers go under `stats`."""
-    rows = doc.get("tensors")
-    if (numbers is not None and "tensors" not in numbers) or not isinstance(rows, list):
-        doc["stats"] = numbers
-        return
-    tensors = numbers["tensors"] if numbers is not None else []
-    by_name = {row["name"]: row["stats"] for row in tensors}
-    for row in rows:
-        name = row.get("name")
-        if name is None and "tensor_id" in row:  # STB without its sidecar
-            name = f"tensor_{row['tensor_id']}"
-        row["stats"] = by_name.get(name)

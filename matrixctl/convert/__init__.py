@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -235,3 +237,16 @@ def check_options(conv: Converter, options: dict[str, Any]) -> None:
         if value is not None and name not in conv.options:
             flag = "--" + name.replace("_", "-")
             raise UsageError(f"{flag} does not apply to {conv.src} -> {conv.dst}")
+
+
+class _ConvertModule(types.ModuleType):
+    """`matrixctl.convert(src, dst, **options)` is the Python API's convert (docs/api.md): the
+    name belongs to this subpackage, so the subpackage is callable."""
+
+    def __call__(self, src: Any, dst: Any, **options: Any) -> dict[str, Any]:
+        from matrixctl.api import convert
+
+        return convert(src, dst, **options)
+
+
+sys.modules[__name__].__class__ = _ConvertModule

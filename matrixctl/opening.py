@@ -1,0 +1,78 @@
+"""Open any path and tell its format from its bytes: the one sniff-and-open for library code.
+
+A path is a file (mapped, or spooled when it is a pipe), `-` (stdin), or a folder that a folder
+format recognises (`formats/registry.py` `directory=` sniffs: an ingest pack, a Hugging Face
+model folder, ...). The errors are the CLI's: a missing path is `IO_NOT_FOUND`, a folder no
+format claims `UNKNOWN_FOLDER`, bytes no format claims are `UNKNOWN_FORMAT` (with the registry's
+explanation when it recognises something matrixctl does not read). The Python API
+(`matrixctl.api`) opens through here; the CLI's copies of this logic move here in the layering
+step (docs/api.md, "Layers").
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from matrixctl import codes
+from matrixctl.errors import FormatError
+from matrixctl.io import STDIO
+
+if TYPE_CHECKING:
+    from matrixctl.io import Folder, Source
+    from matrixctl.tensors import TensorSource
+
+
+@contextlib.contextmanager
+def open_sniffed(path: str) -> Iterator[tuple[Source | Folder, str]]:
+    """`(opened input, format name)` for `path`; the input is closed when the block ends."""
+    from matrixctl.formats import registry
+    from matrixctl.io import Folder, Source
+
+    folder = registry.sniff_dir(path) if path != STDIO else None
+    with Folder(path) if folder is not None else Source.open(path) as src:
+        fmt = folder.name if folder is not None else registry.sniff(src)  # type: ignore[arg-type]
+        if fmt is None:
+            known = registry.explain_unknown(src) if isinstance(src, Source) else None
+            raise FormatError(
+                codes.UNKNOWN_FORMAT,
+                known or "format not recognised from its bytes",
+                path=src.name,
+                offset=0,
+            )
+        yield src, fmt
+
+
+def tensor_source_class(fmt: str) -> type[TensorSource] | None:
+    """The `TensorSource` class of a tensor container format, or None for other formats."""
+    from matrixctl.convert import TENSOR_CONTAINERS
+
+    container = next((c for c in TENSOR_CONTAINERS if c.format == fmt), None)
+    if container is None:
+        return None
+    cls: type[TensorSource] | None = container.io()[0]
+    return cls
+
+
+@contextlib.contextmanager
+def open_tensors(path: str, options: dict[str, object] | None = None) -> Iterator[TensorSource]:
+    """Any tensor container, sniffed and checked (its structural rules run, so a damaged file
+    is refused with the code `verify` reports), opened for reading until the block ends.
+    `options` are source options (`keep_quantized`), refused by a source that has none."""
+    from matrixctl.convert.tensors import open_with_options
+
+    with open_sniffed(path) as (src, fmt):
+        cls = tensor_source_class(fmt)
+        if cls is None:
+            raise FormatError(
+                codes.UNKNOWN_FORMAT,
+                f"not a tensor container matrixctl reads (format: {fmt})",
+                path=src.name,
+                offset=0,
+            )
+        source = open_with_options(cls, src, dict(options or {}), fmt)  # type: ignore[arg-type]
+        try:
+            yield source
+        finally:
+            source.close()
