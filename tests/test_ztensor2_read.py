@@ -1,8 +1,10 @@
 """zTensor 2 read path: zstd-seekable parts decode straight into the array with every frame
-check of the streaming decoder (magic, content checksum, sizes)."""
+check of the streaming decoder (magic, content checksum, sizes); verify reads parts in shard
+files found beside the root, after the identity ladder of spec 7.3."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +13,8 @@ import pytest
 from matrixctl.convert.tensors import open_source
 from matrixctl.errors import FormatError
 from matrixctl.formats import ztensor2 as z2
+from matrixctl.validate.engine import examine
+from tests.zt2craft import MAGIC, A, dense, make, part, xxh
 
 
 def _file(tmp_path: Path) -> tuple[Path, np.ndarray]:
@@ -69,3 +73,81 @@ def test_damaged_frame_magic_is_refused(tmp_path: Path) -> None:
         _read(path)
     assert err.value.code == z2.ZT2_ZSTD
     assert "frame 1" in str(err.value)
+
+
+# Shards (spec 7): verify reads parts from <stem>-<shard>.zt beside the root ------------------
+
+SHARD_DATA = np.arange(4, dtype="<f4").tobytes()
+
+
+def _data_shard(blob: bytes) -> bytes:
+    """Magic, the blob at 4096, the all-zero manifest footer of a data shard (spec 7.2)."""
+    body = MAGIC + bytes(A - len(MAGIC)) + blob
+    return body + struct.pack("<QQQII", 0, 0, 0, 2, 0) + MAGIC
+
+
+def _sharded(
+    tmp_path: Path,
+    shard: bytes,
+    *,
+    size: int | None = None,
+    digest: str | None = None,
+    data_digest: str | None = None,
+) -> Path:
+    p = part(SHARD_DATA, A, shard="00001")
+    if data_digest is not None:
+        p["digest"] = data_digest
+    root = make(
+        {},
+        {
+            "objects": {"s": dense([4], p)},
+            "shards": {
+                "00001": {
+                    "size": len(shard) if size is None else size,
+                    "digest": xxh(shard) if digest is None else digest,
+                }
+            },
+        },
+    )
+    path = tmp_path / "model.zt"
+    path.write_bytes(root)
+    (tmp_path / "model-00001.zt").write_bytes(shard)
+    return path
+
+
+def _codes(path: Path, scan: bool = True) -> list[str]:
+    report, _ = examine(str(path), scan=scan)
+    return [f.code for f in report.findings]
+
+
+def test_verify_reads_parts_in_a_shard_beside_the_root(tmp_path: Path) -> None:
+    path = _sharded(tmp_path, _data_shard(SHARD_DATA))
+    report, _ = examine(str(path), scan=True)
+    assert report.ok()
+    assert "shard files: identity and part data" in report.checks
+    messages = [f.message for f in report.findings if f.code == z2.ZT2_SHARD_EXTERNAL]
+    assert not any("not found" in m for m in messages)
+
+
+def test_damaged_part_in_a_shard_is_found(tmp_path: Path) -> None:
+    path = _sharded(tmp_path, _data_shard(SHARD_DATA), data_digest="xxh3:0000000000000000")
+    assert z2.ZT2_DIGEST in _codes(path)
+    assert z2.ZT2_DIGEST not in _codes(path, scan=False)  # inspect does not read shards
+
+
+def test_shard_identity_ladder(tmp_path: Path) -> None:
+    good = _data_shard(SHARD_DATA)
+    assert z2.ZT2_SHARD in _codes(_sharded(tmp_path, good, size=len(good) + 1))
+    assert z2.ZT2_DIGEST in _codes(_sharded(tmp_path, good, digest="xxh3:0000000000000000"))
+    assert z2.ZT2_MAGIC in _codes(_sharded(tmp_path, good[:-8] + b"NOTMAGIC"))
+
+
+def test_missing_shard_is_a_warning(tmp_path: Path) -> None:
+    path = _sharded(tmp_path, _data_shard(SHARD_DATA))
+    (tmp_path / "model-00001.zt").unlink()
+    report, _ = examine(str(path), scan=True)
+    assert report.ok()
+    assert any(
+        f.code == z2.ZT2_SHARD_EXTERNAL and "model-00001.zt not found" in f.message
+        for f in report.findings
+    )

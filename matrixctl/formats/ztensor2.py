@@ -1571,7 +1571,7 @@ class Zt2Source(TensorSource):
             known = _known_digest(p) if verify else None
             if known is not None:
                 digester = Digester(known)
-                digester.update(memoryview(out))
+                digester.update(out.data)
                 _check_digest(p, digester)
             return out.view(np.dtype(DTYPES[dt].storage))
         if p.encoding is not None or p.type == "bool":
