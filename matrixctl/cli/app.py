@@ -74,14 +74,23 @@ def _usage_hint(exc: Any) -> str:
     return f"see '{path} --help'"
 
 
+_COMMAND: Any = None  # the click command tree, built once per process
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line and return the exit code (the console script exits with it)."""
+    global _COMMAND
     from typer.main import get_command
 
     args = sys.argv[1:] if argv is None else argv
     if hasattr(signal, "SIGTERM"):
         signal.signal(signal.SIGTERM, _on_sigterm)
-    command = get_command(app)
+    if _COMMAND is None:
+        # Building it inspects every command's signature (~30 ms); a process that calls main()
+        # again (tests, library callers, the benchmarks) reuses it: click commands keep no
+        # state between invocations, each gets its own context.
+        _COMMAND = get_command(app)
+    command = _COMMAND
     common._set_quiet(False)  # main() may run more than once in a process (tests)
     common.json_state(asked=False)
     try:
