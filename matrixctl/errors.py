@@ -90,6 +90,15 @@ def from_os_error(exc: OSError, path: str, *, writing: bool = False) -> MatrixEr
 
     cls: type[MatrixError] = OutputError if writing else InputError
     reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        # Only a write fills a disk, whatever the caller was doing when it surfaced.
+        return OutputError(codes.OUT_NO_SPACE, f"cannot write: {reason}", path=path)
+    if exc.errno == errno.EFBIG:
+        return OutputError(
+            codes.OUT_TOO_LARGE,
+            f"cannot write: {reason} (the file size limit, ulimit -f, or the file system's)",
+            path=path,
+        )
     if exc.errno == errno.ENOENT and not writing:
         return cls(codes.IO_NOT_FOUND, "no such file or folder", path=path)
     if exc.errno in (errno.EACCES, errno.EPERM):

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import shutil
@@ -35,6 +36,7 @@ from matrixctl.errors import (
 
 STDIO = "-"
 COPY_CHUNK = 1 << 20
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 class Readable(Protocol):
@@ -491,6 +493,14 @@ def atomic_output(path: str, *, what: str = "binary output") -> Iterator[BinaryI
     target = AtomicFile(path)
     try:
         yield target.create()
+    except MatrixError:
+        target.discard()
+        raise
+    except OSError as exc:
+        target.discard()
+        if exc.errno in _FULL:  # a write into the temporary file: name the destination
+            raise from_os_error(exc, path, writing=True) from None
+        raise
     except BaseException:
         target.discard()
         raise

@@ -21,6 +21,14 @@ def verify(
         bool, typer.Option("--strict", help="Treat warnings as failures too.")
     ] = False,
     quiet: QuietOption = False,
+    allow_unknown_digest: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unknown-digest",
+            help="Report a digest whose algorithm is unknown or whose key is damaged as a "
+            "warning instead of an error (also MATRIXCTL_ALLOW_UNKNOWN_DIGEST=1).",
+        ),
+    ] = False,
 ) -> None:
     """Check files completely: structure, sizes, offsets, padding, checksums, id ranges.
 
@@ -30,7 +38,10 @@ def verify(
     "format", "ok", "findings", "checks", "skipped", "suppressed"}]}; "suppressed" counts the
     findings that only follow from a truncated file's root cause.
     """
+    from matrixctl.integrity import set_allow_unknown
     from matrixctl.validate.engine import examine
+
+    set_allow_unknown(allow_unknown_digest)
 
     reports = [examine(path, scan=True)[0] for path in paths]
     worst = max(r.exit_code(strict) for r in reports)

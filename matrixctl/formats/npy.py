@@ -569,11 +569,17 @@ class NpzSink(TensorSink):
         member.external_attr = 0o644 << 16
         member.file_size = len(head) + info.nbytes
         got = 0
-        with self.zf.open(member, "w") as fp:
-            fp.write(head)
-            for piece in parts("data"):
-                fp.write(piece)
-                got += memoryview(piece).nbytes
+        try:
+            with self.zf.open(member, "w") as fp:
+                fp.write(head)
+                for piece in parts("data"):
+                    fp.write(piece)
+                    got += memoryview(piece).nbytes
+        except BaseException:
+            # The output is discarded: keep ZipFile.__del__ from writing its central directory
+            # into a closed temporary file later (a traceback on stderr).
+            self.zf.fp = None
+            raise
         if got != info.nbytes:
             raise FormatError(
                 NPY_SIZE, f"{info.name}: {got:,} bytes arrived, expected {info.nbytes:,}"

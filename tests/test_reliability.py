@@ -1,0 +1,119 @@
+"""The reliability contracts of docs/reliability.md: full disks and size limits, damaged
+integrity fields, key pairs whole or not at all, inputs that change underneath, stale
+temporary files, bounded spooling."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+TRACEBACK = "Traceback"
+
+
+def sub(
+    *args: str, fsize: int | None = None, stdout: int | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[bytes]:
+    """`python -m matrixctl ARGS` in a subprocess, optionally with `ulimit -f` (bytes)."""
+
+    def limit() -> None:
+        if fsize is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    return subprocess.run(
+        [sys.executable, "-m", "matrixctl", *args],
+        stdout=stdout if stdout is not None else subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=limit,
+        check=False,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, "MATRIXCTL_NO_FSYNC": "1"},
+    )
+
+
+@pytest.fixture
+def npz(tmp_path: Path) -> Path:
+    path = tmp_path / "src.npz"
+    np.savez(path, x=np.arange(100_000, dtype=np.float32), y=np.ones(1000, dtype=np.float32))
+    return path
+
+
+# Full disks and size limits ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dest", ["out.npz", "out.zt", "out.safetensors", "out.stb"])
+def test_efbig_is_an_output_error_and_leaves_nothing(tmp_path: Path, npz: Path, dest: str) -> None:
+    """EFBIG (ulimit -f) while writing: one line with OUT_TOO_LARGE naming the destination,
+    exit 2, no traceback (the .npz writer printed one from ZipFile.__del__), nothing left."""
+    before = sorted(os.listdir(tmp_path))
+    res = sub("convert", str(npz), str(tmp_path / dest), fsize=64 << 10)
+    err = res.stderr.decode()
+    assert res.returncode == 2, err
+    assert "error[OUT_TOO_LARGE]" in err and dest in err
+    assert TRACEBACK not in err and len(err.strip().splitlines()) == 1
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+@pytest.mark.parametrize("to", ["npz", "ztensor", "safetensors", "npy"])
+def test_enospc_on_stdout_is_an_output_error(npz: Path, to: str) -> None:
+    """ENOSPC on stdout (/dev/full): OUT_NO_SPACE, exit 2, not IO_READ."""
+    args = ["convert", str(npz), "-", "--to", to] + (["--select", "x"] if to == "npy" else [])
+    with open("/dev/full", "wb") as full:
+        res = sub(*args, stdout=full.fileno())
+    err = res.stderr.decode()
+    assert res.returncode == 2 and "error[OUT_NO_SPACE]" in err, err
+    assert TRACEBACK not in err
+
+
+def test_keygen_under_a_full_disk_leaves_no_half_pair(tmp_path: Path) -> None:
+    """A key pair appears whole or not at all: with no room for any byte (ulimit -f 0) keygen
+    fails with an output code and leaves neither file, so a rerun needs no --force."""
+    key = tmp_path / "pi.key"
+    res = sub("tokenize", "scx", "keygen", "-o", str(key), fsize=0)
+    err = res.stderr.decode()
+    assert res.returncode == 2 and "error[OUT_TOO_LARGE]" in err, err
+    assert os.listdir(tmp_path) == []
+    again = run_cli("tokenize", "scx", "keygen", "-o", str(key))
+    assert again.code == 0 and key.exists() and Path(str(key) + ".pub").exists()
+
+
+def test_keygen_refuses_when_either_file_exists(tmp_path: Path) -> None:
+    key = tmp_path / "pi.key"
+    Path(str(key) + ".pub").write_text("someone's\n")
+    res = run_cli("tokenize", "scx", "keygen", "-o", str(key))
+    assert res.code == 2 and not key.exists()
+    assert Path(str(key) + ".pub").read_text() == "someone's\n"
+
+
+# Damaged integrity fields --------------------------------------------------------------------
+
+
+def _zt(tmp_path: Path, npz: Path) -> Path:
+    dest = tmp_path / "a.zt"
+    assert run_cli("convert", str(npz), str(dest)).code == 0
+    return dest
+
+
+def test_an_unknown_digest_algorithm_fails_verify(tmp_path: Path, npz: Path) -> None:
+    """crc32c -> crc32d plus a damaged payload: verify exits 1 (it exited 0 before), and
+    --allow-unknown-digest relaxes the unknown algorithm to a warning."""
+    path = _zt(tmp_path, npz)
+    data = bytearray(path.read_bytes())
+    at = data.index(b"crc32c:")
+    data[at + 5] = ord("d")
+    data[200] ^= 0xFF  # inside the first tensor's payload
+    path.write_bytes(bytes(data))
+    res = run_cli("verify", str(path))
+    assert res.code == 1 and "ZT_DIGEST_UNKNOWN" in res.stderr
+    relaxed = run_cli("verify", "--allow-unknown-digest", str(path))
+    assert relaxed.code == 0 and "ZT_DIGEST_UNKNOWN" in relaxed.stderr
