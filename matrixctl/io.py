@@ -18,9 +18,11 @@ import errno
 import mmap
 import os
 import shutil
+import signal
 import stat
 import sys
 import tempfile
+import weakref
 from collections.abc import Iterator
 from typing import IO, Any, BinaryIO, Protocol
 
@@ -36,6 +38,13 @@ from matrixctl.errors import (
 
 STDIO = "-"
 COPY_CHUNK = 1 << 20
+
+IO_CHANGED = codes.define(
+    "IO_CHANGED",
+    "An input was truncated or rewritten while it was read; nothing was written. Rerun once "
+    "the file is stable.",
+    group="general",
+)
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
@@ -127,6 +136,37 @@ class Source:
         self.buf = buf
         self.size = size
         self._fp = fp
+        self._stamp: tuple[int, int] | None = None
+        if isinstance(buf, mmap.mmap) and fp is not None:
+            st = os.fstat(fp.fileno())
+            self._stamp = (st.st_size, st.st_mtime_ns)
+            _MAPPED.add(self)
+            _guard_sigbus()
+
+    def changed(self) -> str | None:
+        """Why the mapped file is no longer what was mapped (truncated, extended, rewritten in
+        place), or None. A file renamed over the path is not a change: the mapping holds the
+        old inode, whole."""
+        if self._stamp is None or self._fp is None:
+            return None
+        try:
+            st = os.fstat(self._fp.fileno())
+        except (OSError, ValueError):
+            return None
+        size, mtime = self._stamp
+        if st.st_size < size:
+            return f"truncated from {size:,} to {st.st_size:,} bytes while it was read"
+        if st.st_size > size:
+            return f"extended from {size:,} to {st.st_size:,} bytes while it was read"
+        if st.st_mtime_ns != mtime:
+            return "rewritten in place while it was read"
+        return None
+
+    def check_unchanged(self) -> None:
+        """Raise IO_CHANGED naming the file when it changed since it was mapped."""
+        why = self.changed()
+        if why is not None:
+            raise InputError(IO_CHANGED, why, path=self.name)
 
     @classmethod
     def open(cls, path: str) -> Source:
@@ -193,6 +233,7 @@ class Source:
         return bytes(self.buf[:n])
 
     def close(self) -> None:
+        _MAPPED.discard(self)
         if isinstance(self.buf, mmap.mmap):
             with contextlib.suppress(BufferError):
                 # A numpy view still alive keeps the mapping; the OS frees it at exit.
@@ -206,6 +247,85 @@ class Source:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# Inputs that change underneath ------------------------------------------------------------
+
+_MAPPED: weakref.WeakSet[Source] = weakref.WeakSet()
+_LIVE_TEMPS: set[str] = set()
+_SIGBUS_INSTALLED = False
+_SIGBUS_HANDLER: Any = None
+
+
+def check_inputs_unchanged() -> None:
+    """Raise IO_CHANGED when a mapped input changed since it was mapped. Every atomic output
+    calls it before its rename, so no output built from a changing input appears."""
+    for src in list(_MAPPED):
+        src.check_unchanged()
+
+
+def changed_input() -> MatrixError | None:
+    """The IO_CHANGED error of the first mapped input that changed, or None."""
+    try:
+        check_inputs_unchanged()
+    except MatrixError as err:
+        return err
+    return None
+
+
+def _on_sigbus(signum: int) -> None:  # pragma: no cover - runs in a subprocess test
+    """Last resort for a mapped input truncated underneath: a read of a page past the new end
+    raises SIGBUS, which Python cannot turn into an exception. Name the file, remove this
+    process's temporary outputs, exit 2; never the bare "Bus error" (exit 135)."""
+    name = "an input"
+    why = "truncated while it was read"
+    for src in list(_MAPPED):
+        reason = src.changed()
+        if reason is not None:
+            name, why = src.name, reason
+            break
+    line = f"matrixctl: error[{IO_CHANGED}]: {name}: {why}; nothing was written\n"
+    with contextlib.suppress(OSError):
+        os.write(2, line.encode("utf-8", "replace"))
+    for tmp in list(_LIVE_TEMPS):
+        with contextlib.suppress(OSError):
+            if os.path.isdir(tmp):
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                os.unlink(tmp)
+    os._exit(2)
+
+
+def _guard_sigbus() -> None:
+    """Install the SIGBUS handler once, when the first file is mapped (ctypes: the handler
+    must run on the faulting thread, before the faulting access is retried).
+    MATRIXCTL_NO_SIGBUS_GUARD=1 leaves the default (the process dies with "Bus error")."""
+    global _SIGBUS_INSTALLED, _SIGBUS_HANDLER
+    if _SIGBUS_INSTALLED or not hasattr(signal, "SIGBUS"):
+        return
+    _SIGBUS_INSTALLED = True
+    if os.environ.get("MATRIXCTL_NO_SIGBUS_GUARD", "") not in ("", "0"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        handler_type = ctypes.CFUNCTYPE(None, ctypes.c_int)
+        _SIGBUS_HANDLER = handler_type(_on_sigbus)  # kept alive for the process's life
+        libc.signal.restype = ctypes.c_void_p
+        libc.signal.argtypes = (ctypes.c_int, handler_type)
+        libc.signal(int(signal.SIGBUS), _SIGBUS_HANDLER)
+    except (OSError, AttributeError, TypeError):  # no libc symbol: keep the default
+        _SIGBUS_HANDLER = None
+
+
+def register_temp(path: str) -> None:
+    """A temporary output of this process, removed by the SIGBUS handler."""
+    _LIVE_TEMPS.add(path)
+
+
+def unregister_temp(path: str) -> None:
+    _LIVE_TEMPS.discard(path)
 
 
 def drop_pages(buf: Any, offset: int, length: int) -> None:
@@ -378,6 +498,7 @@ def make_temp_dir(dest: str, holder: list[str]) -> str:
     for _ in range(16):
         name = sibling_temp_name(dest)
         holder.append(name)
+        register_temp(name)
         try:
             os.mkdir(name, 0o700)
         except FileExistsError:
@@ -409,6 +530,7 @@ class AtomicFile:
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
         for _ in range(16):
             self.tmp = sibling_temp_name(self.dest)  # recorded before the file exists
+            register_temp(self.tmp)
             try:
                 fd = os.open(self.tmp, flags, 0o600)
             except FileExistsError:
@@ -425,6 +547,11 @@ class AtomicFile:
     def commit(self) -> None:
         assert self.fp is not None and self.tmp is not None
         try:
+            check_inputs_unchanged()
+        except BaseException:
+            self.discard()
+            raise
+        try:
             self.fp.flush()
             if durable():
                 os.fsync(self.fp.fileno())
@@ -433,6 +560,7 @@ class AtomicFile:
             os.fchmod(self.fp.fileno(), 0o666 & ~umask)
             self.fp.close()
             os.replace(self.tmp, self.dest)
+            unregister_temp(self.tmp)
             if durable():
                 _fsync_dir(os.path.dirname(os.path.abspath(self.dest)))
         except OSError as exc:
@@ -450,6 +578,7 @@ class AtomicFile:
         if self.tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self.tmp)
+            unregister_temp(self.tmp)
 
 
 def durable() -> bool:
@@ -495,9 +624,11 @@ def atomic_output(path: str, *, what: str = "binary output") -> Iterator[BinaryI
         yield target.create()
     except MatrixError:
         target.discard()
+        check_inputs_unchanged()  # the root cause when an input changed underneath
         raise
     except OSError as exc:
         target.discard()
+        check_inputs_unchanged()  # a write of a truncated mapping fails with EFAULT
         if exc.errno in _FULL:  # a write into the temporary file: name the destination
             raise from_os_error(exc, path, writing=True) from None
         raise

@@ -117,3 +117,79 @@ def test_an_unknown_digest_algorithm_fails_verify(tmp_path: Path, npz: Path) -> 
     assert res.code == 1 and "ZT_DIGEST_UNKNOWN" in res.stderr
     relaxed = run_cli("verify", "--allow-unknown-digest", str(path))
     assert relaxed.code == 0 and "ZT_DIGEST_UNKNOWN" in relaxed.stderr
+
+
+# Inputs that change underneath ---------------------------------------------------------------
+
+SIGBUS_SCRIPT = """
+import os, sys
+from matrixctl import io
+path, dest = sys.argv[1], sys.argv[2]
+src = io.Source.open(path)
+target = io.AtomicFile(dest)
+target.create().write(b"partial")
+os.truncate(path, 10)
+sys.stdout.write(str(src.buf[len(src.buf) - 1]))  # a page past the new end: SIGBUS
+"""
+
+
+def test_a_mapped_input_truncated_underneath_is_io_changed_not_sigbus(tmp_path: Path) -> None:
+    """Reading a page of a mapped input past its new end raises SIGBUS; the guard turns it into
+    one IO_CHANGED line naming the file, exit 2, and removes this process's temporary output
+    (without it: "Bus error", exit 135, the temporary file left behind)."""
+    path = tmp_path / "in.bin"
+    path.write_bytes(bytes(1 << 20))
+    proc = subprocess.run(
+        [sys.executable, "-c", SIGBUS_SCRIPT, str(path), str(tmp_path / "out.bin")],
+        capture_output=True,
+        check=False,
+        cwd=ROOT,
+        timeout=60,
+    )
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, (proc.returncode, err)
+    assert f"error[IO_CHANGED]: {path}: truncated from 1,048,576 to 10 bytes" in err
+    assert sorted(os.listdir(tmp_path)) == ["in.bin"]
+
+
+@pytest.mark.parametrize("change", ["truncate", "extend", "rewrite"])
+def test_no_output_appears_from_an_input_that_changed(tmp_path: Path, change: str) -> None:
+    """An atomic output is not renamed into place when a mapped input was truncated,
+    extended or rewritten in place since it was opened: IO_CHANGED naming the input."""
+    from matrixctl import io
+    from matrixctl.errors import InputError
+
+    path = tmp_path / "in.bin"
+    path.write_bytes(bytes(range(256)) * 64)
+    dest = tmp_path / "out.bin"
+    with io.Source.open(str(path)) as src, pytest.raises(InputError) as info:  # noqa: PT012
+        with io.atomic_output(str(dest)) as fp:
+            fp.write(bytes(src.buf[:100]))
+            if change == "truncate":
+                os.truncate(path, 100)
+            elif change == "extend":
+                with open(path, "ab") as more:
+                    more.write(b"x")
+            else:
+                with open(path, "r+b") as same:
+                    same.write(b"\xff")
+                st = path.stat()
+                os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert info.value.code == io.IO_CHANGED and info.value.path == str(path)
+    assert sorted(os.listdir(tmp_path)) == ["in.bin"]
+
+
+def test_an_input_replaced_by_rename_gives_the_old_version_whole(tmp_path: Path) -> None:
+    """A file renamed over the input path while it is read is not a change: the mapping holds
+    the old inode, so the output is the old version, whole."""
+    from matrixctl import io
+
+    path = tmp_path / "in.bin"
+    path.write_bytes(b"old" * 100)
+    dest = tmp_path / "out.bin"
+    with io.Source.open(str(path)) as src:
+        (tmp_path / "new.bin").write_bytes(b"new")
+        os.replace(tmp_path / "new.bin", path)
+        with io.atomic_output(str(dest)) as fp:
+            fp.write(bytes(src.buf))
+    assert dest.read_bytes() == b"old" * 100

@@ -113,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         # The parser may stop before it reaches --json: then the words on the line tell.
         return _fail(UsageError(message, hint=_usage_hint(exc)), 2, _json_word(args))
     except OSError as exc:
+        from matrixctl.io import changed_input
+
+        changed = changed_input()
+        if changed is not None:
+            return _fail(changed, 2)
         if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # a write: stdout or a file
             return _fail(from_os_error(exc, exc.filename or "<stdout>", writing=True), 2)
         return _fail(MatrixError(codes.IO_READ, exc.strerror or str(exc), path=exc.filename), 2)
