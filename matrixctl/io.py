@@ -17,6 +17,7 @@ import contextlib
 import errno
 import mmap
 import os
+import re
 import shutil
 import signal
 import stat
@@ -483,18 +484,116 @@ def refuse_binary_to_terminal(path: str, what: str = "binary output") -> None:
         )
 
 
+STALE_TEMP = codes.define(
+    "STALE_TEMP",
+    "A temporary file or folder left by a dead matrixctl run (killed, out of memory, power "
+    "loss); the next run writing the same output removes it.",
+    group="general",
+    severity=codes.Severity.WARNING,
+)
+
+# `.NAME.mxPID-START-HOST-RANDOM.tmp`: the owner's pid, its start time (clock ticks since boot,
+# from /proc; 0 where unknown) and a hash of the host name, so a later run can tell a
+# temporary file of a dead run from one of a live run.
+_TEMP_RE = re.compile(
+    r"\.(?P<base>.+)\.mx(?P<pid>\d+)-(?P<start>\d+)-(?P<host>[0-9a-f]{4})-[0-9a-f]{12}\.tmp"
+)
+_OWNER: str | None = None
+
+
+def _start_time(pid: int) -> int:
+    """The start time of process `pid` in clock ticks since boot (Linux /proc), 0 if unknown,
+    -1 if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fp:
+            stat_line = fp.read()
+    except FileNotFoundError:
+        return -1 if os.path.isdir("/proc/self") else _alive_or_unknown(pid)
+    except OSError:
+        return _alive_or_unknown(pid)
+    try:
+        return int(stat_line.rpartition(b")")[2].split()[19])
+    except (IndexError, ValueError):
+        return 0
+
+
+def _alive_or_unknown(pid: int) -> int:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return -1
+    except OSError:
+        return 0
+    return 0
+
+
+def _host_tag() -> str:
+    import hashlib
+    import socket
+
+    return hashlib.sha256(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:4]
+
+
+def _owner_tag() -> str:
+    global _OWNER
+    pid = os.getpid()
+    if _OWNER is None or not _OWNER.startswith(f"mx{pid}-"):
+        _OWNER = f"mx{pid}-{max(_start_time(pid), 0)}-{_host_tag()}"
+    return _OWNER
+
+
 def sibling_temp_name(dest: str) -> str:
-    """A fresh hidden name beside `dest` (`.NAME.XXXXXXXXXXXX.tmp`) for a temporary file or
-    folder. Callers record the name *before* creating it, so an interruption at any point
-    (a signal handled right after the creating call) can still remove what was created."""
+    """A fresh hidden name beside `dest` (`.NAME.mxPID-START-HOST-RANDOM.tmp`) for a temporary
+    file or folder. Callers record the name *before* creating it, so an interruption at any
+    point (a signal handled right after the creating call) can still remove what was created."""
     folder = os.path.dirname(os.path.abspath(dest))
     base = os.path.basename(os.path.abspath(dest))
-    return os.path.join(folder, f".{base}.{os.urandom(6).hex()}.tmp")
+    return os.path.join(folder, f".{base}.{_owner_tag()}-{os.urandom(6).hex()}.tmp")
+
+
+def stale_temps(folder: str, base: str | None = None) -> list[tuple[str, int]]:
+    """Temporary files and folders in `folder` (of the output `base`, or of any output) whose
+    owner is dead: (path, pid). One of another host, or whose owner cannot be told, is never
+    stale: it may belong to a live run."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    host = None
+    out = []
+    for name in sorted(names):
+        m = _TEMP_RE.fullmatch(name)
+        if m is None or (base is not None and m["base"] != base):
+            continue
+        host = host or _host_tag()
+        if m["host"] != host:
+            continue
+        pid, start = int(m["pid"]), int(m["start"])
+        now = _start_time(pid)
+        if now == -1 or (start and now and now != start):
+            out.append((os.path.join(folder, name), pid))
+    return out
+
+
+def remove_stale_temps(dest: str) -> int:
+    """Remove the temporary files and folders dead runs left beside `dest`; how many."""
+    folder = os.path.dirname(os.path.abspath(dest))
+    removed = 0
+    for path, _pid in stale_temps(folder, os.path.basename(os.path.abspath(dest))):
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+            removed += 1
+    return removed
 
 
 def make_temp_dir(dest: str, holder: list[str]) -> str:
     """Create a temporary folder beside `dest`; its name is appended to `holder` before it is
-    created, so the caller's cleanup (over `holder`) covers an interruption inside this call."""
+    created, so the caller's cleanup (over `holder`) covers an interruption inside this call.
+    Temporary folders of dead runs writing the same destination are removed first."""
+    remove_stale_temps(dest)
     for _ in range(16):
         name = sibling_temp_name(dest)
         holder.append(name)
@@ -527,6 +626,7 @@ class AtomicFile:
         self._done = False
 
     def create(self) -> BinaryIO:
+        remove_stale_temps(self.dest)
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
         for _ in range(16):
             self.tmp = sibling_temp_name(self.dest)  # recorded before the file exists

@@ -193,3 +193,71 @@ def test_an_input_replaced_by_rename_gives_the_old_version_whole(tmp_path: Path)
         with io.atomic_output(str(dest)) as fp:
             fp.write(bytes(src.buf))
     assert dest.read_bytes() == b"old" * 100
+
+
+# Temporary files of dead runs ----------------------------------------------------------------
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _stale_name(tmp_path: Path, base: str, pid: int) -> Path:
+    from matrixctl import io
+
+    live = os.path.basename(io.sibling_temp_name(str(tmp_path / base)))
+    # The same host tag and form, another (dead) owner.
+    _, _, rest = live.partition(".mx")
+    _pid, start, host_and_rand = rest.split("-", 2)
+    return tmp_path / f".{base}.mx{pid}-{start}-{host_and_rand}"
+
+
+def test_a_later_run_removes_the_temporary_files_of_dead_runs(tmp_path: Path, npz: Path) -> None:
+    """Temporary names carry the owner's pid, start time and host: the next run writing the same
+    destination removes those of dead runs, keeps other destinations' and live runs' ones."""
+    dead = _stale_name(tmp_path, "out.zt", _dead_pid())
+    dead.write_bytes(b"x" * 1000)
+    other = _stale_name(tmp_path, "other.zt", _dead_pid())
+    other.write_bytes(b"y")
+    from matrixctl import io
+
+    live = Path(io.sibling_temp_name(str(tmp_path / "out.zt")))  # this (live) process's
+    live.write_bytes(b"z")
+    assert stale_reported(tmp_path) == {dead.name, other.name}
+    assert run_cli("convert", str(npz), str(tmp_path / "out.zt")).code == 0
+    assert not dead.exists() and other.exists() and live.exists()
+    assert stale_reported(tmp_path) == {other.name}
+
+
+def stale_reported(folder: Path) -> set[str]:
+    res = run_cli("verify", "--json", str(folder))
+    (report,) = res.json()["files"]
+    return {f["field"] for f in report["findings"] if f["code"] == "STALE_TEMP"}
+
+
+def test_kill_then_rerun_leaves_no_stale_file(tmp_path: Path) -> None:
+    """SIGKILL of convert mid-write leaves its temporary file; the next convert to the same
+    destination removes it."""
+    big = tmp_path / "big.npy"
+    np.save(big, np.zeros(20_000_000, dtype=np.float32))
+    dest = tmp_path / "out.zt"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "matrixctl", "convert", str(big), str(dest)],
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "MATRIXCTL_NO_FSYNC": "1"},
+    )
+    import time
+
+    deadline = time.time() + 60
+    while time.time() < deadline and not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]:
+        time.sleep(0.005)
+    proc.kill()
+    proc.wait()
+    left = [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+    assert left, "the writer never started"
+    assert run_cli("convert", str(big), str(dest)).code == 0
+    assert [p for p in os.listdir(tmp_path) if p.endswith(".tmp")] == []

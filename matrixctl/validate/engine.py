@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import importlib
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -131,9 +132,27 @@ def examine(
     """
     token = _FULL.set(full)
     try:
-        return _examine(path, scan=scan, describe=describe, fmt=fmt)
+        report, desc = _examine(path, scan=scan, describe=describe, fmt=fmt)
     finally:
         _FULL.reset(token)
+    if scan and path != "-" and os.path.isdir(path):
+        report.findings.extend(_stale_findings(path))
+    return report, desc
+
+
+def _stale_findings(folder: str) -> list[Finding]:
+    """verify of a folder: the temporary files and folders dead runs left in it."""
+    from matrixctl.io import STALE_TEMP, stale_temps
+
+    return [
+        finding(
+            STALE_TEMP,
+            f"{os.path.basename(path)}: temporary output of a dead run (pid {pid}); the next run "
+            "writing the same output removes it, or delete it",
+            field=os.path.basename(path),
+        )
+        for path, pid in stale_temps(folder)
+    ]
 
 
 def _examine(

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -105,9 +104,12 @@ def _refuse_existing(path: str) -> None:
 
 def _staged(path: str, data: bytes, mode: int, temps: list[str]) -> str:
     """Write `data` whole to a temporary file beside `path` (fsynced) and return its name."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    from matrixctl.io import remove_stale_temps, sibling_temp_name
+
+    remove_stale_temps(path)
+    tmp = sibling_temp_name(path)
     temps.append(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
     with os.fdopen(fd, "wb") as fp:
         os.fchmod(fp.fileno(), mode)
         fp.write(data)
