@@ -85,8 +85,12 @@ class OutputError(MatrixError, OSError):
 
 
 def from_os_error(exc: OSError, path: str, *, writing: bool = False) -> MatrixError:
-    """Translate an OSError into the matching typed error with a stable code."""
+    """Translate an OSError into the matching typed error with a stable code (an InputError
+    or OutputError, already typed, is returned as it is)."""
     import errno
+
+    if isinstance(exc, MatrixError):
+        return exc.with_path(path)
 
     cls: type[MatrixError] = OutputError if writing else InputError
     reason = exc.strerror or str(exc)

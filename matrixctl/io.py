@@ -87,13 +87,25 @@ def read_exact(fp: Readable, n: int, what: str, *, offset: int | None = None) ->
 def open_input_stream(path: str) -> BinaryIO:
     """Open an input for sequential reading; `-` is stdin (not closed by the caller's `with`)."""
     if path == STDIO:
-        return _NoClose(sys.stdin.buffer)  # type: ignore[return-value]
+        if _is_regular(sys.stdin.buffer):
+            return _NoClose(sys.stdin.buffer)  # type: ignore[return-value]
+        return BoundedStream(sys.stdin.buffer, path, spool_limit())  # type: ignore[return-value]
     try:
         if os.path.isdir(path):
             raise InputError(codes.IO_IS_DIR, "is a folder, a file was expected", path=path)
-        return open(path, "rb")
+        fp = open(path, "rb")  # noqa: SIM115 - returned to the caller
+        if not _is_regular(fp):
+            return BoundedStream(fp, path, spool_limit())  # type: ignore[return-value]
+        return fp
     except OSError as exc:
         raise from_os_error(exc, path) from None
+
+
+def _is_regular(fp: Any) -> bool:
+    try:
+        return stat.S_ISREG(os.fstat(fp.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 class _NoClose:
@@ -122,6 +134,110 @@ class _NoClose:
 
     def close(self) -> None:
         return None
+
+
+# Bounded spooling ---------------------------------------------------------------------------
+
+SPOOL_LIMIT = codes.define(
+    "SPOOL_LIMIT",
+    "stdin or a non-seekable input (a pipe, a device such as /dev/zero) is longer than the "
+    "spool limit (--spool-limit, MATRIXCTL_SPOOL_LIMIT; default 4G).",
+    group="general",
+)
+SPOOL_NO_SPACE = codes.define(
+    "SPOOL_NO_SPACE",
+    "Spooling stdin or a non-seekable input would leave less than the reserve of free space "
+    "in the temporary folder.",
+    group="general",
+)
+ENV_SPOOL_LIMIT = "MATRIXCTL_SPOOL_LIMIT"
+DEFAULT_SPOOL_LIMIT = 4 << 30
+SPOOL_RESERVE = 256 << 20  # free space left in the temporary folder, at least
+_spool_limit: int | None = None
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str, what: str) -> int:
+    """`4G`, `512M`, `100k`, `1000` (bytes; binary units) -> bytes."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    num, unit = (t[:-1], t[-1]) if t and t[-1] in _UNITS else (t, "")
+    if not num.isdigit():
+        raise UsageError(
+            f"{what} {text!r} is not a size",
+            hint="a whole number of bytes with an optional K, M, G or T suffix, e.g. 512M",
+        )
+    return int(num) * _UNITS[unit]
+
+
+def set_spool_limit(text: str | None) -> None:
+    """The command line's --spool-limit (None: the environment variable or the default)."""
+    global _spool_limit
+    _spool_limit = None if text is None else parse_size(text, "--spool-limit")
+
+
+def spool_limit() -> int:
+    if _spool_limit is not None:
+        return _spool_limit
+    env = os.environ.get(ENV_SPOOL_LIMIT, "")
+    return parse_size(env, ENV_SPOOL_LIMIT) if env.strip() else DEFAULT_SPOOL_LIMIT
+
+
+def _free_space(fd: int) -> int | None:
+    try:
+        st = os.fstatvfs(fd)
+    except (OSError, AttributeError):
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+class BoundedStream:
+    """stdin or a non-regular file read sequentially, refused (SPOOL_LIMIT) past the limit, so
+    `cat /dev/zero | matrixctl ...` ends with one error line instead of running forever."""
+
+    def __init__(self, fp: Any, path: str, limit: int) -> None:
+        self._fp = fp
+        self._path = path
+        self._limit = limit
+        self._got = 0
+
+    def _count(self, n: int) -> None:
+        self._got += n
+        if self._got > self._limit:
+            raise InputError(
+                SPOOL_LIMIT,
+                f"longer than the spool limit of {self._limit:,} bytes for stdin and "
+                "non-seekable inputs",
+                path=display_name(self._path),
+                hint=f"raise it with --spool-limit or {ENV_SPOOL_LIMIT}, or pass a regular file",
+            )
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            n = self._limit + 1 - self._got
+        data: bytes = self._fp.read(n)
+        self._count(len(data))
+        return data
+
+    def readinto(self, b: Any) -> int:
+        got = int(self._fp.readinto(b))
+        self._count(got)
+        return got
+
+    def isatty(self) -> bool:
+        return bool(self._fp.isatty())
+
+    def fileno(self) -> int:
+        return int(self._fp.fileno())
+
+    def __enter__(self) -> BoundedStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._path != STDIO:
+            self._fp.close()
 
 
 class Source:
@@ -218,13 +334,32 @@ class Source:
     @classmethod
     def _spool(cls, path: str, stream: Readable) -> Source:
         tmp = tempfile.TemporaryFile(prefix="matrixctl-stdin-")  # noqa: SIM115 - owned by Source
+        limit = spool_limit()
+        got = 0
+        next_check = 0
         try:
             while True:
                 chunk = stream.read(COPY_CHUNK)
                 if not chunk:
                     break
+                got += len(chunk)
+                if got > limit:
+                    raise InputError(
+                        SPOOL_LIMIT,
+                        f"longer than the spool limit of {limit:,} bytes for stdin and "
+                        "non-seekable inputs; spooling stopped",
+                        path=display_name(path),
+                        hint=f"raise it with --spool-limit or {ENV_SPOOL_LIMIT}, or pass a "
+                        "regular file",
+                    )
+                if got >= next_check:  # every 64 MiB
+                    _check_spool_space(tmp.fileno(), path, got)
+                    next_check = got + (64 << 20)
                 tmp.write(chunk)
             tmp.flush()
+        except MatrixError:
+            tmp.close()
+            raise
         except OSError as exc:
             tmp.close()
             raise from_os_error(exc, path) from None
@@ -327,6 +462,19 @@ def register_temp(path: str) -> None:
 
 def unregister_temp(path: str) -> None:
     _LIVE_TEMPS.discard(path)
+
+
+def _check_spool_space(fd: int, path: str, got: int) -> None:
+    """Refuse to spool on when the temporary folder's free space falls under the reserve."""
+    free = _free_space(fd)
+    if free is not None and free < SPOOL_RESERVE + (64 << 20):
+        raise InputError(
+            SPOOL_NO_SPACE,
+            f"spooling stopped after {got:,} bytes: {free:,} bytes left in the temporary "
+            f"folder, under the reserve of {SPOOL_RESERVE:,}",
+            path=display_name(path),
+            hint="pass a regular file instead, or point TMPDIR at a folder with room",
+        )
 
 
 def drop_pages(buf: Any, offset: int, length: int) -> None:

@@ -261,3 +261,64 @@ def test_kill_then_rerun_leaves_no_stale_file(tmp_path: Path) -> None:
     assert left, "the writer never started"
     assert run_cli("convert", str(big), str(dest)).code == 0
     assert [p for p in os.listdir(tmp_path) if p.endswith(".tmp")] == []
+
+
+# Bounded spooling ----------------------------------------------------------------------------
+
+
+def test_verify_dev_zero_ends_with_a_clear_error() -> None:
+    """`verify /dev/zero` used to spool without end (6.6 GB after 8 s): now SPOOL_LIMIT at the
+    limit (here 8M), exit 2."""
+    res = subprocess.run(
+        [sys.executable, "-m", "matrixctl", "verify", "--spool-limit", "8M", "/dev/zero"],
+        capture_output=True,
+        check=False,
+        cwd=ROOT,
+        timeout=60,
+    )
+    err = res.stderr.decode()
+    assert res.returncode == 2 and "SPOOL_LIMIT" in err and TRACEBACK not in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["verify", "-"],
+        ["inspect", "-"],
+        ["convert", "-", "OUT/x.zt"],
+        ["tokenize", "pi", "encode", "-", "-o", "OUT/t.bin"],
+        ["pack", "atoms", "-", "-n", "4", "-o", "OUT/p.atoms"],
+    ],
+)
+def test_stdin_longer_than_the_limit_is_refused(tmp_path: Path, args: list[str]) -> None:
+    """Every command that reads stdin stops at MATRIXCTL_SPOOL_LIMIT with SPOOL_LIMIT, exit 2,
+    and writes nothing."""
+    argv = [a.replace("OUT", str(tmp_path)) for a in args]
+    proc = subprocess.run(
+        [sys.executable, "-m", "matrixctl", *argv],
+        input=bytes(3 << 20),
+        capture_output=True,
+        check=False,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, "MATRIXCTL_SPOOL_LIMIT": "1M"},
+    )
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and "SPOOL_LIMIT" in err, err
+    assert TRACEBACK not in err and os.listdir(tmp_path) == []
+
+
+def test_a_bad_spool_limit_is_a_usage_error() -> None:
+    res = run_cli("verify", "--spool-limit", "lots", "-", stdin=b"x")
+    assert res.code == 2 and "USAGE" in res.stderr
+
+
+def test_spooling_stops_when_the_temporary_folder_fills(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under the free-space reserve of the temporary folder, spooling stops: SPOOL_NO_SPACE."""
+    from matrixctl import io
+    from matrixctl.errors import InputError
+
+    monkeypatch.setattr(io, "_free_space", lambda fd: 1 << 20)
+    with pytest.raises(InputError) as info:
+        io.Source._spool("-", __import__("io").BytesIO(b"x" * 100))
+    assert info.value.code == io.SPOOL_NO_SPACE
