@@ -737,6 +737,32 @@ def remove_stale_temps(dest: str) -> int:
     return removed
 
 
+def aside_name(dest: str) -> str:
+    """The temporary name an existing output is moved to while its replacement is renamed in
+    (`.NAME.old.mxPID-...tmp`); `restore_aside` puts it back after a kill."""
+    return sibling_temp_name(os.path.abspath(dest) + ".old")
+
+
+def restore_aside(dest: str) -> bool:
+    """Undo a replacement a killed run left half done: when `dest` is missing and a dead run
+    moved the previous version aside, rename it back. Then remove the other dead runs'
+    set-aside copies. True when the previous version was restored."""
+    restored = False
+    folder = os.path.dirname(os.path.abspath(dest))
+    for path, _pid in stale_temps(folder, os.path.basename(os.path.abspath(dest)) + ".old"):
+        if not restored and not os.path.lexists(dest):
+            with contextlib.suppress(OSError):
+                os.rename(path, dest)
+                restored = True
+                continue
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+    return restored
+
+
 def make_temp_dir(dest: str, holder: list[str]) -> str:
     """Create a temporary folder beside `dest`; its name is appended to `holder` before it is
     created, so the caller's cleanup (over `holder`) covers an interruption inside this call.
