@@ -52,7 +52,7 @@ def build() -> None:
                             d / "a.bin"],
             "svgt": [golden / "svgt_v1.svgt", d / "a.svgt"],
             "token_stream": [golden / "token_stream_v1.mxt", d / "t.mxt"],
-            "pi_symbol_map": [d / "pack" / "symbols.json"] if (d / "pack" / "symbols.json").exists() else [],
+            "pi_symbol_map": [d / "pack" / "pi_symbol_map.json"],
             "doc_index": [d / "pack" / "doc_index.bin"],
             "ztensor": [golden / "ztensor_v1_dense.zt", golden / "ztensor_v1_multi.zt", d / "z.zt"],
             "safetensors": [d / "s.safetensors"],
@@ -89,6 +89,7 @@ def build() -> None:
         values = [{"a": [1, -2, 3.5, True, None], "b": b"\x00\x01"}, [[[]]], "text", 2**40]
         for i, value in enumerate(values):
             (out / f"value{i}").write_bytes(cbor.dumps(value))
+
 
 if __name__ == "__main__":
     build()

@@ -162,7 +162,7 @@ def test_no_output_appears_from_an_input_that_changed(tmp_path: Path, change: st
     path = tmp_path / "in.bin"
     path.write_bytes(bytes(range(256)) * 64)
     dest = tmp_path / "out.bin"
-    with io.Source.open(str(path)) as src, pytest.raises(InputError) as info:  # noqa: PT012
+    with io.Source.open(str(path)) as src, pytest.raises(InputError) as info:  # noqa: SIM117
         with io.atomic_output(str(dest)) as fp:
             fp.write(bytes(src.buf[:100]))
             if change == "truncate":
@@ -322,3 +322,117 @@ def test_spooling_stops_when_the_temporary_folder_fills(monkeypatch: pytest.Monk
     with pytest.raises(InputError) as info:
         io.Source._spool("-", __import__("io").BytesIO(b"x" * 100))
     assert info.value.code == io.SPOOL_NO_SPACE
+
+
+# Concurrency ---------------------------------------------------------------------------------
+
+
+def test_two_writers_of_one_destination_leave_one_whole_winner(tmp_path: Path) -> None:
+    """Two converts to one destination at once: the result is one of the two complete
+    outputs, never a mix, and no temporary file is left."""
+    srcs, wholes = [], []
+    for i, n in enumerate((3_000_000, 2_000_000)):
+        src = tmp_path / f"s{i}.npz"
+        np.savez(src, x=np.full(n, i + 1, dtype=np.float32))
+        srcs.append(src)
+        ref = tmp_path / f"ref{i}.zt"
+        assert run_cli("convert", str(src), str(ref)).code == 0
+        wholes.append(ref.read_bytes())
+    dest = tmp_path / "out.zt"
+    for _ in range(3):
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "matrixctl", "convert", str(s), str(dest), "-q"],
+                cwd=ROOT,
+                env={**os.environ, "MATRIXCTL_NO_FSYNC": "1"},
+            )
+            for s in srcs
+        ]
+        assert [p.wait(timeout=120) for p in procs] == [0, 0]
+        assert dest.read_bytes() in wholes
+        assert [n for n in os.listdir(tmp_path) if n.endswith(".tmp")] == []
+
+
+REPLACER = """
+import os, sys, time
+folder, dest, a, b = sys.argv[1:5]
+end = time.time() + float(sys.argv[5])
+i = 0
+while time.time() < end:
+    src = (a, b)[i % 2]
+    tmp = os.path.join(folder, ".x.tmp")
+    with open(src, "rb") as f, open(tmp, "wb") as g:
+        g.write(f.read())
+    os.replace(tmp, dest)
+    i += 1
+"""
+
+
+def test_verify_while_a_file_is_replaced_sees_one_version_whole(tmp_path: Path) -> None:
+    """A file renamed over (the way every matrixctl writer replaces one) while verify reads it:
+    verify sees the old or the new file, whole, so a valid file is always valid."""
+    a, b = tmp_path / "a.zt", tmp_path / "b.zt"
+    for path, n in ((a, 200_000), (b, 300_000)):
+        src = tmp_path / f"{path.stem}.npz"
+        np.savez(src, x=np.arange(n, dtype=np.float32))
+        assert run_cli("convert", str(src), str(path)).code == 0
+    dest = tmp_path / "live.zt"
+    dest.write_bytes(a.read_bytes())
+    replacer = subprocess.Popen(
+        [sys.executable, "-c", REPLACER, str(tmp_path), str(dest), str(a), str(b), "8"]
+    )
+    try:
+        for _ in range(15):
+            res = run_cli("verify", "-q", str(dest))
+            assert res.code == 0, res.stderr
+    finally:
+        replacer.kill()
+        replacer.wait()
+
+
+PACK_SWAPPER = """
+import os, shutil, sys, time
+folder, dest, a, b = sys.argv[1:5]
+end = time.time() + float(sys.argv[5])
+i = 0
+while time.time() < end:
+    src = (a, b)[i % 2]
+    new = os.path.join(folder, ".pack.mx1-0-0000-000000000000.tmp")
+    old = os.path.join(folder, ".pack.old.mx1-0-0000-000000000001.tmp")
+    shutil.copytree(src, new)
+    os.rename(dest, old)  # the two renames of a writer replacing a folder
+    os.rename(new, dest)
+    shutil.rmtree(old)
+    i += 1
+    time.sleep(0.02)
+"""
+
+
+def test_verify_of_a_pack_while_it_is_replaced_is_never_corrupt(tmp_path: Path) -> None:
+    """verify PACKDIR while another process replaces the pack (two renames) used to report
+    PACK_INDEX/PACK_MISMATCH on a valid pack: a swap seen during the read is read again."""
+    from tests.conftest import ROOT as root
+
+    corpus = root / "fixtures" / "corpus"
+    packs = []
+    for i in range(2):
+        out = tmp_path / f"p{i}"
+        args = ["ingest", "docs", str(corpus), "-o", str(out)]
+        if i:
+            args += ["--svgt", "16x16"]
+        assert run_cli(*args).code == 0
+        packs.append(out)
+    dest = tmp_path / "pack"
+    import shutil
+
+    shutil.copytree(packs[0], dest)
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", PACK_SWAPPER, str(tmp_path), str(dest), *map(str, packs), "10"]
+    )
+    try:
+        for _ in range(8):
+            res = run_cli("verify", "-q", str(dest))
+            assert res.code == 0, res.stderr
+    finally:
+        swapper.kill()
+        swapper.wait()
