@@ -457,6 +457,7 @@ def _deflated_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> NpyHeader:
         RuntimeError,
         EOFError,
         zlib.error,
+        UnicodeDecodeError,  # a local header's name that is not the UTF-8 it claims
     ) as exc:
         raise FormatError(
             NPZ_ZIP, f"{info.filename}: cannot be read ({exc})", offset=info.header_offset
