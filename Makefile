@@ -40,7 +40,7 @@ fuzz: $(STAMP)
 	  name=$$(basename $$h .py | sed 's/^fuzz_//'); \
 	  echo "== $$name"; \
 	  $(BIN)/python $$h -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=fuzz/ \
-	    -print_final_stats=1 fuzz/corpus/$$name 2>&1 | grep -E '^(==|#[0-9]+ +DONE|stat::|Done|\[)|Error|Traceback' ; \
+	    -print_final_stats=1 fuzz/corpus/$$name 2>&1 | grep -E '^(==|#[0-9]+[[:space:]]+(INITED|DONE)|stat::|Done|\[)|Error|Traceback' ; \
 	done
 
 docs: $(STAMP)
