@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -18,7 +19,7 @@ import typer
 from matrixctl import __version__, codes
 from matrixctl.cli import common, convert, ingest, inspect_cmd, pack, tokenize, verify_cmd
 from matrixctl.cli.common import PROG, emit_json_error, print_error, write_err
-from matrixctl.errors import MatrixError, UsageError
+from matrixctl.errors import MatrixError, UsageError, from_os_error
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -121,6 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         # The parser may stop before it reaches --json: then the words on the line tell.
         return _fail(UsageError(message, hint=_usage_hint(exc)), 2, _json_word(args))
     except OSError as exc:
+        from matrixctl.io import changed_input
+
+        changed = changed_input()
+        if changed is not None:
+            return _fail(changed, 2)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # a write: stdout or a file
+            return _fail(from_os_error(exc, exc.filename or "<stdout>", writing=True), 2)
         return _fail(MatrixError(codes.IO_READ, exc.strerror or str(exc), path=exc.filename), 2)
     except Exception as exc:  # a bug: one line, the traceback only on request
         if os.environ.get("MATRIXCTL_DEBUG"):
