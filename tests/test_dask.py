@@ -117,7 +117,10 @@ def test_local_cluster_builds_the_local_pack(cluster, small, tmp_path: Path) -> 
         "--json",
     )
     assert run.code == 0, run.stderr
-    doc = json.loads(run.out)
+    from tests.test_json_contract import check
+
+    doc = check("ingest docs", run)  # the --json schema, executor included
+    assert doc["executor"]["name"] == "dask"
     assert doc["executor"]["reused"] == 0
     assert doc["executor"]["redone"] == doc["executor"]["units"] > 1
     assert _tree(out) == expected
