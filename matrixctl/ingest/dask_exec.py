@@ -15,6 +15,7 @@ whose files match their hashes; anything else is redone (see docs/scale-out.md).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -139,13 +140,20 @@ _WORKER_STATES: dict[str, pipeline.WorkerState] = {}
 
 
 def run_unit(
-    state_blob: bytes, unit: list[SourceFile] | pipeline.Piece, key: str, staging: str
+    state_blob: bytes,
+    unit: list[SourceFile] | pipeline.Piece,
+    key: str,
+    staging: str,
+    data: bytes | None = None,
 ) -> tuple[str, Any]:
     """A Dask task: one unit to its staged results. Idempotent (a rerun writes the same
     files under fresh temporary names). A deterministic input error is returned, not raised,
     so the scheduler does not retry it; a lost worker raises nothing and is rescheduled."""
     from matrixctl.tokenizers import pi
 
+    if data is not None:  # a piece's bytes travel apart from the task (see DaskWorkers.results)
+        assert isinstance(unit, pipeline.Piece)
+        unit = dataclasses.replace(unit, data=data)
     digest = hashlib.sha256(state_blob).hexdigest()
     state = _WORKER_STATES.get(digest)
     if state is None:
@@ -291,8 +299,21 @@ class DaskWorkers:
 
         def task(unit: Unit, key: str) -> Any:
             _drop_unit(self.staging, key)
+            data = None
+            if isinstance(unit, pipeline.Piece) and unit.data:
+                # A piece's bytes (about 4 MiB) go from this client straight to a worker;
+                # inside the task they would pass through the scheduler.
+                data = self.client.scatter(unit.data, hash=False)
+                unit = dataclasses.replace(unit, data=b"")
             return self.client.submit(
-                run_unit, blob, unit, key, self.staging, key=f"matrixctl-unit-{key}", pure=False
+                run_unit,
+                blob,
+                unit,
+                key,
+                self.staging,
+                data,
+                key=f"matrixctl-unit-{key}",
+                pure=False,
             )
 
         def submit(unit: Unit) -> None:
