@@ -69,7 +69,7 @@ def main() -> int:
             threads_per_worker=1,
             processes=True,
             host="127.0.0.1",
-            dashboard_address=None,
+            dashboard_address=":0",
         ) as lc,
         distributed.Client(lc) as client,
     ):

@@ -266,7 +266,7 @@ class DaskWorkers:
                     threads_per_worker=1,
                     processes=True,
                     host="127.0.0.1",
-                    dashboard_address=None,
+                    dashboard_address=":0",
                 )
                 self.client = distributed.Client(self.cluster)
             else:
