@@ -416,3 +416,15 @@ def test_pieces_of_a_large_jsonl_file_travel_to_the_workers(
     assert run.code == 0, run.stderr
     assert json.loads(run.out)["executor"]["units"] > 4  # one file, many pieces
     assert _tree(out) == _tree(local)
+
+
+def test_unreachable_scheduler_is_one_error_line(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("hello", encoding="utf-8")
+    out = tmp_path / "p"
+    run = run_cli(
+        "ingest", "docs", str(tmp_path), "-o", str(out), "--executor", "dask",
+        "--scheduler", "bogus://nowhere",
+    )  # fmt: skip
+    assert run.code in (1, 2)
+    assert "INGEST_DASK_CLUSTER" in run.stderr and "bogus://nowhere" in run.stderr
+    assert "Traceback" not in run.stderr and not out.exists()

@@ -271,7 +271,7 @@ class DaskWorkers:
                 self.client = distributed.Client(self.cluster)
             else:
                 self.client = distributed.Client(address, timeout="30s")
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError, ValueError) as exc:
             self._shutdown()
             raise InputError(
                 INGEST_DASK_CLUSTER,
