@@ -4,7 +4,7 @@
  * A Codec holds one config's tables, built once and never changed after (threads share it
  * without the GIL):
  *   - the active composite id of a lane's W bytes: a direct table of 2**(8W) ids for W <= 2,
- *     else an open-addressing hash table (linear probing, load <= 1/2) keyed by the lane read
+ *     else an open-addressing hash table (linear probing, load <= 1/8) keyed by the lane read
  *     as a little-endian integer;
  *   - the W pattern bytes of every id (`expand`), and for every id whether it is an active
  *     composite that the lookup of its own pattern gives back (`canon`).
@@ -28,6 +28,7 @@
 #define LANE_MARK 0x0103
 #define CHUNK_MARK 0x0203
 #define HASH_MULT 0x9E3779B97F4A7C15ULL
+#define HOT static inline __attribute__((always_inline))
 
 typedef struct {
     PyObject_HEAD
@@ -56,12 +57,10 @@ static inline uint64_t lane_key(const uint8_t *p, int w) {
     return k;
 }
 
-/* The active composite id of the lane at p, 0 when none. */
-static inline uint16_t lookup(const CodecObject *c, const uint8_t *p) {
-    int w = c->width;
-    if (c->direct) return c->direct[w == 1 ? p[0] : (uint32_t)p[0] | (uint32_t)p[1] << 8];
+/* The active composite id of the lane whose key (little-endian integer) is `key`, 0 when none. */
+HOT uint16_t lookup_key(const CodecObject *c, uint64_t key) {
+    if (c->direct) return c->direct[key];
     if (!c->hids) return 0;
-    uint64_t key = lane_key(p, w);
     uint64_t mask = ((uint64_t)1 << c->hbits) - 1;
     uint64_t s = (key * HASH_MULT) >> (64 - c->hbits);
     while (c->hids[s]) {
@@ -69,6 +68,15 @@ static inline uint16_t lookup(const CodecObject *c, const uint8_t *p) {
         s = (s + 1) & mask;
     }
     return 0;
+}
+
+/* The active composite id of the lane at p, 0 when none. */
+HOT uint16_t lookup_w(const CodecObject *c, const uint8_t *p, const int w) {
+    return lookup_key(c, lane_key(p, w));
+}
+
+static inline uint16_t lookup(const CodecObject *c, const uint8_t *p) {
+    return lookup_key(c, lane_key(p, c->width));
 }
 
 static void insert(CodecObject *c, const uint8_t *p, uint16_t id) {
@@ -114,7 +122,7 @@ static int Codec_init(CodecObject *self, PyObject *args, PyObject *kwds) {
     for (Py_ssize_t i = 0; i < TOKEN_LIMIT; i++) n += act[i] != 0;
     self->width = width;
     self->lanes = lanes;
-    self->expand = PyMem_RawMalloc((size_t)TOKEN_LIMIT * (size_t)width);
+    self->expand = PyMem_RawCalloc((size_t)TOKEN_LIMIT * (size_t)width + 8, 1); /* +8: word reads */
     self->canon = PyMem_RawCalloc(TOKEN_LIMIT, 1);
     int nomem = !self->expand || !self->canon;
     if (!nomem && width <= 2) {
@@ -122,7 +130,7 @@ static int Codec_init(CodecObject *self, PyObject *args, PyObject *kwds) {
         nomem = !self->direct;
     } else if (!nomem && n) {
         int bits = 4;
-        while (((Py_ssize_t)1 << bits) < 2 * n) bits++;
+        while (((Py_ssize_t)1 << bits) < 8 * n) bits++; /* load <= 1/8: short probes */
         self->hbits = bits;
         self->hkeys = PyMem_RawCalloc((size_t)1 << bits, sizeof(uint64_t));
         self->hids = PyMem_RawCalloc((size_t)1 << bits, sizeof(uint16_t));
@@ -178,6 +186,27 @@ static PyObject *Codec_lookup(CodecObject *self, PyObject *args) {
     return out;
 }
 
+/* The tokens of nb whole bundles at p into o (room for 3 + N * (W + 1) per bundle); returns
+ * how many. Branch-free per lane: the W byte tokens are written, then the first replaced by
+ * the composite id when there is one, and the cursor moves by 1 or W. */
+HOT Py_ssize_t encode_run(const CodecObject *c, const uint8_t *p, Py_ssize_t nb, long long first,
+                          int debug, long long chunk, uint16_t *o, const int w) {
+    Py_ssize_t n = c->lanes, k = 0;
+    for (Py_ssize_t b = 0; b < nb; b++) {
+        if (debug && (first + b) % chunk == 0) o[k++] = CHUNK_MARK;
+        o[k++] = BUNDLE_START;
+        for (Py_ssize_t l = 0; l < n; l++, p += w) {
+            if (debug) o[k++] = LANE_MARK;
+            uint16_t id = lookup_w(c, p, w);
+            for (int i = 0; i < w; i++) o[k + i] = p[i];
+            o[k] = id ? id : p[0];
+            k += id ? 1 : w;
+        }
+        o[k++] = BUNDLE_END;
+    }
+    return k;
+}
+
 /* encode(data, first_bundle, debug, chunk_bundles) -> bytes of u16 tokens for whole bundles
  * (no shard markers): per bundle [CHUNK_MARK when debug and its index is a multiple of
  * chunk_bundles] BUNDLE_START, per lane [LANE_MARK when debug] the lane's active composite or
@@ -207,24 +236,81 @@ static PyObject *Codec_encode(CodecObject *self, PyObject *args) {
     const uint8_t *p = buf.buf;
     Py_ssize_t k = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t b = 0; b < nb; b++) {
-        if (debug && (first + b) % chunk == 0) o[k++] = CHUNK_MARK;
-        o[k++] = BUNDLE_START;
-        for (Py_ssize_t l = 0; l < n; l++, p += w) {
-            if (debug) o[k++] = LANE_MARK;
-            uint16_t id = lookup(self, p);
-            if (id) {
-                o[k++] = id;
-            } else {
-                for (int i = 0; i < w; i++) o[k++] = p[i];
-            }
-        }
-        o[k++] = BUNDLE_END;
+    switch (w) {
+    case 1: k = encode_run(self, p, nb, first, debug, chunk, o, 1); break;
+    case 2: k = encode_run(self, p, nb, first, debug, chunk, o, 2); break;
+    case 4: k = encode_run(self, p, nb, first, debug, chunk, o, 4); break;
+    case 8: k = encode_run(self, p, nb, first, debug, chunk, o, 8); break;
+    default: k = encode_run(self, p, nb, first, debug, chunk, o, w); break;
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
     if (_PyBytes_Resize(&out, 2 * k) < 0) return NULL;
     return out;
+}
+
+/* Whole canonical bundles of t[0:nt] into o; 1 and the byte and bundle counts when t is
+ * exactly such bundles, else 0. o has room for nt / (N + 2) bundles and 8 bytes more. A bundle
+ * with N * W + 2 tokens left in the window takes the branch-free lane step (both readings of
+ * a lane are made, every read stays in the window); a bundle near the end the checked one. */
+HOT int decode_run(const CodecObject *c, const uint16_t *t, Py_ssize_t nt, uint8_t *o,
+                   Py_ssize_t *pk, Py_ssize_t *pnb, const int w) {
+    const uint8_t *expand = c->expand, *canon = c->canon;
+    Py_ssize_t n = c->lanes, i = 0, k = 0, nb = 0;
+    if (nt == 0) return 0;
+    while (i < nt) {
+        if (t[i] != BUNDLE_START || nt - i < n + 2) return 0;
+        i++;
+        if (nt - i >= n * w + 1) {
+            unsigned bad = 0;
+            for (Py_ssize_t l = 0; l < n; l++) {
+                uint16_t id = t[i];
+                uint64_t raw = 0, pat;
+                unsigned high = 0;
+                for (int j = 0; j < w; j++) {
+                    raw |= (uint64_t)(t[i + j] & 0xFF) << (8 * j);
+                    high |= t[i + j];
+                }
+                memcpy(&pat, expand + (size_t)id * w, 8);
+                int comp = id >= 256;
+                /* a composite must be canonical; a byte lane W bytes with no composite */
+                unsigned raw_bad = (high >> 8) | (lookup_key(c, raw) != 0);
+                bad |= comp ? !canon[id] : raw_bad;
+                uint64_t v = comp ? pat : raw;
+                memcpy(o + k, &v, 8);
+                k += w;
+                i += comp ? 1 : w;
+            }
+            if (bad || t[i] != BUNDLE_END) return 0;
+            i++;
+            nb++;
+            continue;
+        }
+        for (Py_ssize_t l = 0; l < n; l++) {
+            uint16_t id = t[i];
+            if (id >= 256) {
+                if (!canon[id]) return 0;
+                memcpy(o + k, expand + (size_t)id * w, (size_t)w);
+                i++;
+            } else {
+                if (nt - i < w) return 0;
+                for (int j = 0; j < w; j++) {
+                    if (t[i + j] >= 256) return 0;
+                    o[k + j] = (uint8_t)t[i + j];
+                }
+                if (lookup_w(c, o + k, w)) return 0; /* a lane with a composite must use it */
+                i += w;
+            }
+            k += w;
+            if (i >= nt) return 0;
+        }
+        if (t[i] != BUNDLE_END) return 0;
+        i++;
+        nb++;
+    }
+    *pk = k;
+    *pnb = nb;
+    return 1;
 }
 
 /* decode(tokens) -> (bytes, bundles) when tokens (u16) are exactly whole bundles in canonical
@@ -242,62 +328,22 @@ static PyObject *Codec_decode(CodecObject *self, PyObject *args) {
     int w = self->width;
     Py_ssize_t n = self->lanes, nt = buf.len / 2;
     Py_ssize_t cap = nt / (n + 2) * n * w; /* a bundle takes at least N + 2 tokens */
-    PyObject *out = PyBytes_FromStringAndSize(NULL, cap);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, cap + 8); /* +8: word writes */
     if (!out) {
         PyBuffer_Release(&buf);
         return NULL;
     }
     uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
     const uint16_t *t = buf.buf;
-    const uint8_t *expand = self->expand, *canon = self->canon;
-    Py_ssize_t i = 0, k = 0, nb = 0;
-    int good = nt > 0;
+    Py_ssize_t k = 0, nb = 0;
+    int good = 0;
     Py_BEGIN_ALLOW_THREADS
-    while (good && i < nt) {
-        if (t[i] != BUNDLE_START || nt - i < n + 2) {
-            good = 0;
-            break;
-        }
-        i++;
-        for (Py_ssize_t l = 0; l < n; l++) {
-            uint16_t id = t[i];
-            if (id >= 256) {
-                if (!canon[id]) {
-                    good = 0;
-                    break;
-                }
-                memcpy(o + k, expand + (size_t)id * w, (size_t)w);
-                i++;
-            } else {
-                if (nt - i < w) {
-                    good = 0;
-                    break;
-                }
-                for (int j = 0; j < w; j++) {
-                    if (t[i + j] >= 256) {
-                        good = 0;
-                        break;
-                    }
-                    o[k + j] = (uint8_t)t[i + j];
-                }
-                if (!good || lookup(self, o + k)) {
-                    good = 0; /* a lane with a composite must use it */
-                    break;
-                }
-                i += w;
-            }
-            k += w;
-            if (i >= nt) {
-                good = 0;
-                break;
-            }
-        }
-        if (!good || t[i] != BUNDLE_END) {
-            good = 0;
-            break;
-        }
-        i++;
-        nb++;
+    switch (w) {
+    case 1: good = decode_run(self, t, nt, o, &k, &nb, 1); break;
+    case 2: good = decode_run(self, t, nt, o, &k, &nb, 2); break;
+    case 4: good = decode_run(self, t, nt, o, &k, &nb, 4); break;
+    case 8: good = decode_run(self, t, nt, o, &k, &nb, 8); break;
+    default: good = decode_run(self, t, nt, o, &k, &nb, w); break;
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
