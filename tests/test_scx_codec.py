@@ -10,7 +10,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from matrixctl.tokenizers.scx import api
-from matrixctl.tokenizers.scx import lanes as ln
 from matrixctl.tokenizers.scx import registry as rg
 from matrixctl.tokenizers.scx import tokens as tk
 from tests import scx_golden as g

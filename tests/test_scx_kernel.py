@@ -29,7 +29,9 @@ def make(width: int, lanes: int, patterns: dict[int, bytes], deprecated: tuple[i
     return _scx_kernel.Codec(width, lanes, bytes(expand), bytes(active))
 
 
-def ref_ids(width: int, patterns: dict[int, bytes], deprecated: tuple[int, ...]) -> dict[bytes, int]:
+def ref_ids(
+    width: int, patterns: dict[int, bytes], deprecated: tuple[int, ...]
+) -> dict[bytes, int]:
     out: dict[bytes, int] = {}
     for tid, pat in sorted(patterns.items()):
         if tid not in deprecated:
@@ -37,8 +39,9 @@ def ref_ids(width: int, patterns: dict[int, bytes], deprecated: tuple[int, ...])
     return out
 
 
-def ref_encode(width: int, lanes: int, ids: dict[bytes, int], data: bytes, first: int,
-               debug: bool, chunk: int) -> list[int]:
+def ref_encode(
+    width: int, lanes: int, ids: dict[bytes, int], data: bytes, first: int, debug: bool, chunk: int
+) -> list[int]:
     out: list[int] = []
     bb = width * lanes
     for b in range(len(data) // bb):
@@ -70,7 +73,9 @@ composite_sets = st.integers(1, 8).flatmap(
 
 @settings(max_examples=80, deadline=None)
 @given(spec=composite_sets, dep=st.sets(st.integers(0, 39), max_size=5))
-def test_lookup_answers_like_a_dict(spec: tuple[int, list[bytes], list[bytes]], dep: set[int]) -> None:
+def test_lookup_answers_like_a_dict(
+    spec: tuple[int, list[bytes], list[bytes]], dep: set[int]
+) -> None:
     width, pats, probes = spec
     patterns = {0x400 + i: p for i, p in enumerate(pats)}
     deprecated = tuple(0x400 + i for i in dep)
@@ -92,8 +97,13 @@ def test_lookup_answers_like_a_dict(spec: tuple[int, list[bytes], list[bytes]], 
     chunk=st.integers(1, 4),
 )
 def test_encode_and_decode_match_the_references(
-    spec: tuple[int, list[bytes], list[bytes]], lanes: int, bundles: int, seed: int, first: int,
-    debug: bool, chunk: int,
+    spec: tuple[int, list[bytes], list[bytes]],
+    lanes: int,
+    bundles: int,
+    seed: int,
+    first: int,
+    debug: bool,
+    chunk: int,
 ) -> None:
     width, pats, _ = spec
     patterns = {0x400 + i: p for i, p in enumerate(pats)}
@@ -142,9 +152,16 @@ def test_decode_refuses_every_non_canonical_window() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(toks=st.lists(st.sampled_from([*range(0, 300, 37), 0x100, 0x101, 0x400, 0x401, 0xFFFF]),
-                     max_size=60), width=st.integers(1, 8), lanes=st.integers(1, 4))
-def test_decode_of_hostile_windows_is_exact_or_none(toks: list[int], width: int, lanes: int) -> None:
+@given(
+    toks=st.lists(
+        st.sampled_from([*range(0, 300, 37), 0x100, 0x101, 0x400, 0x401, 0xFFFF]), max_size=60
+    ),
+    width=st.integers(1, 8),
+    lanes=st.integers(1, 4),
+)
+def test_decode_of_hostile_windows_is_exact_or_none(
+    toks: list[int], width: int, lanes: int
+) -> None:
     pats = {0x400: bytes(range(1, width + 1)), 0x401: b"\xff" * width}
     codec = make(width, lanes, pats)
     found = codec.decode(u16(toks))
@@ -182,8 +199,10 @@ def test_threads_share_a_codec() -> None:
     data = rng.integers(0, 3, 32 * 4000, dtype=np.uint8).tobytes()
     want = codec.encode(data, 0, False, 4)
     got: list[bytes] = []
-    threads = [threading.Thread(target=lambda: got.append(codec.encode(data, 0, False, 4)))
-               for _ in range(4)]
+    threads = [
+        threading.Thread(target=lambda: got.append(codec.encode(data, 0, False, 4)))
+        for _ in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -9,7 +9,6 @@ checking paths use, are numpy tables. Nothing here loops over bytes or tokens in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from matrixctl import _scx_kernel
@@ -42,6 +41,7 @@ FAST_MAX_DEBUG = C_CHUNK_MARK
 
 INSIDE_OK = (C_RAW, C_COMP, C_COMP_DEP, C_PAD_LANE, C_LANE_MARK, C_BUNDLE_PAD)
 OUTSIDE_OK = (C_SHARD_START, C_SHARD_END, C_CHUNK_MARK)
+
 
 class LaneCodec:
     """The compiled tables of one config: encode lanes to tokens, classify and expand tokens."""
