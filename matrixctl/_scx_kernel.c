@@ -5,7 +5,8 @@
  * without the GIL):
  *   - the active composite id of a lane's W bytes: a direct table of 2**(8W) ids for W <= 2,
  *     else an open-addressing hash table (linear probing, load <= 1/8) keyed by the lane read
- *     as a little-endian integer;
+ *     as a little-endian integer, behind a 64 Kibit filter of hash fragments (a lane whose bit
+ *     is clear has no composite: one L1 read instead of a probe);
  *   - the W pattern bytes of every id (`expand`), and for every id whether it is an active
  *     composite that the lookup of its own pattern gives back (`canon`).
  *
@@ -38,6 +39,7 @@ typedef struct {
     uint64_t *hkeys;    /* W > 2: hash table keys */
     uint16_t *hids;     /* ... and ids (0: empty slot) */
     int hbits;
+    uint64_t filter[1024]; /* W > 2: a bit per 16-bit hash fragment of the keys (no bit: no key) */
     uint8_t *expand;    /* TOKEN_LIMIT * width pattern bytes */
     uint8_t *canon;     /* TOKEN_LIMIT flags: an active composite its pattern's lookup gives */
 } CodecObject;
@@ -61,8 +63,10 @@ static inline uint64_t lane_key(const uint8_t *p, int w) {
 HOT uint16_t lookup_key(const CodecObject *c, uint64_t key) {
     if (c->direct) return c->direct[key];
     if (!c->hids) return 0;
+    uint64_t h = key * HASH_MULT, f = (h >> 24) & 0xFFFF;
+    if (!(c->filter[f >> 6] >> (f & 63) & 1)) return 0; /* most lanes have no composite */
     uint64_t mask = ((uint64_t)1 << c->hbits) - 1;
-    uint64_t s = (key * HASH_MULT) >> (64 - c->hbits);
+    uint64_t s = h >> (64 - c->hbits);
     while (c->hids[s]) {
         if (c->hkeys[s] == key) return c->hids[s];
         s = (s + 1) & mask;
@@ -87,7 +91,9 @@ static void insert(CodecObject *c, const uint8_t *p, uint16_t id) {
     }
     uint64_t key = lane_key(p, w);
     uint64_t mask = ((uint64_t)1 << c->hbits) - 1;
-    uint64_t s = (key * HASH_MULT) >> (64 - c->hbits);
+    uint64_t h = key * HASH_MULT, f = (h >> 24) & 0xFFFF;
+    uint64_t s = h >> (64 - c->hbits);
+    c->filter[f >> 6] |= (uint64_t)1 << (f & 63);
     while (c->hids[s] && c->hkeys[s] != key) s = (s + 1) & mask;
     c->hkeys[s] = key; /* a later composite with the same pattern wins, as in a dict */
     c->hids[s] = id;
