@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from matrixctl import codes
 from matrixctl.dataset import PackDataset
 from matrixctl.errors import FormatError, UsageError
-from matrixctl.validate.findings import FileReport
+from matrixctl.findings import FileReport
 
 if TYPE_CHECKING:
     import numpy as np

@@ -147,9 +147,9 @@ def _open_tokens(path: str) -> Iterator[Any]:
 
 def open_valid(path: str, fmt: str) -> tuple[Source, Any]:
     """Open `path`, require format `fmt` and structural validity; raise the first error."""
+    from matrixctl.findings import FileReport
     from matrixctl.formats import registry
     from matrixctl.validate.engine import handler, run_rules
-    from matrixctl.validate.findings import FileReport
 
     src = Source.open(path)
     try:

@@ -62,8 +62,8 @@ def open_checked(src: Source | Folder, fmt: str) -> Any:
     """Load `src` with its format's handler and run the structural rules; raise the first error
     as a FormatError (the same code `verify` reports). Returns the handler's subject."""
     from matrixctl.codes import Severity
+    from matrixctl.findings import FileReport
     from matrixctl.validate.engine import handler, run_rules
-    from matrixctl.validate.findings import FileReport
 
     mod = handler(fmt)
     subject = mod.load_dir(src.path) if getattr(src, "is_folder", False) else mod.load(src)

@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 from matrixctl import codes
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, InputError, MatrixError
+from matrixctl.findings import FileReport, Finding, finding, from_error
 from matrixctl.io import Source
-from matrixctl.validate.findings import FileReport, Finding, finding, from_error
 
 RuleFn = Callable[[Any], Iterable[Finding]]
 F = TypeVar("F", bound=RuleFn)

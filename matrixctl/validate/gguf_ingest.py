@@ -18,9 +18,9 @@ from typing import Any
 
 from matrixctl import codes
 from matrixctl.errors import FormatError
+from matrixctl.findings import Finding, finding
 from matrixctl.formats import gguf_ingest as gi
 from matrixctl.validate.engine import rule
-from matrixctl.validate.findings import Finding, finding
 from matrixctl.validate.ingest_pack import (
     PACK_ARTIFACT,
     PACK_HASH,
