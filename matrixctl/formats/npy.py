@@ -545,9 +545,11 @@ def zip_date() -> tuple[int, int, int, int, int, int]:
     """1980-01-01 00:00:00, or SOURCE_DATE_EPOCH when it is set (and after 1980)."""
     import time
 
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    if epoch and epoch.strip().isdigit():
-        t = time.gmtime(int(epoch))
+    from matrixctl.epoch import source_date_epoch
+
+    epoch = source_date_epoch()
+    if epoch is not None:
+        t = time.gmtime(epoch)
         if t.tm_year >= 1980:
             return (t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec - t.tm_sec % 2)
     return ZIP_DATE

@@ -392,17 +392,6 @@ def sink_for(choice: str) -> tuple[str, str, Any]:
 # The output folder ---------------------------------------------------------------------------
 
 
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fp:
-        while True:
-            block = fp.read(HASH_CHUNK)
-            if not block:
-                break
-            h.update(block)
-    return "sha256:" + h.hexdigest()
-
-
 class _Hasher(threading.Thread):
     """SHA-256 of a mapped input on a helper thread (hashlib releases the GIL on big
     buffers, so it overlaps with the parse and the dequantization on a second core)."""
@@ -535,6 +524,7 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
     from matrixctl.ingest.gguf_tokenizer import measure as measure_tokenizer
     from matrixctl.ingest.gguf_tokenizer import report_line
     from matrixctl.ingest.pack import created_stamp
+    from matrixctl.io import sha256_file
 
     if opts.embeddings != "none" and opts.embeddings not in EMBEDDINGS:
         raise UsageError(f"--embeddings must be one of {', '.join(EMBEDDINGS)} or none")

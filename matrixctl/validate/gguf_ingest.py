@@ -285,7 +285,7 @@ def check_present(s: FolderSubject) -> Iterator[Finding]:
 
 @rule(FMT, "sha256 of every file", scan=True)
 def check_hashes(s: FolderSubject) -> Iterator[Finding]:
-    from matrixctl.ingest.gguf import sha256_file
+    from matrixctl.io import sha256_file
 
     m = s.manifest
     if m is None:

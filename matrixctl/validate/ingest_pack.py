@@ -320,7 +320,7 @@ def _regular(path: str | None) -> bool:
 
 @rule(FMT, "sha256 of every artifact", scan=True)
 def check_hashes(s: PackSubject) -> Iterator[Finding]:
-    from matrixctl.ingest.pack import sha256_file
+    from matrixctl.io import sha256_file
 
     m = s.manifest
     if m is None:
