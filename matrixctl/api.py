@@ -218,8 +218,9 @@ def save(
     (`.zt`, `.safetensors`, `.npy`, `.npz`, `.weights`, `.stb`). Atomic: the file appears only
     complete. `options` are `convert`'s (`compress="zstd"`, `digest`, `dtype=[...]`,
     `per_file`). Returns the converter's summary (what `convert --json` reports)."""
-    from matrixctl.convert import TENSOR_CONTAINERS, destination_format
+    from matrixctl.convert import destination_format
     from matrixctl.convert.tensors import convert_source
+    from matrixctl.formats.registry import TENSOR_CONTAINERS
 
     dst = os.fspath(path)
     dst_fmt = destination_format(dst, format)

@@ -5,18 +5,22 @@ format recognises (`formats/registry.py` `directory=` sniffs: an ingest pack, a 
 model folder, ...). The errors are the CLI's: a missing path is `IO_NOT_FOUND`, a folder no
 format claims `UNKNOWN_FOLDER`, bytes no format claims are `UNKNOWN_FORMAT` (with the registry's
 explanation when it recognises something matrixctl does not read). The Python API
-(`matrixctl.api`) opens through here; the CLI's copies of this logic move here in the layering
-step (docs/api.md, "Layers").
+(`matrixctl.api`), the CLI, the validation engine and `convert` open through here.
+
+Opening a tensor container checks it first (`open_checked`: its format's structural rules, so a
+damaged file is refused with the code `verify` reports) and hands the checked parse to the
+codec's `TensorSource`: codecs never call back up into validation (docs/architecture.md,
+"Layers").
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from matrixctl import codes
-from matrixctl.errors import FormatError
+from matrixctl.errors import FormatError, UsageError
 from matrixctl.io import STDIO
 
 if TYPE_CHECKING:
@@ -46,7 +50,7 @@ def open_sniffed(path: str) -> Iterator[tuple[Source | Folder, str]]:
 
 def tensor_source_class(fmt: str) -> type[TensorSource] | None:
     """The `TensorSource` class of a tensor container format, or None for other formats."""
-    from matrixctl.convert import TENSOR_CONTAINERS
+    from matrixctl.formats.registry import TENSOR_CONTAINERS
 
     container = next((c for c in TENSOR_CONTAINERS if c.format == fmt), None)
     if container is None:
@@ -55,13 +59,49 @@ def tensor_source_class(fmt: str) -> type[TensorSource] | None:
     return cls
 
 
+def open_checked(src: Source | Folder, fmt: str) -> Any:
+    """Load `src` with its format's handler and run the structural rules; raise the first error
+    as a FormatError (the same code `verify` reports). Returns the handler's subject."""
+    from matrixctl.codes import Severity
+    from matrixctl.findings import FileReport
+    from matrixctl.validate.engine import handler, run_rules
+
+    mod = handler(fmt)
+    subject = mod.load_dir(src.path) if getattr(src, "is_folder", False) else mod.load(src)
+    report = FileReport(src.name, fmt)
+    run_rules(fmt, subject, report, scan=False)
+    for f in report.findings:
+        if f.severity is Severity.ERROR:
+            raise FormatError(f.code, f.message, path=src.name, offset=f.offset, field=f.field)
+    return subject
+
+
+SOURCE_OPTIONS = ("keep_quantized",)  # options a source class may declare in `accepts`
+
+
+def open_with_options(
+    source_cls: type[TensorSource], src: Source, options: dict[str, Any], src_fmt: str
+) -> TensorSource:
+    """Check `src` (`open_checked`) and construct the source with the checked parse, handing
+    it the options it declares in `accepts` (refusing the others with a usage error before
+    anything is read)."""
+    accepts = getattr(source_cls, "accepts", ())
+    mine = {k: options[k] for k in SOURCE_OPTIONS if options.get(k) is not None}
+    for key in mine:
+        if key not in accepts:
+            flag = "--" + key.replace("_", "-")
+            raise UsageError(f"{flag} does not apply to {src_fmt} input")
+    checked = open_checked(src, src_fmt)
+    if accepts:
+        return source_cls(src, checked, mine)  # type: ignore[call-arg]
+    return source_cls(src, checked)  # type: ignore[call-arg]
+
+
 @contextlib.contextmanager
 def open_tensors(path: str, options: dict[str, object] | None = None) -> Iterator[TensorSource]:
     """Any tensor container, sniffed and checked (its structural rules run, so a damaged file
     is refused with the code `verify` reports), opened for reading until the block ends.
     `options` are source options (`keep_quantized`), refused by a source that has none."""
-    from matrixctl.convert.tensors import open_with_options
-
     with open_sniffed(path) as (src, fmt):
         cls = tensor_source_class(fmt)
         if cls is None:

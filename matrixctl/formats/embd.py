@@ -1295,11 +1295,9 @@ class EmbdSource(TensorSource):
 
     format = FORMAT
 
-    def __init__(self, src: Source) -> None:
-        from matrixctl.convert.tensors import open_checked
-
+    def __init__(self, src: Source, checked: Any) -> None:
         self.src = src
-        self.embd: EmbdFile = open_checked(src, FORMAT).embd
+        self.embd: EmbdFile = checked.embd
         f = self.embd
         if f.header.flags & FLAG_CHECKSUM_ENABLED and f.footer is not None:
             sums = checksums(src.buf, f)

@@ -225,11 +225,9 @@ def tensor_name(path: str) -> str:
 class NpySource(TensorSource):
     format = NPY
 
-    def __init__(self, src: Source) -> None:
-        from matrixctl.convert.tensors import open_checked
-
+    def __init__(self, src: Source, checked: Any) -> None:
         self.src = src
-        self.h: NpyHeader = open_checked(src, NPY).header
+        self.h: NpyHeader = checked.header
         self.name = tensor_name(src.path)
 
     def tensors(self) -> list[TensorInfo]:
@@ -514,11 +512,9 @@ def member_stream(
 class NpzSource(TensorSource):
     format = NPZ
 
-    def __init__(self, src: Source) -> None:
-        from matrixctl.convert.tensors import open_checked
-
+    def __init__(self, src: Source, checked: Any) -> None:
         self.src = src
-        subject = open_checked(src, NPZ)
+        subject = checked
         self.zf: zipfile.ZipFile = subject.zf
         self.members = {m.name: m for m in subject.members}
 

@@ -376,7 +376,7 @@ class EmbeddingSource(TensorSource):
 
 def sink_for(choice: str) -> tuple[str, str, Any]:
     """(format, extension, sink class) for --embeddings CHOICE."""
-    from matrixctl.convert import TENSOR_CONTAINERS
+    from matrixctl.formats.registry import TENSOR_CONTAINERS
 
     fmt, ext = EMBEDDINGS[choice]
     container = next((c for c in TENSOR_CONTAINERS if c.format == fmt), None)
@@ -525,6 +525,7 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
     from matrixctl.ingest.gguf_tokenizer import report_line
     from matrixctl.ingest.pack import created_stamp
     from matrixctl.io import sha256_file
+    from matrixctl.opening import open_checked
 
     if opts.embeddings != "none" and opts.embeddings not in EMBEDDINGS:
         raise UsageError(f"--embeddings must be one of {', '.join(EMBEDDINGS)} or none")
@@ -547,7 +548,8 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
     hasher = _Hasher(src.buf, src.size, src.path if regular else None)
     hasher.start()
     try:
-        source = gg.GgufSource(src, {"keep_quantized": opts.keep_quantized})
+        checked = open_checked(src, gg.FORMAT)
+        source = gg.GgufSource(src, checked, {"keep_quantized": opts.keep_quantized})
     except BaseException:
         hasher.join()
         raise

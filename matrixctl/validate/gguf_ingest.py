@@ -478,14 +478,14 @@ def _agreement(s: FolderSubject, tok: dict[str, Any], smap: Any) -> Iterator[Fin
 
 
 def _embeddings(s: FolderSubject, embd: dict[str, Any], vocab: int) -> Iterator[Finding]:
-    from matrixctl.convert.tensors import open_source
+    from matrixctl.opening import open_tensors
 
     path = s.file(embd.get("file"))
     if not _regular(path):
         return
     assert path is not None
     try:
-        with open_source(path) as source:
+        with open_tensors(path) as source:
             infos = source.tensors()
     except FormatError:
         return  # the file's own checks report it
