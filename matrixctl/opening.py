@@ -29,14 +29,29 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def open_sniffed(path: str) -> Iterator[tuple[Source | Folder, str]]:
-    """`(opened input, format name)` for `path`; the input is closed when the block ends."""
+def open_path(path: str, fmt: str | None = None) -> Iterator[tuple[Source | Folder, str | None]]:
+    """`(opened input, format name or None)` for `path`: a folder a folder format claims is
+    a `Folder`, anything else is opened as a `Source` and sniffed (unless `fmt` names its
+    format); None when no format claims the bytes. The input is closed when the block ends.
+    Opening errors (`IO_NOT_FOUND`, `UNKNOWN_FOLDER`, ...) are raised before the block runs."""
     from matrixctl.formats import registry
     from matrixctl.io import Folder, Source
 
     folder = registry.sniff_dir(path) if path != STDIO else None
     with Folder(path) if folder is not None else Source.open(path) as src:
-        fmt = folder.name if folder is not None else registry.sniff(src)  # type: ignore[arg-type]
+        if folder is not None:
+            yield src, folder.name
+        else:
+            yield src, fmt or registry.sniff(src)  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def open_sniffed(path: str) -> Iterator[tuple[Source | Folder, str]]:
+    """`(opened input, format name)` for `path`; the input is closed when the block ends."""
+    from matrixctl.formats import registry
+    from matrixctl.io import Source
+
+    with open_path(path) as (src, fmt):
         if fmt is None:
             known = registry.explain_unknown(src) if isinstance(src, Source) else None
             raise FormatError(

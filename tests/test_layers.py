@@ -77,3 +77,42 @@ def test_sha256_file_in_the_base(tmp_path: Path) -> None:
         "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     )
     assert not hasattr(pack, "sha256_file") or pack.sha256_file is io.sha256_file
+
+
+def test_one_place_sniffs_and_opens() -> None:
+    """Decision: only matrixctl/opening.py tells a path's format (folder sniff, then bytes);
+    the CLI, the engine, convert and the API open through it (packing.open_valid requires a
+    named format of a file it opened and checks it through opening.open_checked)."""
+    callers = {}
+    for path in sorted((ROOT / "matrixctl").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for needle in ("sniff_dir(", "registry.sniff(", "run_rules("):
+            for line in text.splitlines():
+                if needle in line and not line.lstrip().startswith("def "):
+                    callers.setdefault(needle, set()).add(path.relative_to(ROOT).as_posix())
+    assert callers["sniff_dir("] == {"matrixctl/opening.py"}
+    assert callers["registry.sniff("] == {"matrixctl/opening.py", "matrixctl/packing.py"}
+    assert callers["run_rules("] == {"matrixctl/opening.py", "matrixctl/validate/engine.py"}
+
+
+def test_sources_take_their_checked_parse(tmp_path: Path) -> None:
+    """A codec's TensorSource is built from the checked parse the opening module hands it;
+    a damaged file is refused by opening (the code verify reports) before the codec runs."""
+    from matrixctl.errors import FormatError
+    from matrixctl.formats import npy
+    from matrixctl.io import Source
+    from matrixctl.opening import open_checked, open_tensors
+
+    path = tmp_path / "a.npy"
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }"
+    header += b" " * (64 - 10 - len(header) - 1) + b"\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + bytes(12))
+    with Source.open(str(path)) as src:
+        source = npy.NpySource(src, open_checked(src, npy.NPY))
+        assert [(i.name, i.shape) for i in source.tensors()] == [("a", (3,))]
+    with open_tensors(str(path)) as opened:
+        assert [i.dtype for i in opened.tensors()] == ["f32"]
+    path.write_bytes(path.read_bytes()[:-4])  # cut: the payload is short
+    with pytest.raises(FormatError) as err, open_tensors(str(path)):
+        pass
+    assert err.value.code.startswith("NPY_")
