@@ -1,9 +1,10 @@
 """`SOURCE_DATE_EPOCH`: the one reader of the time outputs may record (reproducible builds).
 
-No output carries wall-clock time (docs/architecture.md, rule 7): a format that records a
-creation time takes it from an explicit option or from here. The variable, when set and not
-blank, must be a whole number of seconds since 1970-01-01 UTC; anything else is a usage error
-with one message wherever it is read.
+No output carries wall-clock time (docs/architecture.md, "Same inputs, same bytes"): a format
+that records a creation time takes it from an explicit option or from here. The variable, when
+set and not blank, must be a whole number of seconds since 1970-01-01 UTC; anything else is a
+usage error with one message wherever it is read (before this module, the npz writer ignored a
+bad value and the SCX and ingest writers took a negative one).
 """
 
 from __future__ import annotations
