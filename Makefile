@@ -28,6 +28,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check matrixctl tests bench tools fuzz
 	$(BIN)/ruff format --check matrixctl tests bench tools fuzz
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'

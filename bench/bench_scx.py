@@ -81,6 +81,7 @@ def binary_input(size: int) -> bytes:
 
 def child(mode: str, path: str, registry: str, trust: str, extra: str) -> None:
     from matrixctl.tokenizers.scx import api
+    from matrixctl.tokenizing import decode_token_stream
 
     t0 = time.perf_counter()
     done = 0
@@ -119,7 +120,7 @@ def child(mode: str, path: str, registry: str, trust: str, extra: str) -> None:
     if mode == "decode":
         t0, c0 = time.perf_counter(), time.process_time()
         with open(path, "rb") as src, open(os.devnull, "wb") as out:
-            result = api.decode_token_stream(tok, src, out)
+            result = decode_token_stream(tok, src, out)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         print(json.dumps({"seconds": seconds, "cpu": cpu, "bytes": result["bytes"], "rss": _rss()}))  # fmt: skip
         return

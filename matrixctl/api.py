@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from matrixctl import codes
 from matrixctl.dataset import PackDataset
 from matrixctl.errors import FormatError, UsageError
-from matrixctl.validate.findings import FileReport
+from matrixctl.findings import FileReport
 
 if TYPE_CHECKING:
     import numpy as np
@@ -218,8 +218,9 @@ def save(
     (`.zt`, `.safetensors`, `.npy`, `.npz`, `.weights`, `.stb`). Atomic: the file appears only
     complete. `options` are `convert`'s (`compress="zstd"`, `digest`, `dtype=[...]`,
     `per_file`). Returns the converter's summary (what `convert --json` reports)."""
-    from matrixctl.convert import TENSOR_CONTAINERS, destination_format
+    from matrixctl.convert import destination_format
     from matrixctl.convert.tensors import convert_source
+    from matrixctl.formats.registry import TENSOR_CONTAINERS
 
     dst = os.fspath(path)
     dst_fmt = destination_format(dst, format)

@@ -52,10 +52,9 @@ class PackDataset:
     def __init__(self, path: str | os.PathLike[str], *, verify: bool = False) -> None:
         import numpy as np
 
-        from matrixctl.convert.tensors import open_checked
         from matrixctl.formats import doc_index, ingest_pack, matrix_atom
         from matrixctl.io import Folder, Source
-        from matrixctl.opening import open_sniffed
+        from matrixctl.opening import open_checked, open_sniffed
 
         self.path = os.fspath(path)
         with open_sniffed(self.path) as (_, fmt):

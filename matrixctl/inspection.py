@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from matrixctl.validate.findings import FileReport
+from matrixctl.findings import FileReport
 
 
 @dataclass
@@ -55,8 +55,8 @@ def read_stats(path: str, report: FileReport) -> dict[str, Any] | None:
     if not report.ok() or report.format is None or (path == "-" and not stdin_is_file()):
         return None
     from matrixctl.errors import FormatError
+    from matrixctl.findings import from_error
     from matrixctl.stats import stats_for
-    from matrixctl.validate.findings import from_error
 
     try:
         return stats_for(path, report.format)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import mmap
 import os
 import re
@@ -944,3 +945,18 @@ class Folder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+HASH_CHUNK = 8 << 20
+
+
+def sha256_file(path: str) -> str:
+    """`sha256:<hex>` of a whole file, read in 8 MiB blocks (ingest manifests record it)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fp:
+        while True:
+            block = fp.read(HASH_CHUNK)
+            if not block:
+                break
+            h.update(block)
+    return "sha256:" + h.hexdigest()

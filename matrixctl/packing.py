@@ -148,8 +148,7 @@ def _open_tokens(path: str) -> Iterator[Any]:
 def open_valid(path: str, fmt: str) -> tuple[Source, Any]:
     """Open `path`, require format `fmt` and structural validity; raise the first error."""
     from matrixctl.formats import registry
-    from matrixctl.validate.engine import handler, run_rules
-    from matrixctl.validate.findings import FileReport
+    from matrixctl.opening import open_checked
 
     src = Source.open(path)
     try:
@@ -161,12 +160,7 @@ def open_valid(path: str, fmt: str) -> tuple[Source, Any]:
                 path=src.name,
                 offset=0,
             )
-        subject = handler(fmt).load(src)
-        report = FileReport(src.name, fmt)
-        run_rules(fmt, subject, report, scan=False)
-        for f in report.findings:
-            if f.severity is codes.Severity.ERROR:
-                raise FormatError(f.code, f.message, path=src.name, offset=f.offset, field=f.field)
+        subject = open_checked(src, fmt)
     except BaseException:
         src.close()
         raise

@@ -395,7 +395,7 @@ def pack_stats(path: str) -> dict[str, Any]:
 def stats_for(path: str, fmt: str | None) -> dict[str, Any] | None:
     """{"tensors": [...]} for a tensor container, the token numbers for a pack, an atom file or
     a token stream; None for a format that has no statistics."""
-    from matrixctl.convert import TENSOR_CONTAINERS
+    from matrixctl.formats.registry import TENSOR_CONTAINERS
 
     if any(c.format == fmt and c.io()[0] is not None for c in TENSOR_CONTAINERS):
         return {"tensors": tensor_stats(path)}

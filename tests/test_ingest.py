@@ -421,7 +421,7 @@ def test_verify_reports_damage(tmp_path: Path, damage: str, code: str) -> None:
 def test_projection_and_index_are_checked_against_the_atoms(tmp_path: Path) -> None:
     """A projection or index that is self-consistent but disagrees with the atoms is caught,
     even with every hash in the manifest updated to match."""
-    from matrixctl.ingest.pack import sha256_file
+    from matrixctl.io import sha256_file
 
     pack = ingest(tmp_path, "--svgt", "16x16")
     data = bytearray((pack / "atoms.svgt").read_bytes())

@@ -17,6 +17,7 @@ from matrixctl.codes import Severity
 from matrixctl.errors import FormatError
 from matrixctl.formats import ztensor as zt
 from matrixctl.io import Source
+from matrixctl.opening import open_checked
 from matrixctl.tensors import DTYPES, chunked
 from matrixctl.validate.engine import examine
 from tests import golden_ztensor as gz
@@ -50,7 +51,7 @@ def read_all(tmp_path: Path, data: bytes) -> dict[str, bytes]:
     path = tmp_path / "r.zt"
     path.write_bytes(data)
     with Source.open(str(path)) as src:
-        source = zt.ZtSource(src)
+        source = zt.ZtSource(src, open_checked(src, zt.FORMAT))
         return {i.name: b"".join(bytes(p) for p in source.stream(i)) for i in source.tensors()}
 
 
@@ -451,7 +452,7 @@ def test_source_refuses_a_damaged_digest_before_handing_out_bytes(tmp_path: Path
     path = tmp_path / "d.zt"
     path.write_bytes(bytes(data))
     with Source.open(str(path)) as src:
-        source = zt.ZtSource(src)
+        source = zt.ZtSource(src, open_checked(src, zt.FORMAT))
         stream = source.stream(source.tensors()[0])
         with pytest.raises(FormatError) as info:
             next(iter(stream))
@@ -554,7 +555,7 @@ def test_unknown_layouts_are_checked_but_not_converted(tmp_path: Path) -> None:
     path = tmp_path / "m.zt"
     path.write_bytes(data)
     with Source.open(str(path)) as src, pytest.raises(FormatError) as info:
-        zt.ZtSource(src)
+        zt.ZtSource(src, open_checked(src, zt.FORMAT))
     assert info.value.code == zt.ZT_LAYOUT
 
 
@@ -566,7 +567,11 @@ def test_blob_order_is_kept(tmp_path: Path) -> None:
     path = tmp_path / "m.zt"
     path.write_bytes(data)
     with Source.open(str(path)) as src:
-        assert [i.name for i in zt.ZtSource(src).tensors()] == ["b", "i", "h"]
+        assert [i.name for i in zt.ZtSource(src, open_checked(src, zt.FORMAT)).tensors()] == [
+            "b",
+            "i",
+            "h",
+        ]
 
 
 # The writer's helper thread ------------------------------------------------------------------

@@ -18,6 +18,7 @@ from ztensor import ffi, lib
 
 from matrixctl.formats import ztensor as zt
 from matrixctl.io import Source
+from matrixctl.opening import open_checked
 from matrixctl.validate.engine import examine
 from tests.conftest import run_cli
 
@@ -53,7 +54,7 @@ def sample(dtype: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
 
 def matrixctl_tensors(path: Path) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
     with Source.open(str(path)) as src:
-        source = zt.ZtSource(src)
+        source = zt.ZtSource(src, open_checked(src, zt.FORMAT))
         return {
             i.name: (i.dtype, i.shape, b"".join(bytes(p) for p in source.stream(i)))
             for i in source.tensors()

@@ -184,14 +184,13 @@ def convert(
     from matrixctl import convert as conv
     from matrixctl.errors import UsageError
     from matrixctl.formats import registry
-    from matrixctl.io import STDIO, Folder, Source
+    from matrixctl.io import STDIO, Source
+    from matrixctl.opening import open_path
 
     if json_out and dst == STDIO:
         raise UsageError("--json needs stdout, so the output cannot be - as well")
     dst_fmt = conv.destination_format(dst, to)
-    folder = registry.sniff_dir(src) if src != STDIO else None
-    with Folder(src) if folder is not None else Source.open(src) as source:
-        src_fmt = folder.name if folder is not None else registry.sniff(source)  # type: ignore[arg-type]
+    with open_path(src) as (source, src_fmt):
         if src_fmt is None:
             from matrixctl.codes import UNKNOWN_FORMAT
             from matrixctl.errors import FormatError

@@ -12,7 +12,7 @@ from typing import Any
 
 from matrixctl.cli.common import console, safe
 from matrixctl.codes import Severity
-from matrixctl.validate.findings import FileReport
+from matrixctl.findings import FileReport
 
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 

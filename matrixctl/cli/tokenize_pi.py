@@ -73,7 +73,7 @@ def encode(
     the ids go into that document too, as its last field `ids`.
     """
     from matrixctl.io import STDIO
-    from matrixctl.tokenizers.encode_io import encode_file
+    from matrixctl.tokenizing import encode_file
 
     if json_out and output == STDIO:  # stdout carries one document: the ids go in it
         import tempfile
@@ -121,6 +121,6 @@ def decode(
     Symbol ids give their text; byte ids are reassembled into UTF-8; unk_id gives U+FFFD;
     pad_id and eos_id give nothing.
     """
-    from matrixctl.tokenizers.encode_io import decode_file
+    from matrixctl.tokenizing import decode_file
 
     decode_file(input_path, output, symbols=symbols, errors=errors.value)

@@ -355,6 +355,7 @@ def decode(
     from matrixctl.io import STDIO, atomic_output, display_name, open_input_stream
     from matrixctl.packing import input_size
     from matrixctl.tokenizers.scx import api
+    from matrixctl.tokenizing import decode_token_stream
 
     if json_out and output == STDIO:
         raise UsageError("--json needs stdout, so the output cannot be - as well")
@@ -365,7 +366,7 @@ def decode(
         open_input_stream(input_path) as src,
         atomic_output(output, what="decoded bytes") as out,
     ):
-        result = api.decode_token_stream(
+        result = decode_token_stream(
             tok, src, out, strict=not lenient, tick=bar.advance, name=display_name(input_path)
         )
     for w in result["warnings"]:

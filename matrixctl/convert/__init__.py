@@ -7,8 +7,9 @@ file's extension (an output has no bytes to sniff yet). Each converter is a func
 the opened input (`matrixctl.io.Source`), so stdin works too.
 
 Tensor containers need no converter per pair: each container is one line of
-`TENSOR_CONTAINERS` naming its `TensorSource` and/or `TensorSink` class (see
-`matrixctl.tensors`), and `matrixctl.convert.tensors` converts any source into any sink.
+`TENSOR_CONTAINERS` (in `matrixctl/formats/registry.py`) naming its `TensorSource` and/or
+`TensorSink` class (see `matrixctl.tensors`), and `matrixctl.convert.tensors` converts any
+source into any sink.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from matrixctl import codes
 from matrixctl.errors import UsageError
+from matrixctl.formats.registry import TENSOR_CONTAINERS, Container
 
 if TYPE_CHECKING:
     from matrixctl.io import Source
@@ -54,20 +56,6 @@ class Converter:
         module, _, name = self.target.partition(":")
         fn: ConvertFn = getattr(importlib.import_module(module), name)
         return fn
-
-
-@dataclass(frozen=True)
-class Container:
-    """A tensor container. Its codec `module` defines `TENSOR_IO = {format: (SourceClass or
-    None, SinkClass or None)}` (see `matrixctl.tensors`); `extensions` name output files."""
-
-    format: str
-    module: str
-    extensions: tuple[str, ...] = ()
-
-    def io(self) -> tuple[Any, Any]:
-        classes: tuple[Any, Any] = importlib.import_module(self.module).TENSOR_IO[self.format]
-        return classes
 
 
 @dataclass(frozen=True)
@@ -106,19 +94,6 @@ CONVERTERS: list[Converter] = [
     Converter("npy", "matrix-atom", "matrixctl.convert.ids:npy_to_atoms", IDS_OPTIONS),
 ]
 
-# One line per tensor container; `convert` goes from any of them to any other.
-TENSOR_CONTAINERS: list[Container] = [
-    Container("ztensor", "matrixctl.formats.ztensor", (".zt",)),
-    Container("safetensors", "matrixctl.formats.st_container", (".safetensors",)),
-    Container("npy", "matrixctl.formats.npy", (".npy",)),
-    Container("npz", "matrixctl.formats.npy", (".npz",)),
-    Container("ztensor-v2", "matrixctl.formats.ztensor2"),
-    Container("embd", "matrixctl.formats.embd", (".weights",)),
-    Container("stb", "matrixctl.formats.stb", (".stb",)),
-    Container("stb-sidecar", "matrixctl.formats.stb"),
-    Container("hf-model-dir", "matrixctl.formats.hf_model"),
-    Container("gguf", "matrixctl.formats.gguf_write", (".gguf",)),
-]
 
 # Destination format by output extension (outputs only: inputs are always sniffed).
 OUTPUT_EXTENSIONS: dict[str, str] = {".svg": "svg", ".mxt": "token-stream", ".bin": "matrix-atom"}

@@ -62,7 +62,7 @@ def stream_to_npy(src: Source, dst_path: str, options: dict[str, Any]) -> Result
     """A token stream's ids, every document in order, as a 1-D .npy."""
     import numpy as np
 
-    from matrixctl.convert.tensors import open_checked
+    from matrixctl.opening import open_checked
 
     subject = open_checked(src, ts.FORMAT)
     header: ts.StreamHeader = subject.header
@@ -107,8 +107,8 @@ def atoms_to_npy(src: Source, dst_path: str, options: dict[str, Any]) -> Result:
     """MATRIX-ATOM atoms as a 2-D .npy (atom_count x atom_size), payload CRC and ids checked."""
     import numpy as np
 
-    from matrixctl.convert.tensors import open_checked
     from matrixctl.crc import crc32
+    from matrixctl.opening import open_checked
 
     subject = open_checked(src, ma.FORMAT)
     h: ma.AtomHeader = subject.header
@@ -169,11 +169,12 @@ class _NpyIds:
     """An integer .npy opened for reading ids in C order, little-endian, in chunks."""
 
     def __init__(self, src: Source, ndim: int, what: str) -> None:
-        from matrixctl.convert.tensors import open_checked
+        from matrixctl.opening import open_checked
         from matrixctl.tensors import DTYPES
 
         self.src = src
-        self.h: npy.NpyHeader = open_checked(src, npy.NPY).header
+        self.checked = open_checked(src, npy.NPY)
+        self.h: npy.NpyHeader = self.checked.header
         kind = DTYPES[self.h.dtype].kind
         if kind not in ("int", "uint"):
             raise FormatError(
@@ -203,7 +204,7 @@ class _NpyIds:
 
         from matrixctl.formats.npy import NpySource
 
-        source = NpySource(self.src)
+        source = NpySource(self.src, self.checked)
         info = source.tensors()[0]
         for piece in source.stream(info):
             yield np.frombuffer(piece, dtype=self.storage)

@@ -25,6 +25,7 @@ from matrixctl import codes, tensors
 from matrixctl.convert import Result
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.io import STDIO, HashingWriter, atomic_output
+from matrixctl.opening import open_with_options
 from matrixctl.tensors import (
     DTYPES,
     Outputs,
@@ -38,7 +39,7 @@ from matrixctl.tensors import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from matrixctl.io import Folder, Source
+    from matrixctl.io import Source
 
 G = "convert"
 CONVERT_REFUSED = codes.define(
@@ -56,23 +57,6 @@ CONVERT_CAST = codes.define(
 CONVERT_EMPTY = codes.define(
     "CONVERT_EMPTY", "--select (or --exclude) left no tensor of the input.", group=G
 )
-
-
-def open_checked(src: Source | Folder, fmt: str) -> Any:
-    """Load `src` with its format's handler and run the structural rules; raise the first error
-    as a FormatError (the same code `verify` reports). Returns the handler's subject."""
-    from matrixctl.codes import Severity
-    from matrixctl.validate.engine import handler, run_rules
-    from matrixctl.validate.findings import FileReport
-
-    mod = handler(fmt)
-    subject = mod.load_dir(src.path) if getattr(src, "is_folder", False) else mod.load(src)
-    report = FileReport(src.name, fmt)
-    run_rules(fmt, subject, report, scan=False)
-    for f in report.findings:
-        if f.severity is Severity.ERROR:
-            raise FormatError(f.code, f.message, path=src.name, offset=f.offset, field=f.field)
-    return subject
 
 
 drop_pages = tensors.drop_pages  # re-exported for codecs written against this module
@@ -474,25 +458,6 @@ def prepare_sink_options(
     return sink_options
 
 
-SOURCE_OPTIONS = ("keep_quantized",)  # options a source class may declare in `accepts`
-
-
-def open_with_options(
-    source_cls: type[TensorSource], src: Source, options: dict[str, Any], src_fmt: str
-) -> TensorSource:
-    """Construct the source, handing it the options it declares in `accepts` (refusing the
-    others with a usage error before anything is read)."""
-    accepts = getattr(source_cls, "accepts", ())
-    mine = {k: options[k] for k in SOURCE_OPTIONS if options.get(k) is not None}
-    for key in mine:
-        if key not in accepts:
-            flag = "--" + key.replace("_", "-")
-            raise UsageError(f"{flag} does not apply to {src_fmt} input")
-    if accepts:
-        return source_cls(src, mine)  # type: ignore[call-arg]
-    return source_cls(src)  # type: ignore[call-arg]
-
-
 def _run(
     source: TensorSource,
     src: Source,
@@ -577,24 +542,10 @@ def open_source(path: str) -> Iterator[TensorSource]:
     with open_source("model.zt") as src:
         for info in src.tensors():
             arr = src.array(info)  # zero-copy for raw data
-    """
-    from matrixctl.convert import TENSOR_CONTAINERS
-    from matrixctl.formats import registry
-    from matrixctl.io import Folder, Source
 
-    folder = registry.sniff_dir(path) if path != STDIO else None
-    with Folder(path) if folder is not None else Source.open(path) as src:
-        fmt = folder.name if folder is not None else registry.sniff(src)  # type: ignore[arg-type]
-        container = next((c for c in TENSOR_CONTAINERS if c.format == fmt), None)
-        if container is None or container.io()[0] is None:
-            raise FormatError(
-                codes.UNKNOWN_FORMAT,
-                f"not a tensor container matrixctl reads (format: {fmt or 'unknown'})",
-                path=src.name,
-                offset=0,
-            )
-        source: TensorSource = container.io()[0](src)
-        try:
-            yield source
-        finally:
-            source.close()
+    The same as `matrixctl.opening.open_tensors(path)`, the one sniff-and-open.
+    """
+    from matrixctl.opening import open_tensors
+
+    with open_tensors(path) as source:
+        yield source

@@ -29,9 +29,7 @@ key names (`tokenizer.ggml.tokens` and the five special-token ids).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import os
 import re
 import struct
 from collections.abc import Iterator, Mapping
@@ -1138,13 +1136,9 @@ def crc_range(buf: Any, start: int, end: int, chunk: int = 8 << 20) -> int:
 
 def created_at_now() -> str | None:
     """created_at from SOURCE_DATE_EPOCH, or None when it is not set."""
-    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
-    if not epoch:
-        return None
-    if not epoch.isdigit():
-        raise UsageError(f"SOURCE_DATE_EPOCH must be a whole number of seconds, got {epoch!r}")
-    when = dt.datetime.fromtimestamp(int(epoch), tz=dt.UTC)
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    from matrixctl.epoch import source_date_text
+
+    return source_date_text()
 
 
 def _int(text: str) -> int | None:
@@ -1301,11 +1295,9 @@ class EmbdSource(TensorSource):
 
     format = FORMAT
 
-    def __init__(self, src: Source) -> None:
-        from matrixctl.convert.tensors import open_checked
-
+    def __init__(self, src: Source, checked: Any) -> None:
         self.src = src
-        self.embd: EmbdFile = open_checked(src, FORMAT).embd
+        self.embd: EmbdFile = checked.embd
         f = self.embd
         if f.header.flags & FLAG_CHECKSUM_ENABLED and f.footer is not None:
             sums = checksums(src.buf, f)

@@ -1063,11 +1063,9 @@ class GgufSource(TensorSource):
     format = FORMAT
     accepts = ("keep_quantized",)
 
-    def __init__(self, src: Source, options: Mapping[str, Any] | None = None) -> None:
-        from matrixctl.convert.tensors import open_checked
-
+    def __init__(self, src: Source, checked: Any, options: Mapping[str, Any] | None = None) -> None:
         self.src = src
-        self.gf: GgufFile = open_checked(src, FORMAT).gf
+        self.gf: GgufFile = checked.gf
         self.keep = bool((options or {}).get("keep_quantized"))
         self._by_name = {t.name: t for t in self.gf.tensors}
         self._verdict: dict[int, bool] = {}  # ggml type id -> gguf can dequantize it

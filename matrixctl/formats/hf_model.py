@@ -402,19 +402,18 @@ class HfSource(TensorSource):
 
     format = FORMAT
 
-    def __init__(self, folder: Folder) -> None:
-        from matrixctl.convert.tensors import open_checked
+    def __init__(self, folder: Folder, checked: Any) -> None:
         from matrixctl.formats.st_container import StSource
 
-        subject = open_checked(folder, FORMAT)
+        subject = checked
         self.model: HfModel = subject.model
         self.inner: list[StSource] = []
         self._owner: dict[str, StSource] = {}
         self._infos: list[TensorInfo] = []
         try:
-            for shard in self.model.weights:
+            for shard, shard_checked in zip(self.model.weights, subject.shards, strict=True):
                 try:
-                    st = StSource(shard.source)
+                    st = StSource(shard.source, shard_checked.st)
                 except FormatError as err:
                     raise err.with_path(os.path.join(folder.path, shard.name)) from None
                 self.inner.append(st)

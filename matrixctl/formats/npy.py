@@ -225,11 +225,9 @@ def tensor_name(path: str) -> str:
 class NpySource(TensorSource):
     format = NPY
 
-    def __init__(self, src: Source) -> None:
-        from matrixctl.convert.tensors import open_checked
-
+    def __init__(self, src: Source, checked: Any) -> None:
         self.src = src
-        self.h: NpyHeader = open_checked(src, NPY).header
+        self.h: NpyHeader = checked.header
         self.name = tensor_name(src.path)
 
     def tensors(self) -> list[TensorInfo]:
@@ -515,11 +513,9 @@ def member_stream(
 class NpzSource(TensorSource):
     format = NPZ
 
-    def __init__(self, src: Source) -> None:
-        from matrixctl.convert.tensors import open_checked
-
+    def __init__(self, src: Source, checked: Any) -> None:
         self.src = src
-        subject = open_checked(src, NPZ)
+        subject = checked
         self.zf: zipfile.ZipFile = subject.zf
         self.members = {m.name: m for m in subject.members}
 
@@ -546,9 +542,11 @@ def zip_date() -> tuple[int, int, int, int, int, int]:
     """1980-01-01 00:00:00, or SOURCE_DATE_EPOCH when it is set (and after 1980)."""
     import time
 
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    if epoch and epoch.strip().isdigit():
-        t = time.gmtime(int(epoch))
+    from matrixctl.epoch import source_date_epoch
+
+    epoch = source_date_epoch()
+    if epoch is not None:
+        t = time.gmtime(epoch)
         if t.tm_year >= 1980:
             return (t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec - t.tm_sec % 2)
     return ZIP_DATE

@@ -11,10 +11,11 @@ and add one `Format(...)` line below.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from matrixctl import codes
 from matrixctl.errors import InputError
@@ -263,3 +264,32 @@ def explain_unknown(src: Source) -> str | None:
         if head.startswith(magic):
             return text
     return None
+
+
+@dataclass(frozen=True)
+class Container:
+    """A tensor container. Its codec `module` defines `TENSOR_IO = {format: (SourceClass or
+    None, SinkClass or None)}` (see `matrixctl.tensors`); `extensions` name output files."""
+
+    format: str
+    module: str
+    extensions: tuple[str, ...] = ()
+
+    def io(self) -> tuple[Any, Any]:
+        classes: tuple[Any, Any] = importlib.import_module(self.module).TENSOR_IO[self.format]
+        return classes
+
+
+# One line per tensor container; `convert` goes from any of them to any other.
+TENSOR_CONTAINERS: list[Container] = [
+    Container("ztensor", "matrixctl.formats.ztensor", (".zt",)),
+    Container("safetensors", "matrixctl.formats.st_container", (".safetensors",)),
+    Container("npy", "matrixctl.formats.npy", (".npy",)),
+    Container("npz", "matrixctl.formats.npy", (".npz",)),
+    Container("ztensor-v2", "matrixctl.formats.ztensor2"),
+    Container("embd", "matrixctl.formats.embd", (".weights",)),
+    Container("stb", "matrixctl.formats.stb", (".stb",)),
+    Container("stb-sidecar", "matrixctl.formats.stb"),
+    Container("hf-model-dir", "matrixctl.formats.hf_model"),
+    Container("gguf", "matrixctl.formats.gguf_write", (".gguf",)),
+]

@@ -293,11 +293,9 @@ def sound(st: StFile, t: StTensor) -> bool:
 class StSource(TensorSource):
     format = FORMAT
 
-    def __init__(self, src: Source) -> None:
-        from matrixctl.convert.tensors import open_checked
-
+    def __init__(self, src: Source, checked: Any) -> None:
         self.src = src
-        self.st: StFile = open_checked(src, FORMAT).st
+        self.st: StFile = checked.st
         self._by_name = {t.name: t for t in self.st.tensors}
 
     def tensors(self) -> list[TensorInfo]:

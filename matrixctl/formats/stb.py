@@ -788,11 +788,9 @@ class StbSource(_StbReader):
 
     format = FORMAT
 
-    def __init__(self, src: Source) -> None:
-        from matrixctl.convert.tensors import open_checked
-
+    def __init__(self, src: Source, checked: Any) -> None:
         super().__init__()
-        self.stb: StbFile = open_checked(src, FORMAT).stb
+        self.stb: StbFile = checked.stb
         side_path = sidecar_for(src.path)
         named: dict[int, SideTensor] = {}
         if side_path is not None:
@@ -832,11 +830,9 @@ class StbSidecarSource(_StbReader):
 
     format = SIDECAR_FORMAT
 
-    def __init__(self, src: Source) -> None:
-        from matrixctl.convert.tensors import open_checked
-
+    def __init__(self, src: Source, checked: Any) -> None:
         super().__init__()
-        subject = open_checked(src, SIDECAR_FORMAT)
+        subject = checked
         self.subject = subject
         side: Sidecar = subject.sidecar
         self.meta = dict(side.metadata)

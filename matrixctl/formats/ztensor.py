@@ -833,11 +833,9 @@ class ZtSource(TensorSource):
 
     format = FORMAT
 
-    def __init__(self, src: Source) -> None:
-        from matrixctl.convert.tensors import open_checked
-
+    def __init__(self, src: Source, checked: Any) -> None:
         self.src = src
-        self.subject = open_checked(src, FORMAT)
+        self.subject = checked
         self.zt: ZtFile = self.subject.zt
         unknown = [o for o in self.zt.objects.values() if o.layout not in LAYOUTS]
         if unknown:

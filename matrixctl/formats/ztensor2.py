@@ -1505,11 +1505,9 @@ class Zt2Source(TensorSource):
 
     format = FORMAT
 
-    def __init__(self, src: Source) -> None:
-        from matrixctl.convert.tensors import open_checked
-
+    def __init__(self, src: Source, checked: Any) -> None:
         self.src = src
-        self.subject = open_checked(src, FORMAT)
+        self.subject = checked
         self.zt: Zt2File = self.subject.zt
         # Objects convert cannot read stay listed (so --select/--exclude see them) under a
         # layout no sink holds, `zt2:<layout>`: the sink refuses them by name if chosen.

@@ -376,7 +376,7 @@ class EmbeddingSource(TensorSource):
 
 def sink_for(choice: str) -> tuple[str, str, Any]:
     """(format, extension, sink class) for --embeddings CHOICE."""
-    from matrixctl.convert import TENSOR_CONTAINERS
+    from matrixctl.formats.registry import TENSOR_CONTAINERS
 
     fmt, ext = EMBEDDINGS[choice]
     container = next((c for c in TENSOR_CONTAINERS if c.format == fmt), None)
@@ -390,17 +390,6 @@ def sink_for(choice: str) -> tuple[str, str, Any]:
 
 
 # The output folder ---------------------------------------------------------------------------
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fp:
-        while True:
-            block = fp.read(HASH_CHUNK)
-            if not block:
-                break
-            h.update(block)
-    return "sha256:" + h.hexdigest()
 
 
 class _Hasher(threading.Thread):
@@ -535,6 +524,8 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
     from matrixctl.ingest.gguf_tokenizer import measure as measure_tokenizer
     from matrixctl.ingest.gguf_tokenizer import report_line
     from matrixctl.ingest.pack import created_stamp
+    from matrixctl.io import sha256_file
+    from matrixctl.opening import open_checked
 
     if opts.embeddings != "none" and opts.embeddings not in EMBEDDINGS:
         raise UsageError(f"--embeddings must be one of {', '.join(EMBEDDINGS)} or none")
@@ -557,7 +548,8 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
     hasher = _Hasher(src.buf, src.size, src.path if regular else None)
     hasher.start()
     try:
-        source = gg.GgufSource(src, {"keep_quantized": opts.keep_quantized})
+        checked = open_checked(src, gg.FORMAT)
+        source = gg.GgufSource(src, checked, {"keep_quantized": opts.keep_quantized})
     except BaseException:
         hasher.join()
         raise

@@ -13,7 +13,6 @@ is an ingest pack or an empty folder.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -27,7 +26,7 @@ from matrixctl.formats import doc_index as di
 from matrixctl.formats import ingest_pack as ip
 from matrixctl.formats import matrix_atom as ma
 from matrixctl.formats import svgt
-from matrixctl.io import make_temp_dir
+from matrixctl.io import make_temp_dir, sha256_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,18 +37,6 @@ INGEST_OUTPUT = codes.define(
     group="ingest",
 )
 WRITE_CHUNK = 1 << 22  # tokens per write when copying spilled tokens
-HASH_CHUNK = 8 << 20
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fp:
-        while True:
-            block = fp.read(HASH_CHUNK)
-            if not block:
-                break
-            h.update(block)
-    return "sha256:" + h.hexdigest()
 
 
 def check_destination(dest: str) -> None:
@@ -68,18 +55,9 @@ def check_destination(dest: str) -> None:
 
 def created_stamp() -> str | None:
     """ISO 8601 UTC time from SOURCE_DATE_EPOCH, or None (no wall-clock time in artifacts)."""
-    import datetime
+    from matrixctl.epoch import source_date_text
 
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    if not epoch:
-        return None
-    try:
-        value = int(epoch)
-    except ValueError:
-        from matrixctl.errors import UsageError
-
-        raise UsageError(f"SOURCE_DATE_EPOCH must be an integer, got {epoch!r}") from None
-    return datetime.datetime.fromtimestamp(value, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return source_date_text()
 
 
 def write_json(path: str, doc: Any) -> None:

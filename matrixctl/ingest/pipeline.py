@@ -376,7 +376,7 @@ def _split_parquet(sf: SourceFile, size: int) -> Iterator[Piece]:
         )
         piece.groups = (first, stop)
         if index == len(ranges) - 1:
-            from matrixctl.ingest.pack import sha256_file
+            from matrixctl.io import sha256_file
 
             piece.last = True
             piece.file_sha256 = sha256_file(sf.path)

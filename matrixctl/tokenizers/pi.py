@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from matrixctl import _pi_kernel, codes
 from matrixctl.errors import FormatError, UsageError
-from matrixctl.validate.findings import Finding, finding
+from matrixctl.findings import Finding, finding
 
 if TYPE_CHECKING:
     import numpy as np

@@ -5,6 +5,6 @@ Each format contributes one module (named in `matrixctl.formats.registry`) that 
 runs every rule; `inspect` runs the cheap ones (no payload scans) and shows the same findings.
 """
 
-from matrixctl.validate.findings import FileReport, Finding, finding
+from matrixctl.findings import FileReport, Finding, finding
 
 __all__ = ["FileReport", "Finding", "finding"]

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from matrixctl.crc import crc32_chunked
+from matrixctl.findings import Finding, finding
 from matrixctl.formats import doc_index as di
 from matrixctl.io import Source
 from matrixctl.validate.engine import rule, sample, shown
-from matrixctl.validate.findings import Finding, finding
 
 FMT = di.FORMAT
 PREVIEW = 8

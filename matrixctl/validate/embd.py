@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from matrixctl.findings import Finding, finding
 from matrixctl.formats import embd
 from matrixctl.io import Source
 from matrixctl.tensors import human_bytes, tensor_row
 from matrixctl.validate.engine import rule
-from matrixctl.validate.findings import Finding, finding
 
 FMT = embd.FORMAT
 PAD_CHUNK = 1 << 20

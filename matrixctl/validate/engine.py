@@ -14,6 +14,7 @@ registered with `header=True` (they read only the header, which the cut left who
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import importlib
 import os
@@ -24,8 +25,8 @@ from typing import Any, TypeVar
 from matrixctl import codes
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, InputError, MatrixError
-from matrixctl.io import Source
-from matrixctl.validate.findings import FileReport, Finding, finding, from_error
+from matrixctl.findings import FileReport, Finding, finding, from_error
+from matrixctl.io import Folder
 
 RuleFn = Callable[[Any], Iterable[Finding]]
 F = TypeVar("F", bound=RuleFn)
@@ -224,22 +225,22 @@ def _examine(
     path: str, *, scan: bool, describe: bool, fmt: str | None, ids: Any = None
 ) -> tuple[FileReport, dict[str, Any] | None]:
     from matrixctl.formats import registry
+    from matrixctl.opening import open_path
 
     name = "<stdin>" if path == "-" else path
-    try:
-        entry = registry.sniff_dir(path) if path != "-" else None
-        if entry is not None:
-            report = FileReport(name, entry.name)
-            mod = importlib.import_module(entry.handler)
+    with contextlib.ExitStack() as stack:
+        try:
+            src, fmt = stack.enter_context(open_path(path, fmt))
+        except MatrixError as err:
+            report = FileReport(name, None, unreadable=isinstance(err, InputError))
+            report.findings.append(from_error(err))
+            return report, None
+        if isinstance(src, Folder):
+            assert fmt is not None
+            report = FileReport(name, fmt)
+            mod = handler(fmt)
             subject = _load(mod.load_dir, path, report)
-            return _finish(mod, entry.name, subject, report, scan=scan, describe=describe, ids=ids)
-        src = Source.open(path)
-    except MatrixError as err:
-        report = FileReport(name, None, unreadable=isinstance(err, InputError))
-        report.findings.append(from_error(err))
-        return report, None
-    with src:
-        fmt = fmt or registry.sniff(src)
+            return _finish(mod, fmt, subject, report, scan=scan, describe=describe, ids=ids)
         if fmt is None:
             report = FileReport(src.name, None)
             head = src.head(8)

@@ -12,11 +12,11 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
+from matrixctl.findings import Finding, finding
 from matrixctl.formats import gguf as gg
 from matrixctl.io import Source
 from matrixctl.tensors import human_bytes, tensor_row
 from matrixctl.validate.engine import rule, shown
-from matrixctl.validate.findings import Finding, finding
 
 FMT = gg.FORMAT
 PREVIEW = 6  # array items shown by inspect

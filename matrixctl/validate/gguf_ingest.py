@@ -18,9 +18,9 @@ from typing import Any
 
 from matrixctl import codes
 from matrixctl.errors import FormatError
+from matrixctl.findings import Finding, finding
 from matrixctl.formats import gguf_ingest as gi
 from matrixctl.validate.engine import rule
-from matrixctl.validate.findings import Finding, finding
 from matrixctl.validate.ingest_pack import (
     PACK_ARTIFACT,
     PACK_HASH,
@@ -285,7 +285,7 @@ def check_present(s: FolderSubject) -> Iterator[Finding]:
 
 @rule(FMT, "sha256 of every file", scan=True)
 def check_hashes(s: FolderSubject) -> Iterator[Finding]:
-    from matrixctl.ingest.gguf import sha256_file
+    from matrixctl.io import sha256_file
 
     m = s.manifest
     if m is None:
@@ -478,14 +478,14 @@ def _agreement(s: FolderSubject, tok: dict[str, Any], smap: Any) -> Iterator[Fin
 
 
 def _embeddings(s: FolderSubject, embd: dict[str, Any], vocab: int) -> Iterator[Finding]:
-    from matrixctl.convert.tensors import open_source
+    from matrixctl.opening import open_tensors
 
     path = s.file(embd.get("file"))
     if not _regular(path):
         return
     assert path is not None
     try:
-        with open_source(path) as source:
+        with open_tensors(path) as source:
             infos = source.tensors()
     except FormatError:
         return  # the file's own checks report it

@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError
+from matrixctl.findings import Finding, finding, from_error
 from matrixctl.formats import embd
 from matrixctl.formats import hf_model as hf
 from matrixctl.formats import st_container as stc
 from matrixctl.tensors import tensor_row
 from matrixctl.validate.engine import rule, rules_for
-from matrixctl.validate.findings import Finding, finding, from_error
 
 FMT = hf.FORMAT
 

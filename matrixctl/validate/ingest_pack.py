@@ -21,12 +21,12 @@ from typing import Any
 
 from matrixctl import codes
 from matrixctl.errors import FormatError
+from matrixctl.findings import Finding, finding
 from matrixctl.formats import doc_index as di
 from matrixctl.formats import ingest_pack as ip
 from matrixctl.formats import matrix_atom as ma
 from matrixctl.formats import svgt
 from matrixctl.validate.engine import rule
-from matrixctl.validate.findings import Finding, finding
 
 FMT = ip.FORMAT
 _CODE = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -320,7 +320,7 @@ def _regular(path: str | None) -> bool:
 
 @rule(FMT, "sha256 of every artifact", scan=True)
 def check_hashes(s: PackSubject) -> Iterator[Finding]:
-    from matrixctl.ingest.pack import sha256_file
+    from matrixctl.io import sha256_file
 
     m = s.manifest
     if m is None:

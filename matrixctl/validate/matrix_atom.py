@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from matrixctl.crc import crc32
+from matrixctl.findings import Finding, finding
 from matrixctl.formats import matrix_atom as ma
 from matrixctl.io import Releaser, Source
 from matrixctl.validate.engine import rule, sample, shown
-from matrixctl.validate.findings import Finding, finding
 from matrixctl.validate.ids import IdPreview
 from matrixctl.validate.ids import describe_ids as ids_section
 

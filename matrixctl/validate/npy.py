@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from matrixctl.findings import Finding, finding
 from matrixctl.formats import npy
 from matrixctl.io import Source
 from matrixctl.tensors import tensor_row
 from matrixctl.validate.engine import rule
-from matrixctl.validate.findings import Finding, finding
 
 FMT = npy.NPY
 SCAN_CHUNK = 8 << 20

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError
+from matrixctl.findings import Finding, finding, from_error
 from matrixctl.formats import npy
 from matrixctl.io import Source
 from matrixctl.tensors import tensor_row
 from matrixctl.validate.engine import rule
-from matrixctl.validate.findings import Finding, finding, from_error
 
 FMT = npy.NPZ
 

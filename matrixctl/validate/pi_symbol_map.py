@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from matrixctl.findings import Finding, finding
 from matrixctl.io import Source
 from matrixctl.tokenizers import pi
 from matrixctl.validate.engine import rule, sample, shown
-from matrixctl.validate.findings import Finding, finding
 
 FMT = pi.FORMAT
 PREVIEW = 12

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from matrixctl.errors import FormatError, MatrixError
+from matrixctl.findings import Finding, finding, from_error
 from matrixctl.io import Source
 from matrixctl.tokenizers.scx import manifest as mf
 from matrixctl.tokenizers.scx import registry as rg
@@ -23,7 +24,6 @@ from matrixctl.tokenizers.scx import shards as sh
 from matrixctl.tokenizers.scx import signing
 from matrixctl.tokenizers.scx import tokens as tk
 from matrixctl.validate.engine import rule
-from matrixctl.validate.findings import Finding, finding, from_error
 
 FMT = mf.FORMAT
 

@@ -11,12 +11,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError
+from matrixctl.findings import Finding, finding, from_error
 from matrixctl.io import Source
 from matrixctl.tokenizers.scx import registry as rg
 from matrixctl.tokenizers.scx import signing
 from matrixctl.tokenizers.scx import tokens as tk
 from matrixctl.validate.engine import rule
-from matrixctl.validate.findings import Finding, finding, from_error
 
 FMT = rg.FORMAT
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from matrixctl.findings import Finding, from_error
 from matrixctl.io import Source
 from matrixctl.tokenizers.scx import shards as sh
 from matrixctl.validate.engine import rule
-from matrixctl.validate.findings import Finding, from_error
 
 FMT = sh.FORMAT
 

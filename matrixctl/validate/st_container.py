@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl import codes
+from matrixctl.findings import Finding, finding
 from matrixctl.formats import st_container as st
 from matrixctl.io import Source
 from matrixctl.tensors import human_bytes, tensor_row
 from matrixctl.validate.engine import rule
-from matrixctl.validate.findings import Finding, finding
 
 FMT = st.FORMAT
 SCAN_CHUNK = 8 << 20

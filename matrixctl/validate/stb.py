@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError
+from matrixctl.findings import Finding, finding
 from matrixctl.formats import stb
 from matrixctl.formats.embd import crc_range
 from matrixctl.io import Source
 from matrixctl.tensors import human_bytes, tensor_row
 from matrixctl.validate.engine import rule
-from matrixctl.validate.findings import Finding, finding
 
 FMT = stb.FORMAT
 PAD_CHUNK = 1 << 20

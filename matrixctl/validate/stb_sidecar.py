@@ -16,12 +16,12 @@ from typing import Any
 
 from matrixctl.codes import Severity, severity_of
 from matrixctl.errors import FormatError, MatrixError
+from matrixctl.findings import Finding, finding
 from matrixctl.formats import stb
 from matrixctl.formats.embd import crc_range
 from matrixctl.io import Source
 from matrixctl.tensors import human_bytes, tensor_row
 from matrixctl.validate.engine import rule
-from matrixctl.validate.findings import Finding, finding
 from matrixctl.validate.stb import compare, padding_findings
 
 FMT = stb.SIDECAR_FORMAT

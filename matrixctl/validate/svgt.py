@@ -10,10 +10,10 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
+from matrixctl.findings import Finding, finding
 from matrixctl.formats import svgt
 from matrixctl.io import Source
 from matrixctl.validate.engine import rule, sample, shown
-from matrixctl.validate.findings import Finding, finding
 
 FMT = svgt.FORMAT
 PREVIEW_ATOMS = 2

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError
+from matrixctl.findings import Finding, from_error
 from matrixctl.formats import token_stream as ts
 from matrixctl.io import Source
 from matrixctl.validate.engine import rule
-from matrixctl.validate.findings import Finding, from_error
 from matrixctl.validate.ids import IdPreview
 from matrixctl.validate.ids import describe_ids as ids_section
 

@@ -11,12 +11,12 @@ from typing import Any
 
 from matrixctl import codes
 from matrixctl.errors import FormatError
+from matrixctl.findings import Finding, finding, from_error
 from matrixctl.formats import ztensor as zt
 from matrixctl.integrity import unknown_severity
 from matrixctl.io import Source
 from matrixctl.tensors import DTYPES, human_bytes, tensor_row
 from matrixctl.validate.engine import rule
-from matrixctl.validate.findings import Finding, finding, from_error
 
 FMT = zt.FORMAT
 SCAN_CHUNK = 8 << 20

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError, MatrixError
+from matrixctl.findings import Finding, finding, from_error
 from matrixctl.formats import ztensor2 as z2
 from matrixctl.io import STDIO, Source
 from matrixctl.tensors import human_bytes, mapped_chunks
 from matrixctl.validate.engine import rule
-from matrixctl.validate.findings import Finding, finding, from_error
 
 FMT = z2.FORMAT
 

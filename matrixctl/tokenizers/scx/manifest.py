@@ -123,14 +123,9 @@ def created_at_from(option: str | None) -> str | None:
         except ValueError:
             raise UsageError(f"--created-at {option!r} is not a valid UTC time") from None
         return option
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    if epoch:
-        try:
-            when = dt.datetime.fromtimestamp(int(epoch), tz=dt.UTC)
-        except (ValueError, OverflowError, OSError):
-            raise UsageError(f"SOURCE_DATE_EPOCH={epoch!r} is not a Unix time") from None
-        return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return None
+    from matrixctl.epoch import source_date_text
+
+    return source_date_text()
 
 
 def sig_json(sig: Signature) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""Library side of `tokenize pi encode|decode`: files and pipes in, token streams or text out."""
+"""Library side of `tokenize pi encode|decode` and `tokenize scx decode`: files and pipes in,
+token streams or text out (the I/O glue between the tokenizers and the token stream codec)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl.errors import FormatError, from_os_error
 from matrixctl.io import STDIO, atomic_output, display_name, open_input_stream
 from matrixctl.tokenizers import pi
+
+if TYPE_CHECKING:
+    from matrixctl.tokenizers.scx import api as scx
 
 READ_CHUNK = 1 << 20
 
@@ -204,3 +208,91 @@ def _decode_to(out: Any, chunks: Any, dec: pi.StreamDecoder, name: str) -> None:
         out.flush()
     except FormatError as err:
         raise err.with_path(name) from None
+
+
+def decode_token_stream(
+    tok: scx.Tokenizer,
+    fp: Any,
+    out: Any,
+    *,
+    strict: bool = True,
+    tick: Any = None,
+    name: str = "<stdin>",
+) -> dict[str, Any]:
+    """Decode an MXTOKENS token stream read from `fp` into `out` (a binary file).
+
+    Errors name the token index and, where known, the byte offset of that token in the input.
+    """
+    import numpy as np
+
+    from matrixctl.formats import token_stream as ts
+    from matrixctl.io import read_exact
+    from matrixctl.tokenizers.scx import tokens as tk
+    from matrixctl.tokenizers.scx.api import Decoder, ScxFailure, fail
+
+    head = read_exact(fp, ts.HEADER_SIZE, "token stream header", offset=0)
+    if not head.startswith(ts.MAGIC):
+        raise FormatError(
+            "UNKNOWN_FORMAT",
+            f"not a matrixctl token stream (MXTOKENS): {head[:8]!r}",
+            path=name,
+            offset=0,
+        )
+    header = ts.StreamHeader.parse(head)
+    dec = Decoder(tok, strict_invertibility=strict)
+    frames: list[tuple[int, int]] = []  # (first token index, byte offset of its ids)
+    tokens = 0
+    written = 0
+
+    def where(err: ScxFailure) -> ScxFailure:
+        idx = err.issue.token_index
+        if idx is not None and frames:
+            import bisect
+
+            k = bisect.bisect_right([f[0] for f in frames], idx) - 1
+            if k >= 0:
+                first, off = frames[k]
+                err.offset = off + (idx - first) * header.itemsize
+        err.path = name
+        return err
+
+    try:
+        for event in ts.iter_events(_Ticking(fp, tick), header):
+            if event.kind != ts.KIND_TOKENS:
+                continue
+            ids = event.tokens
+            if ids.dtype != np.dtype("<u2"):
+                high = np.flatnonzero(ids > 0xFFFF)
+                if high.size:
+                    i = tokens + int(high[0])
+                    raise fail(
+                        tk.UNKNOWN_TOKEN,
+                        f"token id {int(ids[high[0]])} does not fit SCX's u16 token space",
+                        token_index=i,
+                    )
+                ids = ids.astype("<u2")
+            frames.append((tokens, event.offset + ts.FRAME_SIZE))
+            tokens += ids.size
+            for part in dec.feed(ids):
+                out.write(part.data)
+                written += part.size
+        for part in dec.finish():
+            out.write(part.data)
+            written += part.size
+    except ScxFailure as err:
+        raise where(err) from None
+    except FormatError as err:
+        raise err.with_path(name) from None
+    return {"tokens": tokens, "bytes": written, "warnings": dec.warnings}
+
+
+class _Ticking:
+    def __init__(self, fp: Any, tick: Any) -> None:
+        self._fp = fp
+        self._tick = tick
+
+    def read(self, n: int = -1) -> bytes:
+        data: bytes = self._fp.read(n)
+        if self._tick:
+            self._tick(len(data))
+        return data
