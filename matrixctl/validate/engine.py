@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import importlib
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -153,10 +154,7 @@ def _examine(
     try:
         entry = registry.sniff_dir(path) if path != "-" else None
         if entry is not None:
-            report = FileReport(name, entry.name)
-            mod = importlib.import_module(entry.handler)
-            subject = _load(mod.load_dir, path, report)
-            return _finish(mod, entry.name, subject, report, scan=scan, describe=describe, ids=ids)
+            return _examine_dir(path, entry, scan=scan, describe=describe, ids=ids)
         src = Source.open(path)
     except MatrixError as err:
         report = FileReport(name, None, unreadable=isinstance(err, InputError))
@@ -179,6 +177,56 @@ def _examine(
         mod = handler(fmt)
         subject = _load(mod.load, src, report)
         return _finish(mod, fmt, subject, report, scan=scan, describe=describe, ids=ids)
+
+
+FOLDER_ATTEMPTS = 8
+
+
+def _folder_handle(path: str) -> int | None:
+    try:
+        return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return None
+
+
+def _same_folder(fd: int, path: str) -> bool:
+    try:
+        held, now = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
+
+
+def _examine_dir(
+    path: str, entry: Any, *, scan: bool, describe: bool, ids: Any
+) -> tuple[FileReport, dict[str, Any] | None]:
+    """Check a folder format; its members are opened by path, so a folder replaced while it
+    is read (a new pack renamed over it) could mix old and new members. A handle on the
+    folder is held during the check (so its inode number cannot be reused) and compared with
+    what the path names afterwards: when the folder was replaced, the check runs again on
+    what is there now, so the report is about one whole folder, old or new."""
+    mod = importlib.import_module(entry.handler)
+    result: tuple[FileReport, dict[str, Any] | None] | None = None
+    for _ in range(FOLDER_ATTEMPTS):
+        fd = _folder_handle(path)
+        try:
+            report = FileReport(path, entry.name)
+            try:
+                subject = _load(mod.load_dir, path, report)
+                result = _finish(
+                    mod, entry.name, subject, report, scan=scan, describe=describe, ids=ids
+                )
+            except MatrixError as err:
+                report = FileReport(path, entry.name, unreadable=isinstance(err, InputError))
+                report.findings.append(from_error(err))
+                result = report, None
+            if fd is not None and _same_folder(fd, path):
+                break
+        finally:
+            if fd is not None:
+                os.close(fd)
+    assert result is not None
+    return result
 
 
 def _finish(
