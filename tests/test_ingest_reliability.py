@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -307,12 +308,20 @@ def _gone(pid: int) -> bool:
     return state in (b"Z", b"X")
 
 
+def _atoms_written(dest: Path) -> bool:
+    for name in siblings(dest):
+        with contextlib.suppress(OSError):
+            if os.path.getsize(dest.parent / name / "matrix_atoms.bin") > 64:
+                return True
+    return False
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux /proc")
 def test_killing_the_parent_ends_the_workers_silently(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
     text = "".join(f"line {i} of some text to tokenize, the and of\n" for i in range(400))
-    for i in range(600):
+    for i in range(1200):
         (src / f"f{i:04}.txt").write_text(text, encoding="utf-8")
     errfile = tmp_path / "stderr"
     with open(errfile, "wb") as err:
@@ -340,6 +349,11 @@ def test_killing_the_parent_ends_the_workers_silently(tmp_path: Path) -> None:
         assert proc.poll() is None, "the ingest ended before its workers were seen"
         assert time.monotonic() < deadline
         workers = _children(proc.pid)
+        time.sleep(0.01)
+    # Wait until results flow back (tokens reached the atoms file): work is then in flight.
+    while not _atoms_written(tmp_path / "pack"):
+        assert proc.poll() is None, "the ingest ended before its results were seen"
+        assert time.monotonic() < deadline
         time.sleep(0.01)
     os.kill(proc.pid, signal.SIGSTOP)  # freeze the parent while the workers run on
     os.kill(proc.pid, signal.SIGKILL)
