@@ -29,7 +29,7 @@ def main() -> int:
     def step() -> None:
         global STEP
         STEP += 1
-        if STEP == target:
+        if target == STEP:
             os.kill(os.getpid(), signal.SIGKILL)
 
     def counted(fn: Any) -> Any:
