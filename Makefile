@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO := build/demo
 
-.PHONY: demo test lint bench docs clean
+.PHONY: demo test lint bench docs clean fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,13 +25,26 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check matrixctl tests bench tools
-	$(BIN)/ruff format --check matrixctl tests bench tools
+	$(BIN)/ruff check matrixctl tests bench tools fuzz
+	$(BIN)/ruff format --check matrixctl tests bench tools fuzz
 	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/run.py $(BENCH)
+
+# Every harness under fuzz/ for FUZZ_SECONDS each (coverage-guided with atheris, the `fuzz`
+# extra; a labelled seeded-mutation fallback without it). Crashes land in fuzz/crash-*.
+FUZZ_SECONDS ?= 60
+fuzz: $(STAMP)
+	-$(BIN)/python -m pip install --quiet -e '.[test,fuzz]'
+	$(BIN)/python fuzz/seeds.py
+	set -e; for h in fuzz/fuzz_*.py; do \
+	  name=$$(basename $$h .py | sed 's/^fuzz_//'); \
+	  echo "== $$name"; \
+	  $(BIN)/python $$h -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=fuzz/ \
+	    -print_final_stats=1 fuzz/corpus/$$name 2>&1 | grep -E '^(==|#[0-9]+[[:space:]]+(INITED|DONE)|stat::|Done|\[)|Error|Traceback' ; \
+	done
 
 docs: $(STAMP)
 	$(BIN)/python -m matrixctl.cli.docgen --write

@@ -1,7 +1,8 @@
-"""Builds the π tokenizer's C kernel (matrixctl/_pi_kernel.c); everything else is pyproject.toml.
+"""Builds the C kernels of the π and SCX tokenizers (matrixctl/_pi_kernel.c, _scx_kernel.c);
+everything else is pyproject.toml.
 
-The kernel uses only the CPython C API and the C standard library, so the machine's C compiler
-is the one requirement (`pip install -e .` builds it). docs/benchmarks.md says why it is C.
+The kernels use only the CPython C API and the C standard library, so the machine's C compiler
+is the one requirement (`pip install -e .` builds them). docs/benchmarks.md says why they are C.
 """
 
 from setuptools import Extension, setup
@@ -12,6 +13,11 @@ setup(
             "matrixctl._pi_kernel",
             sources=["matrixctl/_pi_kernel.c"],
             extra_compile_args=["-O2", "-std=c11"],
-        )
+        ),
+        Extension(
+            "matrixctl._scx_kernel",
+            sources=["matrixctl/_scx_kernel.c"],
+            extra_compile_args=["-O2", "-std=c11"],
+        ),
     ]
 )

@@ -439,6 +439,9 @@ def loads_deterministic(
 ) -> Any:
     """Decode exactly one item in deterministic CBOR (see `_Deterministic`); CborError else."""
     raw = bytes(data)
+    fast = _fast_deterministic(raw, max_depth, max_items)
+    if fast is not None:
+        return fast[0]
     decoder = _Deterministic(raw, max_depth, max_items)
     value, pos = decoder.value(0, 0)
     if pos != len(raw):
@@ -446,3 +449,77 @@ def loads_deterministic(
             "trailing", f"{len(raw) - pos} bytes follow the CBOR item inside its length", pos
         )
     return value
+
+
+def _plain(value: Any, depth: int, max_depth: int, floats: list[float]) -> int:
+    """Items in `value` (keys counted, as `_Deterministic` counts them) when it holds only what
+    a deterministic manifest may hold: text-keyed maps whose keys ascend in the order of their
+    encoded bytes, arrays, text, bytes, u64/negative ints, floats (collected in `floats`), bool
+    and null, containers at most `max_depth` levels deep. -1 when it holds anything else."""
+    kind = type(value)
+    if kind is dict:
+        if depth >= max_depth:
+            return -1
+        count = 1
+        prev: tuple[int, bytes] | None = None
+        for key, item in value.items():
+            if type(key) is not str:
+                return -1
+            encoded = key.encode("utf-8")
+            # Encoded text keys order by length first (the head holds it), then bytewise.
+            this = (len(encoded), encoded)
+            if prev is not None and this <= prev:
+                return -1
+            prev = this
+            got = _plain(item, depth + 1, max_depth, floats)
+            if got < 0:
+                return -1
+            count += 1 + got
+        return count
+    if kind is list:
+        if depth >= max_depth:
+            return -1
+        count = 1
+        for item in value:
+            got = _plain(item, depth + 1, max_depth, floats)
+            if got < 0:
+                return -1
+            count += got
+        return count
+    if kind is int:
+        return 1 if -(1 << 64) <= value < 1 << 64 else -1  # a bignum tag decodes to an int
+    if kind is float:
+        floats.append(value)
+        return 1
+    if kind in (str, bytes, bool) or value is None:
+        return 1
+    return -1
+
+
+def _fast_deterministic(raw: bytes, max_depth: int, max_items: int) -> tuple[Any] | None:
+    """`(value,)` when cbor2's compiled decoder reads `raw` into plain data that encodes back to
+    exactly `raw`, which proves `raw` deterministic: cbor2 writes shortest heads and definite
+    lengths, `_plain` checks the key order, types, integer range, depth and item count, and the
+    byte comparison rules out tags, duplicate keys, trailing bytes and any other spelling.
+    None when any step fails: `_Deterministic` then decodes `raw` and names the problem."""
+    import cbor2
+
+    try:
+        value = cbor2.loads(raw)
+    except Exception:  # any refusal: the strict decoder reports it
+        return None
+    floats: list[float] = []
+    items = _plain(value, 0, max_depth, floats)
+    if items < 0 or items > max_items:
+        return None
+    try:
+        # Without canonical, cbor2 writes every float as a double: canonical is the shortest
+        # exact form (and sorts keys, already checked), needed only when floats are present.
+        if cbor2.dumps(value, canonical=bool(floats)) != raw:
+            return None
+        # ... and cbor2's shortest form of each float must be the one `_Deterministic` wants.
+        if any(cbor2.dumps(f, canonical=True) != _float(f) for f in floats):
+            return None
+    except Exception:
+        return None
+    return (value,)

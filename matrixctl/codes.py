@@ -61,6 +61,16 @@ OUT_TTY = define(
     "Binary output to a terminal was refused; redirect it or name an output file.",
     group=G,
 )
+OUT_NO_SPACE = define(
+    "OUT_NO_SPACE",
+    "An output could not be written: no space left on the device or quota (ENOSPC, EDQUOT).",
+    group=G,
+)
+OUT_TOO_LARGE = define(
+    "OUT_TOO_LARGE",
+    "An output exceeds the file size limit (ulimit -f) or the file system's (EFBIG).",
+    group=G,
+)
 OUT_EXISTS_DIR = define("OUT_EXISTS_DIR", "An output path names an existing folder.", group=G)
 UNKNOWN_FORMAT = define(
     "UNKNOWN_FORMAT", "The file's leading bytes match no format matrixctl knows.", group=G

@@ -85,11 +85,24 @@ class OutputError(MatrixError, OSError):
 
 
 def from_os_error(exc: OSError, path: str, *, writing: bool = False) -> MatrixError:
-    """Translate an OSError into the matching typed error with a stable code."""
+    """Translate an OSError into the matching typed error with a stable code (an InputError
+    or OutputError, already typed, is returned as it is)."""
     import errno
+
+    if isinstance(exc, MatrixError):
+        return exc.with_path(path)
 
     cls: type[MatrixError] = OutputError if writing else InputError
     reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        # Only a write fills a disk, whatever the caller was doing when it surfaced.
+        return OutputError(codes.OUT_NO_SPACE, f"cannot write: {reason}", path=path)
+    if exc.errno == errno.EFBIG:
+        return OutputError(
+            codes.OUT_TOO_LARGE,
+            f"cannot write: {reason} (the file size limit, ulimit -f, or the file system's)",
+            path=path,
+        )
     if exc.errno == errno.ENOENT and not writing:
         return cls(codes.IO_NOT_FOUND, "no such file or folder", path=path)
     if exc.errno in (errno.EACCES, errno.EPERM):

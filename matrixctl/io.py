@@ -14,12 +14,16 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
+import re
 import shutil
+import signal
 import stat
 import sys
 import tempfile
+import weakref
 from collections.abc import Iterator
 from typing import IO, Any, BinaryIO, Protocol
 
@@ -35,6 +39,14 @@ from matrixctl.errors import (
 
 STDIO = "-"
 COPY_CHUNK = 1 << 20
+
+IO_CHANGED = codes.define(
+    "IO_CHANGED",
+    "An input was truncated or rewritten while it was read; nothing was written. Rerun once "
+    "the file is stable.",
+    group="general",
+)
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 class Readable(Protocol):
@@ -75,13 +87,25 @@ def read_exact(fp: Readable, n: int, what: str, *, offset: int | None = None) ->
 def open_input_stream(path: str) -> BinaryIO:
     """Open an input for sequential reading; `-` is stdin (not closed by the caller's `with`)."""
     if path == STDIO:
-        return _NoClose(sys.stdin.buffer)  # type: ignore[return-value]
+        if _is_regular(sys.stdin.buffer):
+            return _NoClose(sys.stdin.buffer)  # type: ignore[return-value]
+        return BoundedStream(sys.stdin.buffer, path, spool_limit())  # type: ignore[return-value]
     try:
         if os.path.isdir(path):
             raise InputError(codes.IO_IS_DIR, "is a folder, a file was expected", path=path)
-        return open(path, "rb")
+        fp = open(path, "rb")  # noqa: SIM115 - returned to the caller
+        if not _is_regular(fp):
+            return BoundedStream(fp, path, spool_limit())  # type: ignore[return-value]
+        return fp
     except OSError as exc:
         raise from_os_error(exc, path) from None
+
+
+def _is_regular(fp: Any) -> bool:
+    try:
+        return stat.S_ISREG(os.fstat(fp.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 class _NoClose:
@@ -112,6 +136,111 @@ class _NoClose:
         return None
 
 
+# Bounded spooling ---------------------------------------------------------------------------
+
+SPOOL_LIMIT = codes.define(
+    "SPOOL_LIMIT",
+    "stdin or a non-seekable input (a pipe, a device such as /dev/zero) is longer than the "
+    "spool limit (--spool-limit, MATRIXCTL_SPOOL_LIMIT; default 4G).",
+    group="general",
+)
+SPOOL_NO_SPACE = codes.define(
+    "SPOOL_NO_SPACE",
+    "Spooling stdin or a non-seekable input would leave less than the reserve of free space "
+    "in the temporary folder.",
+    group="general",
+)
+ENV_SPOOL_LIMIT = "MATRIXCTL_SPOOL_LIMIT"
+DEFAULT_SPOOL_LIMIT = 4 << 30
+SPOOL_RESERVE = 256 << 20  # free space left in the temporary folder, at least
+_spool_limit: int | None = None
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str, what: str) -> int:
+    """`4G`, `512M`, `100k`, `1000` (bytes; binary units) -> bytes."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    num, unit = (t[:-1], t[-1]) if t and t[-1] in _UNITS else (t, "")
+    if not num.isdigit():
+        raise UsageError(
+            f"{what} {text!r} is not a size",
+            hint="a whole number of bytes with an optional K, M, G or T suffix, e.g. 512M",
+        )
+    return int(num) * _UNITS[unit]
+
+
+def set_spool_limit(text: str | None) -> None:
+    """The command line's --spool-limit (None: the environment variable or the default)."""
+    global _spool_limit
+    _spool_limit = None if text is None else parse_size(text, "--spool-limit")
+
+
+def spool_limit() -> int:
+    if _spool_limit is not None:
+        return _spool_limit
+    env = os.environ.get(ENV_SPOOL_LIMIT, "")
+    return parse_size(env, ENV_SPOOL_LIMIT) if env.strip() else DEFAULT_SPOOL_LIMIT
+
+
+def _free_space(fd: int) -> int | None:
+    try:
+        st = os.fstatvfs(fd)
+    except (OSError, AttributeError):
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+class BoundedStream:
+    """stdin or a non-regular file read sequentially, refused (SPOOL_LIMIT) past the limit, so
+    `cat /dev/zero | matrixctl ...` ends with one error line instead of running forever."""
+
+    def __init__(self, fp: Any, path: str, limit: int) -> None:
+        self._fp = fp
+        self._path = path
+        self._limit = limit
+        self._got = 0
+
+    def _count(self, n: int) -> None:
+        self._got += n
+        if self._got > self._limit:
+            raise InputError(
+                SPOOL_LIMIT,
+                f"longer than the spool limit of {self._limit:,} bytes for stdin and "
+                "non-seekable inputs",
+                path=display_name(self._path),
+                hint=f"raise it with {ENV_SPOOL_LIMIT}=SIZE (verify also takes an option for it), "
+                "or pass a regular file",
+            )
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            n = self._limit + 1 - self._got
+        data: bytes = self._fp.read(n)
+        self._count(len(data))
+        return data
+
+    def readinto(self, b: Any) -> int:
+        got = int(self._fp.readinto(b))
+        self._count(got)
+        return got
+
+    def isatty(self) -> bool:
+        return bool(self._fp.isatty())
+
+    def fileno(self) -> int:
+        return int(self._fp.fileno())
+
+    def __enter__(self) -> BoundedStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._path != STDIO:
+            self._fp.close()
+
+
 class Source:
     """A whole input as one read-only buffer: an mmap of a regular file, or a spooled pipe.
 
@@ -125,6 +254,37 @@ class Source:
         self.buf = buf
         self.size = size
         self._fp = fp
+        self._stamp: tuple[int, int] | None = None
+        if isinstance(buf, mmap.mmap) and fp is not None:
+            st = os.fstat(fp.fileno())
+            self._stamp = (st.st_size, st.st_mtime_ns)
+            _MAPPED.add(self)
+            _guard_sigbus()
+
+    def changed(self) -> str | None:
+        """Why the mapped file is no longer what was mapped (truncated, extended, rewritten in
+        place), or None. A file renamed over the path is not a change: the mapping holds the
+        old inode, whole."""
+        if self._stamp is None or self._fp is None:
+            return None
+        try:
+            st = os.fstat(self._fp.fileno())
+        except (OSError, ValueError):
+            return None
+        size, mtime = self._stamp
+        if st.st_size < size:
+            return f"truncated from {size:,} to {st.st_size:,} bytes while it was read"
+        if st.st_size > size:
+            return f"extended from {size:,} to {st.st_size:,} bytes while it was read"
+        if st.st_mtime_ns != mtime:
+            return "rewritten in place while it was read"
+        return None
+
+    def check_unchanged(self) -> None:
+        """Raise IO_CHANGED naming the file when it changed since it was mapped."""
+        why = self.changed()
+        if why is not None:
+            raise InputError(IO_CHANGED, why, path=self.name)
 
     @classmethod
     def open(cls, path: str) -> Source:
@@ -175,13 +335,32 @@ class Source:
     @classmethod
     def _spool(cls, path: str, stream: Readable) -> Source:
         tmp = tempfile.TemporaryFile(prefix="matrixctl-stdin-")  # noqa: SIM115 - owned by Source
+        limit = spool_limit()
+        got = 0
+        next_check = 0
         try:
             while True:
                 chunk = stream.read(COPY_CHUNK)
                 if not chunk:
                     break
+                got += len(chunk)
+                if got > limit:
+                    raise InputError(
+                        SPOOL_LIMIT,
+                        f"longer than the spool limit of {limit:,} bytes for stdin and "
+                        "non-seekable inputs; spooling stopped",
+                        path=display_name(path),
+                        hint=f"raise it with {ENV_SPOOL_LIMIT}=SIZE (verify also takes an option "
+                        "for it), or pass a regular file",
+                    )
+                if got >= next_check:  # every 64 MiB
+                    _check_spool_space(tmp.fileno(), path, got)
+                    next_check = got + (64 << 20)
                 tmp.write(chunk)
             tmp.flush()
+        except MatrixError:
+            tmp.close()
+            raise
         except OSError as exc:
             tmp.close()
             raise from_os_error(exc, path) from None
@@ -191,6 +370,7 @@ class Source:
         return bytes(self.buf[:n])
 
     def close(self) -> None:
+        _MAPPED.discard(self)
         if isinstance(self.buf, mmap.mmap):
             with contextlib.suppress(BufferError):
                 # A numpy view still alive keeps the mapping; the OS frees it at exit.
@@ -204,6 +384,98 @@ class Source:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# Inputs that change underneath ------------------------------------------------------------
+
+_MAPPED: weakref.WeakSet[Source] = weakref.WeakSet()
+_LIVE_TEMPS: set[str] = set()
+_SIGBUS_INSTALLED = False
+_SIGBUS_HANDLER: Any = None
+
+
+def check_inputs_unchanged() -> None:
+    """Raise IO_CHANGED when a mapped input changed since it was mapped. Every atomic output
+    calls it before its rename, so no output built from a changing input appears."""
+    for src in list(_MAPPED):
+        src.check_unchanged()
+
+
+def changed_input() -> MatrixError | None:
+    """The IO_CHANGED error of the first mapped input that changed, or None."""
+    try:
+        check_inputs_unchanged()
+    except MatrixError as err:
+        return err
+    return None
+
+
+def _on_sigbus(signum: int) -> None:  # pragma: no cover - runs in a subprocess test
+    """Last resort for a mapped input truncated underneath: a read of a page past the new end
+    raises SIGBUS, which Python cannot turn into an exception. Name the file, remove this
+    process's temporary outputs, exit 2; never the bare "Bus error" (exit 135)."""
+    name = "an input"
+    why = "truncated while it was read"
+    for src in list(_MAPPED):
+        reason = src.changed()
+        if reason is not None:
+            name, why = src.name, reason
+            break
+    line = f"matrixctl: error[{IO_CHANGED}]: {name}: {why}; nothing was written\n"
+    with contextlib.suppress(OSError):
+        os.write(2, line.encode("utf-8", "replace"))
+    for tmp in list(_LIVE_TEMPS):
+        with contextlib.suppress(OSError):
+            if os.path.isdir(tmp):
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                os.unlink(tmp)
+    os._exit(2)
+
+
+def _guard_sigbus() -> None:
+    """Install the SIGBUS handler once, when the first file is mapped (ctypes: the handler
+    must run on the faulting thread, before the faulting access is retried).
+    MATRIXCTL_NO_SIGBUS_GUARD=1 leaves the default (the process dies with "Bus error")."""
+    global _SIGBUS_INSTALLED, _SIGBUS_HANDLER
+    if _SIGBUS_INSTALLED or not hasattr(signal, "SIGBUS"):
+        return
+    _SIGBUS_INSTALLED = True
+    if os.environ.get("MATRIXCTL_NO_SIGBUS_GUARD", "") not in ("", "0"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        handler_type = ctypes.CFUNCTYPE(None, ctypes.c_int)
+        _SIGBUS_HANDLER = handler_type(_on_sigbus)  # kept alive for the process's life
+        libc.signal.restype = ctypes.c_void_p
+        libc.signal.argtypes = (ctypes.c_int, handler_type)
+        libc.signal(int(signal.SIGBUS), _SIGBUS_HANDLER)
+    except (OSError, AttributeError, TypeError):  # no libc symbol: keep the default
+        _SIGBUS_HANDLER = None
+
+
+def register_temp(path: str) -> None:
+    """A temporary output of this process, removed by the SIGBUS handler."""
+    _LIVE_TEMPS.add(path)
+
+
+def unregister_temp(path: str) -> None:
+    _LIVE_TEMPS.discard(path)
+
+
+def _check_spool_space(fd: int, path: str, got: int) -> None:
+    """Refuse to spool on when the temporary folder's free space falls under the reserve."""
+    free = _free_space(fd)
+    if free is not None and free < SPOOL_RESERVE + (64 << 20):
+        raise InputError(
+            SPOOL_NO_SPACE,
+            f"spooling stopped after {got:,} bytes: {free:,} bytes left in the temporary "
+            f"folder, under the reserve of {SPOOL_RESERVE:,}",
+            path=display_name(path),
+            hint="pass a regular file instead, or point TMPDIR at a folder with room",
+        )
 
 
 def drop_pages(buf: Any, offset: int, length: int) -> None:
@@ -361,21 +633,146 @@ def refuse_binary_to_terminal(path: str, what: str = "binary output") -> None:
         )
 
 
+STALE_TEMP = codes.define(
+    "STALE_TEMP",
+    "A temporary file or folder left by a dead matrixctl run (killed, out of memory, power "
+    "loss); the next run writing the same output removes it.",
+    group="general",
+    severity=codes.Severity.WARNING,
+)
+
+# `.NAME.mxPID-START-HOST-RANDOM.tmp`: the owner's pid, its start time (clock ticks since boot,
+# from /proc; 0 where unknown) and a hash of the host name, so a later run can tell a
+# temporary file of a dead run from one of a live run.
+_TEMP_RE = re.compile(
+    r"\.(?P<base>.+)\.mx(?P<pid>\d+)-(?P<start>\d+)-(?P<host>[0-9a-f]{4})-[0-9a-f]{12}\.tmp"
+)
+_OWNER: str | None = None
+
+
+def _start_time(pid: int) -> int:
+    """The start time of process `pid` in clock ticks since boot (Linux /proc), 0 if unknown,
+    -1 if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fp:
+            stat_line = fp.read()
+    except FileNotFoundError:
+        return -1 if os.path.isdir("/proc/self") else _alive_or_unknown(pid)
+    except OSError:
+        return _alive_or_unknown(pid)
+    try:
+        return int(stat_line.rpartition(b")")[2].split()[19])
+    except (IndexError, ValueError):
+        return 0
+
+
+def _alive_or_unknown(pid: int) -> int:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return -1
+    except OSError:
+        return 0
+    return 0
+
+
+def _host_tag() -> str:
+    import hashlib
+    import socket
+
+    return hashlib.sha256(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:4]
+
+
+def _owner_tag() -> str:
+    global _OWNER
+    pid = os.getpid()
+    if _OWNER is None or not _OWNER.startswith(f"mx{pid}-"):
+        _OWNER = f"mx{pid}-{max(_start_time(pid), 0)}-{_host_tag()}"
+    return _OWNER
+
+
 def sibling_temp_name(dest: str) -> str:
-    """A fresh hidden name beside `dest` (`.NAME.XXXXXXXXXXXX.tmp`) for a temporary file or
-    folder. Callers record the name *before* creating it, so an interruption at any point
-    (a signal handled right after the creating call) can still remove what was created."""
+    """A fresh hidden name beside `dest` (`.NAME.mxPID-START-HOST-RANDOM.tmp`) for a temporary
+    file or folder. Callers record the name *before* creating it, so an interruption at any
+    point (a signal handled right after the creating call) can still remove what was created."""
     folder = os.path.dirname(os.path.abspath(dest))
     base = os.path.basename(os.path.abspath(dest))
-    return os.path.join(folder, f".{base}.{os.urandom(6).hex()}.tmp")
+    return os.path.join(folder, f".{base}.{_owner_tag()}-{os.urandom(6).hex()}.tmp")
+
+
+def stale_temps(folder: str, base: str | None = None) -> list[tuple[str, int]]:
+    """Temporary files and folders in `folder` (of the output `base`, or of any output) whose
+    owner is dead: (path, pid). One of another host, or whose owner cannot be told, is never
+    stale: it may belong to a live run."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    host = None
+    out = []
+    for name in sorted(names):
+        m = _TEMP_RE.fullmatch(name)
+        if m is None or (base is not None and m["base"] != base):
+            continue
+        host = host or _host_tag()
+        if m["host"] != host:
+            continue
+        pid, start = int(m["pid"]), int(m["start"])
+        now = _start_time(pid)
+        if now == -1 or (start and now and now != start):
+            out.append((os.path.join(folder, name), pid))
+    return out
+
+
+def remove_stale_temps(dest: str) -> int:
+    """Remove the temporary files and folders dead runs left beside `dest`; how many."""
+    folder = os.path.dirname(os.path.abspath(dest))
+    removed = 0
+    for path, _pid in stale_temps(folder, os.path.basename(os.path.abspath(dest))):
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+            removed += 1
+    return removed
+
+
+def aside_name(dest: str) -> str:
+    """The temporary name an existing output is moved to while its replacement is renamed in
+    (`.NAME.old.mxPID-...tmp`); `restore_aside` puts it back after a kill."""
+    return sibling_temp_name(os.path.abspath(dest) + ".old")
+
+
+def restore_aside(dest: str) -> bool:
+    """Undo a replacement a killed run left half done: when `dest` is missing and a dead run
+    moved the previous version aside, rename it back. Then remove the other dead runs'
+    set-aside copies. True when the previous version was restored."""
+    restored = False
+    folder = os.path.dirname(os.path.abspath(dest))
+    for path, _pid in stale_temps(folder, os.path.basename(os.path.abspath(dest)) + ".old"):
+        if not restored and not os.path.lexists(dest):
+            with contextlib.suppress(OSError):
+                os.rename(path, dest)
+                restored = True
+                continue
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+    return restored
 
 
 def make_temp_dir(dest: str, holder: list[str]) -> str:
     """Create a temporary folder beside `dest`; its name is appended to `holder` before it is
-    created, so the caller's cleanup (over `holder`) covers an interruption inside this call."""
+    created, so the caller's cleanup (over `holder`) covers an interruption inside this call.
+    Temporary folders of dead runs writing the same destination are removed first."""
+    remove_stale_temps(dest)
     for _ in range(16):
         name = sibling_temp_name(dest)
         holder.append(name)
+        register_temp(name)
         try:
             os.mkdir(name, 0o700)
         except FileExistsError:
@@ -404,9 +801,11 @@ class AtomicFile:
         self._done = False
 
     def create(self) -> BinaryIO:
+        remove_stale_temps(self.dest)
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
         for _ in range(16):
             self.tmp = sibling_temp_name(self.dest)  # recorded before the file exists
+            register_temp(self.tmp)
             try:
                 fd = os.open(self.tmp, flags, 0o600)
             except FileExistsError:
@@ -423,6 +822,11 @@ class AtomicFile:
     def commit(self) -> None:
         assert self.fp is not None and self.tmp is not None
         try:
+            check_inputs_unchanged()
+        except BaseException:
+            self.discard()
+            raise
+        try:
             self.fp.flush()
             if durable():
                 os.fsync(self.fp.fileno())
@@ -431,6 +835,7 @@ class AtomicFile:
             os.fchmod(self.fp.fileno(), 0o666 & ~umask)
             self.fp.close()
             os.replace(self.tmp, self.dest)
+            unregister_temp(self.tmp)
             if durable():
                 _fsync_dir(os.path.dirname(os.path.abspath(self.dest)))
         except OSError as exc:
@@ -448,6 +853,7 @@ class AtomicFile:
         if self.tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self.tmp)
+            unregister_temp(self.tmp)
 
 
 def durable() -> bool:
@@ -491,6 +897,16 @@ def atomic_output(path: str, *, what: str = "binary output") -> Iterator[BinaryI
     target = AtomicFile(path)
     try:
         yield target.create()
+    except MatrixError:
+        target.discard()
+        check_inputs_unchanged()  # the root cause when an input changed underneath
+        raise
+    except OSError as exc:
+        target.discard()
+        check_inputs_unchanged()  # a write of a truncated mapping fails with EFAULT
+        if exc.errno in _FULL:  # a write into the temporary file: name the destination
+            raise from_os_error(exc, path, writing=True) from None
+        raise
     except BaseException:
         target.discard()
         raise

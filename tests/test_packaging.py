@@ -81,3 +81,6 @@ def test_the_wheel_carries_the_compiled_pi_kernel(tmp_path: Path) -> None:
         names = zf.namelist()
     assert any(n.startswith("matrixctl/_pi_kernel.") and n.endswith(".so") for n in names)
     assert "matrixctl/_pi_kernel.pyi" in names
+    # The SCX kernel (matrixctl/_scx_kernel.c) is built the same way.
+    assert any(n.startswith("matrixctl/_scx_kernel.") and n.endswith(".so") for n in names)
+    assert "matrixctl/_scx_kernel.pyi" in names

@@ -1,7 +1,6 @@
 """SCX fast paths against simple references: the decoder's bundle kernel against a per-token
 reference decoder written here from docs/formats/scx.md and against the decoder with the kernel
-switched off (same bytes, same error code and token index, same warnings), and the one-probe
-composite table against a dict."""
+switched off (same bytes, same error code and token index, same warnings)."""
 
 from __future__ import annotations
 
@@ -379,36 +378,3 @@ def test_hostile_windows_are_refused_by_the_kernel(
     assert fast == slow
     assert fast.error is not None and fast.error[0] == code
     assert True in kernel_calls and False in kernel_calls  # windows before it were taken
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    width=st.sampled_from([3, 4, 5, 8]),
-    keys=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=300, unique=True),
-    probes=st.lists(st.integers(0, 2**64 - 1), max_size=300),
-    tiny=st.booleans(),
-)
-def test_probe_table_answers_like_a_dict(
-    width: int, keys: list[int], probes: list[int], tiny: bool
-) -> None:
-    """The one-probe table gives each key its id and every other key 0, also when it is too
-    small for a slot per key (shared slots go to the cuckoo table)."""
-    mask = (1 << (8 * width)) - 1
-    items = {k & mask: 0x400 + i for i, k in enumerate(keys)}
-    bits = {"min_bits": 2, "max_bits": 3} if tiny else {}
-    probe = ln.Probe.build(items, width, ln.Cuckoo.build(items, width), **bits)
-    assert probe is not None
-    if tiny and len(items) > 8:
-        assert probe.shared
-    dtype = ln.key_dtype(width)
-    asked = list(items) + [p & mask for p in probes] + [0]
-    got = probe.lookup(np.array(asked, dtype=dtype)).tolist()
-    assert got == [items.get(k, 0) for k in asked]
-
-
-def test_probe_table_is_only_built_for_small_registries() -> None:
-    """Decision: above PROBE_MAX composites the cuckoo table alone answers (a one-probe table
-    with a slot per key would not fit the caches)."""
-    items = {i * 7919: 0x400 + i for i in range(ln.PROBE_MAX + 1)}
-    assert ln.Probe.build(items, 4, ln.Cuckoo.build(items, 4)) is None
-    assert ln.Probe.build(dict(list(items.items())[:100]), 4, ln.Cuckoo.build(items, 4))

@@ -19,6 +19,8 @@ HEAVY = (
     "blake3",
     "pyarrow",  # optional extras of ingest docs
     "isal",
+    "dask",  # ingest docs --executor dask only
+    "distributed",
 )
 
 PROBE = """

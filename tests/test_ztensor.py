@@ -219,12 +219,30 @@ def test_padding_must_be_zero_and_gaps_are_warned(tmp_path: Path) -> None:
     assert codes_of(report) == {zt.ZT_GAP, zt.ZT_NO_DIGEST} and report.ok()
 
 
-def test_unknown_digest_algorithm_is_a_warning(tmp_path: Path) -> None:
-    """Decision: a digest algorithm other than crc32c and sha256 cannot be checked: a warning
-    (ZT_DIGEST_UNKNOWN), as ztensor 1.1.1 silently skips it."""
+def test_unknown_digest_algorithm_is_an_error_unless_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decision: a digest algorithm other than crc32c and sha256 cannot be checked: an error
+    (ZT_DIGEST_UNKNOWN), so one changed byte (crc32c -> crc32d) cannot turn a checked file
+    into an unchecked one; MATRIXCTL_ALLOW_UNKNOWN_DIGEST=1 (or verify
+    --allow-unknown-digest) relaxes it to a warning, as ztensor 1.1.1 silently skips it."""
     data = blob_file({"x": dense([4], "f32", F32, digest="blake3:00ff")})
     report = report_of(tmp_path, data)
+    assert zt.ZT_DIGEST_UNKNOWN in codes_of(report) and not report.ok()
+    monkeypatch.setenv("MATRIXCTL_ALLOW_UNKNOWN_DIGEST", "1")
+    report = report_of(tmp_path, data)
     assert zt.ZT_DIGEST_UNKNOWN in codes_of(report) and report.ok()
+    assert not report.ok(strict=True)
+
+
+def test_a_damaged_digest_key_is_an_error(tmp_path: Path) -> None:
+    """Decision: a component key one byte away from 'digest' (and no 'digest') is a damaged
+    integrity field: ZT_DIGEST_UNKNOWN, an error, not a component without a digest."""
+    good = blob_file({"x": dense([4], "f32", F32, digest="crc32c:0x00000000")})
+    assert good.count(b"fdigest") == 1
+    bad = good.replace(b"fdigest", b"fdigesu")
+    report = report_of(tmp_path, bad)
+    assert zt.ZT_DIGEST_UNKNOWN in codes_of(report) and not report.ok()
 
 
 # Findings -----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -18,7 +19,7 @@ import typer
 from matrixctl import __version__, codes
 from matrixctl.cli import common, convert, ingest, inspect_cmd, pack, tokenize, verify_cmd
 from matrixctl.cli.common import PROG, emit_json_error, print_error, write_err
-from matrixctl.errors import MatrixError, UsageError
+from matrixctl.errors import MatrixError, UsageError, from_os_error
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -74,14 +75,23 @@ def _usage_hint(exc: Any) -> str:
     return f"see '{path} --help'"
 
 
+_COMMAND: Any = None  # the click command tree, built once per process
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line and return the exit code (the console script exits with it)."""
+    global _COMMAND
     from typer.main import get_command
 
     args = sys.argv[1:] if argv is None else argv
     if hasattr(signal, "SIGTERM"):
         signal.signal(signal.SIGTERM, _on_sigterm)
-    command = get_command(app)
+    if _COMMAND is None:
+        # Building it inspects every command's signature (~30 ms); a process that calls main()
+        # again (tests, library callers, the benchmarks) reuses it: click commands keep no
+        # state between invocations, each gets its own context.
+        _COMMAND = get_command(app)
+    command = _COMMAND
     common._set_quiet(False)  # main() may run more than once in a process (tests)
     common.json_state(asked=False)
     try:
@@ -112,6 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         # The parser may stop before it reaches --json: then the words on the line tell.
         return _fail(UsageError(message, hint=_usage_hint(exc)), 2, _json_word(args))
     except OSError as exc:
+        from matrixctl.io import changed_input
+
+        changed = changed_input()
+        if changed is not None:
+            return _fail(changed, 2)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # a write: stdout or a file
+            return _fail(from_os_error(exc, exc.filename or "<stdout>", writing=True), 2)
         return _fail(MatrixError(codes.IO_READ, exc.strerror or str(exc), path=exc.filename), 2)
     except Exception as exc:  # a bug: one line, the traceback only on request
         if os.environ.get("MATRIXCTL_DEBUG"):

@@ -220,6 +220,33 @@ def docs(
             "compression is still recognised.",
         ),
     ] = InputKind.auto,
+    executor: Annotated[
+        str,
+        typer.Option(
+            "--executor",
+            metavar="local|dask",
+            help="local: --jobs processes here; dask: the work units as tasks on a Dask "
+            "cluster (a LocalCluster of --jobs workers, or --scheduler), staged beside "
+            "PACKDIR; same pack bytes (docs/scale-out.md).",
+        ),
+    ] = "local",
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--scheduler",
+            metavar="ADDRESS",
+            help="--executor dask: an existing scheduler (tcp://HOST:8786). Default: "
+            "$DASK_SCHEDULER_ADDRESS, else a local cluster.",
+        ),
+    ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="--executor dask: reuse the staged units of an interrupted build whose "
+            "completion record and hashes check out; redo the rest.",
+        ),
+    ] = False,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -249,6 +276,9 @@ def docs(
         strict=strict,
         max_doc_size=parse_size(max_doc_size),
         input_kind=input_kind.value,
+        executor=executor,
+        scheduler=scheduler,
+        resume=resume,
     )
     total_files = total_bytes = 0
     if stderr_is_terminal():
@@ -269,6 +299,12 @@ def docs(
             f"{summary['atoms']:,} atoms of {summary['atom_size']} ({summary['dtype']}) -> "
             f"{output}"
         )
+        if "executor" in summary:
+            ex = summary["executor"]
+            note(
+                f"dask ({safe(ex['scheduler'])}): {ex['units']:,} work units, "
+                f"{ex['reused']:,} reused, {ex['redone']:,} done in this run"
+            )
 
 
 def merge(

@@ -64,24 +64,12 @@ def keygen(
     line `pi-ed25519 <hex> <key id>` (pi is the spec's name for the signing authority): give it
     to whoever must trust the key (`--trust`).
     """
-    import os
-
-    from matrixctl.errors import OutputError
-    from matrixctl.io import atomic_output
     from matrixctl.tokenizers.scx import signing
 
     pub_path = output + ".pub"
-    if os.path.lexists(pub_path) and not force:
-        raise OutputError(
-            "USAGE",
-            "exists; refusing to overwrite a key file",
-            path=pub_path,
-            hint="pass --force to replace it, or choose another name",
-        )
     key, pem = signing.generate()
-    signing.write_private(output, pem, force=force)
-    with atomic_output(pub_path) as fp:
-        fp.write(signing.public_line(key.public_key, key.key_id).encode("ascii"))
+    public = signing.public_line(key.public_key, key.key_id).encode("ascii")
+    signing.write_key_pair(output, pem, public, force=force)
     if json_out:
         emit_json(
             {

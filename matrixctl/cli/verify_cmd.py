@@ -21,6 +21,23 @@ def verify(
         bool, typer.Option("--strict", help="Treat warnings as failures too.")
     ] = False,
     quiet: QuietOption = False,
+    allow_unknown_digest: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unknown-digest",
+            help="Report a digest whose algorithm is unknown or whose key is damaged as a "
+            "warning instead of an error (also MATRIXCTL_ALLOW_UNKNOWN_DIGEST=1).",
+        ),
+    ] = False,
+    spool_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--spool-limit",
+            metavar="SIZE",
+            help="Refuse stdin or a pipe/device path longer than SIZE (e.g. 512M; default 4G, "
+            "or MATRIXCTL_SPOOL_LIMIT).",
+        ),
+    ] = None,
 ) -> None:
     """Check files completely: structure, sizes, offsets, padding, checksums, id ranges.
 
@@ -30,7 +47,12 @@ def verify(
     "format", "ok", "findings", "checks", "skipped", "suppressed"}]}; "suppressed" counts the
     findings that only follow from a truncated file's root cause.
     """
+    from matrixctl.integrity import set_allow_unknown
+    from matrixctl.io import set_spool_limit
     from matrixctl.validate.engine import examine
+
+    set_allow_unknown(allow_unknown_digest)
+    set_spool_limit(spool_limit)
 
     reports = [examine(path, scan=True)[0] for path in paths]
     worst = max(r.exit_code(strict) for r in reports)

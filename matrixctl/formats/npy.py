@@ -457,6 +457,7 @@ def _deflated_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> NpyHeader:
         RuntimeError,
         EOFError,
         zlib.error,
+        UnicodeDecodeError,  # a local header's name that is not the UTF-8 it claims
     ) as exc:
         raise FormatError(
             NPZ_ZIP, f"{info.filename}: cannot be read ({exc})", offset=info.header_offset
@@ -569,11 +570,17 @@ class NpzSink(TensorSink):
         member.external_attr = 0o644 << 16
         member.file_size = len(head) + info.nbytes
         got = 0
-        with self.zf.open(member, "w") as fp:
-            fp.write(head)
-            for piece in parts("data"):
-                fp.write(piece)
-                got += memoryview(piece).nbytes
+        try:
+            with self.zf.open(member, "w") as fp:
+                fp.write(head)
+                for piece in parts("data"):
+                    fp.write(piece)
+                    got += memoryview(piece).nbytes
+        except BaseException:
+            # The output is discarded: keep ZipFile.__del__ from writing its central directory
+            # into a closed temporary file later (a traceback on stderr).
+            self.zf.fp = None
+            raise
         if got != info.nbytes:
             raise FormatError(
                 NPY_SIZE, f"{info.name}: {got:,} bytes arrived, expected {info.nbytes:,}"

@@ -174,9 +174,9 @@ ZT_DIGEST_FORMAT = codes.define(
 )
 ZT_DIGEST_UNKNOWN = codes.define(
     "ZT_DIGEST_UNKNOWN",
-    "A digest uses an algorithm matrixctl cannot compute; that component is not verified.",
+    "A digest uses an algorithm matrixctl cannot compute, or a component's digest key is "
+    "damaged: the component could not be verified (an error unless --allow-unknown-digest).",
     group=G,
-    severity=Severity.WARNING,
 )
 ZT_NO_DIGEST = codes.define(
     "ZT_NO_DIGEST",
@@ -457,6 +457,18 @@ def _parse_object(name: str, obj: Any, problems: list[Problem]) -> ZtObject | No
     return ZtObject(name, tuple(shape), layout, out, attributes)
 
 
+def _near_digest_key(comp: dict[Any, Any]) -> str | None:
+    """A key one character away from 'digest' (one changed byte of the manifest)."""
+    for key in comp:
+        if (
+            isinstance(key, str)
+            and len(key) == len("digest")
+            and sum(a != b for a, b in zip(key, "digest", strict=True)) == 1
+        ):
+            return key
+    return None
+
+
 def _parse_component(
     name: str, role: str, comp: Any, problems: list[Problem]
 ) -> ZtComponent | None:
@@ -497,6 +509,17 @@ def _parse_component(
         )
         return None
     digest = comp.get("digest")
+    if digest is None:
+        damaged = _near_digest_key(comp)
+        if damaged is not None:
+            problems.append(
+                Problem(
+                    ZT_DIGEST_UNKNOWN,
+                    f"{name}/{role}: key {damaged!r} looks like a damaged 'digest' key; the "
+                    "component cannot be verified",
+                    f"{where}/{damaged}",
+                )
+            )
     if digest is not None and not isinstance(digest, str):
         problems.append(Problem(ZT_SCHEMA, f"{name}/{role}: digest is not text", f"{where}/digest"))
         return None

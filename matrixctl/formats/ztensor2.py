@@ -1247,6 +1247,76 @@ def iter_seekable(
                 fut.result()
 
 
+def decode_seekable_into(blob: Any, out: Any, where: str, offset: int, field_name: str) -> None:
+    """Decode a zt.zstd-seekable/1 part straight into `out` (a writable uint8 array of exactly
+    decoded_length bytes): the same checks as `iter_seekable` (table, magic, content checksum,
+    one complete frame each, sizes), with no intermediate bytes and no copy. Frames decode on
+    the helper threads, each into its own slice of `out`."""
+    import zstandard
+
+    def fail(code: str, msg: str) -> FormatError:
+        return FormatError(code, f"{where}: {msg}", offset=offset, field=field_name)
+
+    try:
+        frames = seek_table(blob)
+    except ValueError as exc:
+        raise fail(ZT2_ZSTD, str(exc)) from None
+    total = sum(d for _, _, d in frames)
+    if total != len(out):
+        raise fail(
+            ZT2_DECODED_LENGTH, f"frames decode to {total:,} bytes, decoded_length is {len(out):,}"
+        )
+    view = memoryview(blob).cast("B")
+    target = memoryview(out).cast("B")
+    starts = []
+    at = 0
+    for _, _, d in frames:
+        starts.append(at)
+        at += d
+    local = threading.local()
+
+    def decode(i: int) -> None:
+        pos, c, d = frames[i]
+        frame = view[pos : pos + c]
+        dctx = getattr(local, "dctx", None)
+        if dctx is None:
+            dctx = local.dctx = zstandard.ZstdDecompressor()
+        dest = target[starts[i] : starts[i] + d]
+        got = 0
+        try:
+            _check_frame(frame, i)
+            with dctx.stream_reader(frame, read_across_frames=False, closefd=False) as reader:
+                while got < d:
+                    n = reader.readinto(dest[got:])
+                    if not n:
+                        break
+                    got += n
+                more = len(reader.read(1)) if got == d else 0  # the checksum is read here
+        except (ValueError, zstandard.ZstdError) as exc:
+            raise fail(ZT2_ZSTD, f"frame {i}: {exc}") from None
+        if got != d or more:
+            what = f"{got:,}" if got != d else f"more than {d:,}"
+            raise fail(
+                ZT2_DECODED_LENGTH, f"frame {i} decodes to {what} bytes, the seek table says {d:,}"
+            )
+
+    if len(frames) < 2:
+        for i in range(len(frames)):
+            decode(i)
+        return
+    pool = _decoder_pool()
+    futures = [pool.submit(decode, i) for i in range(len(frames))]
+    try:
+        for fut in futures:
+            fut.result()  # the first failure in frame order
+    finally:
+        for fut in futures:
+            fut.cancel()
+        for fut in futures:
+            with contextlib.suppress(BaseException):
+                fut.result()
+
+
 DECODE_AHEAD = 4
 _POOL: Any = None
 
@@ -1278,6 +1348,16 @@ def check_values(part: Part, piece: Any, count: int | None = None) -> str | None
     return None
 
 
+def _known_digest(part: Part) -> str | None:
+    """The algorithm of the part's digest when this reader computes it."""
+    if part.digest:
+        with contextlib.suppress(ValueError):
+            known = parse_digest(part.digest)
+            if known is not None:
+                return known[0]
+    return None
+
+
 def stream_part(
     buf: Any,
     part: Part,
@@ -1290,11 +1370,9 @@ def stream_part(
     finishes with damaged bytes; bool data is checked as it goes."""
     where = f"{part.obj}/{part.role}"
     digester: Digester | None = None
-    if verify_digest and part.digest:
-        with contextlib.suppress(ValueError):
-            known = parse_digest(part.digest)
-            if known is not None:
-                digester = Digester(known[0])
+    known = _known_digest(part) if verify_digest else None
+    if known is not None:
+        digester = Digester(known)
     if part.encoding is None:
         pieces: Iterator[Any] = mapped_chunks(buf, part.offset, part.length, chunk)
         if digester is not None:  # hashing first keeps the pieces zero-copy
@@ -1484,6 +1562,18 @@ class Zt2Source(TensorSource):
         """Zero-copy view of raw data (after the digest check, unless `verify=False`)."""
         p = self._part(info, role)
         dt = MATRIX_DTYPE[(p.dtype, p.type)]
+        if p.encoding == ZSTD_SEEKABLE and p.type != "bool":
+            import numpy as np
+
+            out = np.empty(p.decoded_size, dtype=np.uint8)  # decoded_length was checked
+            stored = memoryview(self.src.buf)[p.offset : p.end]
+            decode_seekable_into(stored, out, f"{p.obj}/{p.role}", p.offset, p.field)
+            known = _known_digest(p) if verify else None
+            if known is not None:
+                digester = Digester(known)
+                digester.update(out.data)
+                _check_digest(p, digester)
+            return out.view(np.dtype(DTYPES[dt].storage))
         if p.encoding is not None or p.type == "bool":
             import numpy as np
 

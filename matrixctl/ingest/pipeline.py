@@ -704,6 +704,9 @@ class IngestOptions:
     strict: bool = False
     max_doc_size: int = extract.MAX_WHOLE
     input_kind: str = "auto"
+    executor: str = "local"  # local (--jobs processes) | dask (ingest/dask_exec.py)
+    scheduler: str | None = None  # dask: a scheduler address; None: DASK_SCHEDULER_ADDRESS or local
+    resume: bool = False  # dask: reuse the staged units that check out
 
 
 def resolve_eos(smap: pi.SymbolMap, value: str | None) -> int | None:
@@ -745,6 +748,12 @@ def ingest_docs(
         raise UsageError(f"--input-kind must be auto or one of {', '.join(extract.KINDS)}")
     if srcs.count("-") > 1:
         raise UsageError("stdin (-) can be read only once")
+    if opts.executor not in ("local", "dask"):
+        raise UsageError("--executor must be local or dask")
+    if opts.executor != "dask" and (opts.scheduler or opts.resume):
+        raise UsageError("--scheduler and --resume go with --executor dask")
+    if opts.executor == "dask" and "-" in srcs:
+        raise UsageError("--executor dask cannot read stdin (-): the workers read the inputs")
     shard = parse_shard(opts.shard)
     map_path = opts.symbols or pi.default_map_path()
     smap, map_raw = pi.load_symbol_map(map_path)
@@ -780,11 +789,20 @@ def ingest_docs(
         opts.strict,
     )
     # The workers start now and build their automata while this process lists the inputs.
-    workers = Workers(state, opts.jobs) if opts.jobs > 1 else None
+    workers: Any = None
+    if opts.executor == "dask":
+        from matrixctl.ingest.dask_exec import DaskWorkers
+
+        workers = DaskWorkers(state, opts.jobs, out_dir, opts.scheduler, opts.resume)
+    elif opts.jobs > 1:
+        workers = Workers(state, opts.jobs)
     try:
-        return _ingest(
+        summary = _ingest(
             srcs, out_dir, opts, shard, smap, map_raw, eos, dtype, grid, state, workers, tick
         )
+        if opts.executor == "dask":
+            summary["executor"] = workers.report()
+        return summary
     finally:
         if workers is not None:
             workers.close()

@@ -140,9 +140,84 @@ def examine(
     """
     token = _FULL.set(full)
     try:
-        return _examine(path, scan=scan, describe=describe, fmt=fmt, ids=ids)
+        for attempt in range(100):
+            report, desc = _examine_held(path, scan=scan, describe=describe, fmt=fmt, ids=ids)
+            if not (report.unreadable and attempt < 99 and _swap_in_progress(path)):
+                break
+            import time
+
+            time.sleep(0.01)  # between a writer's two renames: the new version is next
     finally:
         _FULL.reset(token)
+    if scan and path != "-" and os.path.isdir(path):
+        report.findings.extend(_stale_findings(path))
+    return report, desc
+
+
+def _examine_held(
+    path: str, *, scan: bool, describe: bool, fmt: str | None, ids: Any = None
+) -> tuple[FileReport, dict[str, Any] | None]:
+    """A folder is read through one directory handle (Linux: /proc/self/fd/N), so a folder
+    renamed over the path while it is read does not mix members of two versions."""
+    if path == "-" or not os.path.isdir("/proc/self/fd") or not os.path.isdir(path):
+        return _examine(path, scan=scan, describe=describe, fmt=fmt, ids=ids)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return _examine(path, scan=scan, describe=describe, fmt=fmt, ids=ids)
+    try:
+        for _attempt in range(20):
+            report, desc = _examine(
+                f"/proc/self/fd/{fd}", scan=scan, describe=describe, fmt=fmt, ids=ids
+            )
+            held = os.fstat(fd)
+            try:
+                now = os.stat(path)
+            except OSError:
+                break
+            if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                break
+            # Replaced while it was read (and the old version may be being deleted): read the
+            # new one, through a handle of its own.
+            os.close(fd)
+            fd = -1
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        pass
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    report.path = path
+    return report, desc
+
+
+def _swap_in_progress(path: str) -> bool:
+    """The path is missing while a live matrixctl run holds a temporary name for it: a
+    replacement is between its two renames."""
+    if path == "-" or os.path.lexists(path):
+        return False
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    base = os.path.basename(os.path.abspath(path))
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    return any(n.startswith(f".{base}.") and n.endswith(".tmp") for n in names)
+
+
+def _stale_findings(folder: str) -> list[Finding]:
+    """verify of a folder: the temporary files and folders dead runs left in it."""
+    from matrixctl.io import STALE_TEMP, stale_temps
+
+    return [
+        finding(
+            STALE_TEMP,
+            f"{os.path.basename(path)}: temporary output of a dead run (pid {pid}); the next run "
+            "writing the same output removes it, or delete it",
+            field=os.path.basename(path),
+        )
+        for path, pid in stale_temps(folder)
+    ]
 
 
 def _examine(
@@ -154,7 +229,10 @@ def _examine(
     try:
         entry = registry.sniff_dir(path) if path != "-" else None
         if entry is not None:
-            return _examine_dir(path, entry, scan=scan, describe=describe, ids=ids)
+            report = FileReport(name, entry.name)
+            mod = importlib.import_module(entry.handler)
+            subject = _load(mod.load_dir, path, report)
+            return _finish(mod, entry.name, subject, report, scan=scan, describe=describe, ids=ids)
         src = Source.open(path)
     except MatrixError as err:
         report = FileReport(name, None, unreadable=isinstance(err, InputError))
@@ -177,56 +255,6 @@ def _examine(
         mod = handler(fmt)
         subject = _load(mod.load, src, report)
         return _finish(mod, fmt, subject, report, scan=scan, describe=describe, ids=ids)
-
-
-FOLDER_ATTEMPTS = 8
-
-
-def _folder_handle(path: str) -> int | None:
-    try:
-        return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return None
-
-
-def _same_folder(fd: int, path: str) -> bool:
-    try:
-        held, now = os.fstat(fd), os.stat(path)
-    except OSError:
-        return False
-    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
-
-
-def _examine_dir(
-    path: str, entry: Any, *, scan: bool, describe: bool, ids: Any
-) -> tuple[FileReport, dict[str, Any] | None]:
-    """Check a folder format; its members are opened by path, so a folder replaced while it
-    is read (a new pack renamed over it) could mix old and new members. A handle on the
-    folder is held during the check (so its inode number cannot be reused) and compared with
-    what the path names afterwards: when the folder was replaced, the check runs again on
-    what is there now, so the report is about one whole folder, old or new."""
-    mod = importlib.import_module(entry.handler)
-    result: tuple[FileReport, dict[str, Any] | None] | None = None
-    for _ in range(FOLDER_ATTEMPTS):
-        fd = _folder_handle(path)
-        try:
-            report = FileReport(path, entry.name)
-            try:
-                subject = _load(mod.load_dir, path, report)
-                result = _finish(
-                    mod, entry.name, subject, report, scan=scan, describe=describe, ids=ids
-                )
-            except MatrixError as err:
-                report = FileReport(path, entry.name, unreadable=isinstance(err, InputError))
-                report.findings.append(from_error(err))
-                result = report, None
-            if fd is not None and _same_folder(fd, path):
-                break
-        finally:
-            if fd is not None:
-                os.close(fd)
-    assert result is not None
-    return result
 
 
 def _finish(

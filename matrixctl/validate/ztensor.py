@@ -12,6 +12,7 @@ from typing import Any
 from matrixctl import codes
 from matrixctl.errors import FormatError
 from matrixctl.formats import ztensor as zt
+from matrixctl.integrity import unknown_severity
 from matrixctl.io import Source
 from matrixctl.tensors import DTYPES, human_bytes, tensor_row
 from matrixctl.validate.engine import rule
@@ -132,7 +133,8 @@ def check_schema(s: ZtSubject) -> Iterator[Finding]:
     f = s.zt
     at = f.manifest_offset
     for p in f.problems:
-        yield finding(p.code, p.message, offset=at, field=p.field)
+        severity = unknown_severity() if p.code == zt.ZT_DIGEST_UNKNOWN else None
+        yield finding(p.code, p.message, offset=at, field=p.field, severity=severity)
     major, _, rest = f.version.partition(".")
     minor = rest.partition(".")[0]
     if not (major.isdigit() and minor.isdigit()) or int(major) != zt.SUPPORTED_MAJOR:
@@ -390,6 +392,7 @@ def check_digest_format(s: ZtSubject) -> Iterator[Finding]:
                 "crc32c or sha256; not verified",
                 offset=s.zt.manifest_offset,
                 field=f"{c.field}/digest",
+                severity=unknown_severity(),
             )
     if missing:
         yield finding(

@@ -8,13 +8,14 @@ earlier generations an append left behind.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
-from matrixctl.errors import FormatError
+from matrixctl.errors import FormatError, MatrixError
 from matrixctl.formats import ztensor2 as z2
-from matrixctl.io import Source
-from matrixctl.tensors import human_bytes
+from matrixctl.io import STDIO, Source
+from matrixctl.tensors import human_bytes, mapped_chunks
 from matrixctl.validate.engine import rule
 from matrixctl.validate.findings import Finding, finding, from_error
 
@@ -272,7 +273,8 @@ def check_layouts(s: Zt2Subject) -> Iterator[Finding]:
     if external:
         yield finding(
             z2.ZT2_SHARD_EXTERNAL,
-            f"{external} part(s) live in other shard files: their bytes are not read",
+            f"{external} part(s) live in other shard files: only verify reads them, from "
+            "<stem>-<shard>.zt beside this file when it is there",
             offset=at,
             field="shards",
         )
@@ -351,6 +353,102 @@ def check_data(s: Zt2Subject) -> Iterator[Finding]:
             and not any(True for _ in z2.layout_problems(o))
         ):
             yield from _sparse(s, o)
+
+
+def shard_path(root: str, name: str) -> str | None:
+    """Where shard `name` of the file at `root` is looked for: the positional convention of
+    spec Appendix B, `<stem>-<name>.zt` beside the root (shard names are a single path
+    component by 7.1). None for a root read from stdin."""
+    if root == STDIO:
+        return None
+    folder, base = os.path.split(root)
+    stem = base[:-3] if base.endswith(".zt") else base
+    return os.path.join(folder, f"{stem}-{name}.zt")
+
+
+def shard_identity(sh: Source, name: str, entry: dict[str, Any]) -> FormatError | None:
+    """The verification ladder of spec 7.3, cheapest first: footer magic and version, the exact
+    size of the shard table, then the whole-file digest."""
+    where = f"shards/{name}"
+    try:
+        z2.read_footer(sh.buf, sh.size)
+    except FormatError as err:
+        return FormatError(
+            err.code, f"shard {name} ({sh.name}): {err.message}", offset=err.offset, field=where
+        )
+    if sh.size != entry["size"]:
+        return FormatError(
+            z2.ZT2_SHARD,
+            f"shard {name} ({sh.name}) is {sh.size:,} bytes, the shard table says "
+            f"{entry['size']:,}",
+            offset=sh.size,
+            field=f"{where}/size",
+        )
+    known = z2.parse_digest(entry["digest"])  # checked by parse
+    if known is None:
+        return None  # an unregistered algorithm: the digest strings rule warns
+    digester = z2.Digester(known[0])
+    for piece in mapped_chunks(sh.buf, 0, sh.size):  # pages dropped behind the pass
+        digester.update(piece)
+    got = digester.text()
+    if got != entry["digest"]:
+        return FormatError(
+            z2.ZT2_DIGEST,
+            f"shard {name} ({sh.name}): the whole file gives {got}, the shard table says "
+            f"{entry['digest']}",
+            offset=0,
+            field=f"{where}/digest",
+        )
+    return None
+
+
+@rule(FMT, "shard files: identity and part data", scan=True)
+def check_shards(s: Zt2Subject) -> Iterator[Finding]:
+    used: dict[str, list[z2.Part]] = {}
+    for p in s.zt.parts():
+        if p.shard is not None and p.shard in s.zt.shards:
+            used.setdefault(p.shard, []).append(p)
+    for name, parts in used.items():
+        path = shard_path(s.src.path, name)
+        if path is None or not os.path.isfile(path):
+            yield finding(
+                z2.ZT2_SHARD_EXTERNAL,
+                f"shard {name}: {os.path.basename(path) if path else 'no file'} not found beside "
+                f"this file: its {len(parts)} part(s) are not read",
+                offset=s.zt.footer.manifest_offset,
+                field=f"shards/{name}",
+            )
+            continue
+        try:
+            sh = Source.open(path)
+        except MatrixError as err:
+            yield finding(
+                z2.ZT2_SHARD,
+                f"shard {name}: {err.message}",
+                offset=s.zt.footer.manifest_offset,
+                field=f"shards/{name}",
+            )
+            continue
+        with sh:
+            problem = shard_identity(sh, name, s.zt.shards[name])
+            if problem is not None:
+                yield from_error(problem)
+                continue
+            for p in parts:
+                if _placement(s.zt, p) or p.encoding not in (None, z2.ZSTD_SEEKABLE):
+                    continue  # reported by the structural rules
+                if p.type is not None and p.type not in z2.LOGICAL:
+                    continue
+                try:
+                    for _ in z2.stream_part(sh.buf, p):
+                        pass
+                except FormatError as err:
+                    yield finding(
+                        err.code,
+                        f"{err.message} (in shard {name}, {sh.name})",
+                        offset=err.offset,
+                        field=err.field,
+                    )
 
 
 def _array(s: Zt2Subject, p: z2.Part) -> Any:

@@ -1170,9 +1170,9 @@ def encode_chunks(
     padding: list[int] | None = None,
 ) -> Iterator[np.ndarray]:
     """Encode a stream of byte chunks; with `jobs` > 1, blocks are encoded by a thread pool
-    (numpy releases the GIL in its kernels) and joined in input order: the same tokens.
-    `warnings` and `padding` (the PAD-BYTEs that complete the last bundle) are filled in at
-    the end."""
+    (the compiled kernel releases the GIL while it encodes) and joined in input order: the
+    same tokens. `warnings` and `padding` (the PAD-BYTEs that complete the last bundle) are
+    filled in at the end."""
     from collections import deque
     from concurrent.futures import Future, ThreadPoolExecutor
 

@@ -31,14 +31,20 @@ import contextlib
 import os
 import shutil
 import struct
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from matrixctl import codes
 from matrixctl.errors import FormatError, OutputError, UsageError, from_os_error
-from matrixctl.io import STDIO, display_name, open_input_stream
+from matrixctl.io import (
+    STDIO,
+    aside_name,
+    display_name,
+    make_temp_dir,
+    open_input_stream,
+    restore_aside,
+)
 from matrixctl.tokenizers.scx import tokens as tk
 
 FORMAT = "scx-shard"
@@ -352,12 +358,9 @@ def pack_shards(
 
     if outdir == STDIO:
         raise UsageError("pack shards writes a folder; - (stdout) cannot be one")
+    restore_aside(outdir)  # a run killed between its two renames
     _check_target(outdir, force)
-    parent = os.path.dirname(os.path.abspath(outdir)) or "."
-    try:
-        work = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(outdir))}.", dir=parent)
-    except OSError as exc:
-        raise from_os_error(exc, outdir, writing=True) from None
+    work = make_temp_dir(outdir, [])  # removes temporary folders of dead runs first
     try:
         bb = tok.bundle_bytes
         shard_bytes = tok.shard_bundles * bb
@@ -506,9 +509,7 @@ def _install(work: str, outdir: str) -> None:
     old = None
     try:
         if os.path.lexists(outdir):
-            old = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(outdir))}.old.",
-                                   dir=os.path.dirname(os.path.abspath(outdir)))  # fmt: skip
-            os.rmdir(old)
+            old = aside_name(outdir)
             os.rename(outdir, old)
         os.rename(work, outdir)
     except OSError as exc:

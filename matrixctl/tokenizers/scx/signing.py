@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -91,34 +90,75 @@ def write_private(path: str, pem: bytes, *, force: bool = False) -> None:
     The temporary file comes from mkstemp (mode 0600) in the destination folder and is renamed
     into place; its mode is never widened. An existing file is refused unless `force`.
     """
+    write_key_pair(path, pem, None, force=force)
+
+
+def _refuse_existing(path: str) -> None:
+    raise OutputError(
+        codes.USAGE,
+        "exists; refusing to overwrite a key file",
+        path=path,
+        hint="pass --force to replace it, or choose another name",
+    )
+
+
+def _staged(path: str, data: bytes, mode: int, temps: list[str]) -> str:
+    """Write `data` whole to a temporary file beside `path` (fsynced) and return its name."""
+    from matrixctl.io import remove_stale_temps, sibling_temp_name
+
+    remove_stale_temps(path)
+    tmp = sibling_temp_name(path)
+    temps.append(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+    with os.fdopen(fd, "wb") as fp:
+        os.fchmod(fp.fileno(), mode)
+        fp.write(data)
+        fp.flush()
+        os.fsync(fp.fileno())
+    return tmp
+
+
+def write_key_pair(path: str, pem: bytes, public: bytes | None, *, force: bool = False) -> None:
+    """Write a private key (mode 0600) and, when given, its public line to PATH.pub: both or
+    neither. Both files are written whole and fsynced to temporary names first (a full disk
+    fails here, before anything is renamed); then the private key is renamed into place and
+    the public file after it. Should the second rename fail, the new private key is removed
+    again (unless it replaced one under `force`)."""
     if path == "-":
         raise UsageError("a private key is never written to stdout; name a file with -o")
-    if os.path.lexists(path) and not force:
-        raise OutputError(
-            codes.USAGE,
-            "exists; refusing to overwrite a key file",
-            path=path,
-            hint="pass --force to replace it, or choose another name",
-        )
-    folder = os.path.dirname(os.path.abspath(path))
+    pub_path = path + ".pub"
+    if not force:
+        for p in (path, pub_path) if public is not None else (path,):
+            if os.path.lexists(p):
+                _refuse_existing(p)
+    umask = os.umask(0)
+    os.umask(umask)
+    temps: list[str] = []
+    placed = False
+    existed = os.path.lexists(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise from_os_error(exc, path, writing=True) from None
-    try:
-        with os.fdopen(fd, "wb") as fp:
-            os.fchmod(fp.fileno(), 0o600)
-            fp.write(pem)
-            fp.flush()
-            os.fsync(fp.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise from_os_error(exc, path, writing=True) from None
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        priv_tmp = _staged(path, pem, 0o600, temps)
+        pub_tmp = None if public is None else _staged(pub_path, public, 0o666 & ~umask, temps)
+        os.replace(priv_tmp, path)
+        temps.remove(priv_tmp)
+        placed = True
+        if pub_tmp is not None:
+            os.replace(pub_tmp, pub_path)
+            temps.remove(pub_tmp)
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException as exc:
+        for tmp in temps:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        if placed and not existed and public is not None and not os.path.lexists(pub_path):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+            raise from_os_error(exc, path, writing=True) from None
         raise
 
 

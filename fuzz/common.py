@@ -1,0 +1,150 @@
+"""Shared machinery of the fuzz harnesses (one `fuzz_<reader>.py` per reader).
+
+Each harness feeds bytes to the function `inspect` and `verify` call for one reader
+(`matrixctl.validate.engine.examine(path, scan=True, describe=True, fmt=FORMAT)`, the format
+forced so a mutated magic still reaches the reader), or to a decoder directly (CBOR, the
+document extractors). The oracle: any exception that is not the project's typed error is a
+bug; libFuzzer's -timeout=2 and -rss_limit_mb=512 flag slow or hungry inputs (under 1 MB,
+-max_len). Coverage-guided with atheris when it is installed (`pip install -e '.[fuzz]'`);
+otherwise a seeded mutation fallback, clearly labelled as such in its output.
+
+Run one: `python fuzz/fuzz_ztensor.py -max_total_time=60 fuzz/corpus/ztensor`; all:
+`make fuzz FUZZ_SECONDS=60`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+MAX_LEN = 1 << 20
+
+
+def examine_target(fmt: str, suffix: str = ".bin") -> Callable[[bytes], None]:
+    """The bytes as a file of format `fmt` through inspect's and verify's engine."""
+    from matrixctl.errors import MatrixError
+    from matrixctl.validate.engine import examine, handler
+
+    handler(fmt)  # imported now, so atheris.instrument_all() covers it
+    folder = Path("/dev/shm") if os.path.isdir("/dev/shm") else Path(tempfile.gettempdir())
+    path = folder / f"matrixctl-fuzz-{os.getpid()}{suffix}"
+
+    def target(data: bytes) -> None:
+        path.write_bytes(data)
+        with contextlib.suppress(MatrixError):  # a typed error is an answer, not a bug
+            examine(str(path), scan=True, describe=True, fmt=fmt)
+
+    return target
+
+
+def cbor_target() -> Callable[[bytes], None]:
+    from matrixctl import cbor
+    from matrixctl.errors import MatrixError
+
+    def target(data: bytes) -> None:
+        try:
+            cbor.loads(data)
+        except cbor.CborError:
+            pass  # the decoder's typed error
+        except MatrixError:
+            pass
+
+    return target
+
+
+def extractor_target(kind: str) -> Callable[[bytes], None]:
+    from matrixctl.errors import MatrixError
+    from matrixctl.ingest import extract
+
+    def target(data: bytes) -> None:
+        reader = extract.HashingReader(io.BytesIO(data))  # type: ignore[arg-type]
+        try:
+            for _n, pieces in extract.documents(
+                kind, reader, "fuzz", extract.Options(), extract.Counters()
+            ):
+                for _ in pieces:
+                    pass
+        except MatrixError:
+            pass
+
+    return target
+
+
+def seeds(name: str) -> list[bytes]:
+    folder = ROOT / "fuzz" / "corpus" / name
+    if not folder.is_dir():
+        return [b""]
+    return [p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()] or [b""]
+
+
+def _mutate(rng: random.Random, data: bytes) -> bytes:
+    b = bytearray(data)
+    if not b or rng.random() < 0.05:
+        return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64)))
+    r = rng.random()
+    if r < 0.2:
+        return bytes(b[: rng.randrange(len(b))])
+    for _ in range(rng.choice([1, 1, 2, 4, 8, 16])):
+        i = rng.randrange(len(b))
+        op = rng.random()
+        if op < 0.4:
+            b[i] ^= 1 << rng.randrange(8)
+        elif op < 0.7:
+            b[i] = rng.choice([0, 0xFF, 0x7F, 0x80, 0x01, rng.randrange(256)])
+        elif op < 0.85 and len(b) > 4:
+            j = rng.randrange(len(b) - 3)
+            b[j : j + 4] = rng.choice([b"\xff\xff\xff\xff", b"\x00\x00\x00\x80", bytes(4)])
+        else:
+            b[i:i] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 16)))
+    return bytes(b[:MAX_LEN])
+
+
+def fallback(name: str, target: Callable[[bytes], None], seconds: float, seed: int) -> int:
+    """SEEDED MUTATION FALLBACK (not coverage-guided): mutate the seeds for `seconds`."""
+    rng = random.Random(f"{name}-{seed}")
+    pool = seeds(name)
+    execs = 0
+    deadline = time.monotonic() + seconds
+    print(f"[{name}] seeded mutation fallback (atheris not installed), seed {seed}")
+    while time.monotonic() < deadline:
+        data = _mutate(rng, rng.choice(pool))
+        start = time.monotonic()
+        target(data)
+        if time.monotonic() - start > 2.0:
+            raise AssertionError(f"[{name}] slow input ({len(data)} bytes) over 2 s")
+        execs += 1
+    print(f"[{name}] {execs} executions")
+    return execs
+
+
+def main(name: str, target: Callable[[bytes], None]) -> None:
+    """Run under atheris when available (argv are libFuzzer's), else the labelled fallback
+    (`--seconds N --seed S`)."""
+    try:
+        import atheris
+    except ImportError:
+        seconds, seed = 10.0, 2026
+        args = sys.argv[1:]
+        for i, a in enumerate(args):
+            if a.startswith("-max_total_time="):
+                seconds = float(a.split("=", 1)[1])
+            if a == "--seed" and i + 1 < len(args):
+                seed = int(args[i + 1])
+        fallback(name, target, seconds, seed)
+        return
+    atheris.instrument_all()  # coverage of every module the target imported
+    atheris.Setup(
+        [sys.argv[0], f"-max_len={MAX_LEN}", "-timeout=2", "-rss_limit_mb=512", *sys.argv[1:]],
+        target,
+    )
+    atheris.Fuzz()

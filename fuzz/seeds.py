@@ -1,0 +1,96 @@
+"""Build fuzz/corpus/<harness>/ from the golden files, the fixtures and small files matrixctl
+writes itself (deterministic). Run by `make fuzz` before the harnesses."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+CORPUS = ROOT / "fuzz" / "corpus"
+
+
+def _cli(*args: str) -> None:
+    from matrixctl.cli.app import main
+
+    with contextlib.redirect_stderr(io.StringIO()):
+        code = main([*args, "-q"])
+    if code != 0:
+        raise SystemExit(f"seed command failed: {args}")
+
+
+def build() -> None:
+    import numpy as np
+
+    from tests import ggufcraft
+
+    golden = ROOT / "tests" / "golden"
+    shutil.rmtree(CORPUS, ignore_errors=True)
+    seeds: dict[str, list[Path]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        ids = d / "ids.txt"
+        ids.write_text(" ".join(str(i) for i in range(1, 300)))
+        _cli("pack", "atoms", str(ids), "-n", "16", "-o", str(d / "a.bin"))
+        _cli("pack", "svgt", str(d / "a.bin"), "--grid", "4x4", "-o", str(d / "a.svgt"))
+        _cli("tokenize", "pi", "encode", str(ids), "-o", str(d / "t.mxt"))
+        np.savez(d / "n.npz", a=np.arange(5), b=np.ones((2, 2), dtype=np.float32))
+        np.save(d / "n.npy", np.arange(10, dtype=np.int16))
+        _cli("convert", str(d / "n.npz"), str(d / "s.safetensors"))
+        _cli("convert", str(d / "n.npz"), str(d / "z.zt"), "--compress", "zstd")
+        _cli("convert", str(d / "n.npz"), str(d / "x.stb"), "--select", "b")
+        ggufcraft.write_model(str(d / "g.gguf"), extra=False, embd_type="Q8_0")
+        _cli("ingest", "docs", str(ROOT / "fixtures" / "corpus"), "-o", str(d / "pack"))
+        seeds = {
+            "matrix_atom": [golden / "matrix_atom_v1.bin", golden / "matrix_atom_v1_legacy_crc.bin",
+                            d / "a.bin"],
+            "svgt": [golden / "svgt_v1.svgt", d / "a.svgt"],
+            "token_stream": [golden / "token_stream_v1.mxt", d / "t.mxt"],
+            "pi_symbol_map": [d / "pack" / "pi_symbol_map.json"],
+            "doc_index": [d / "pack" / "doc_index.bin"],
+            "ztensor": [golden / "ztensor_v1_dense.zt", golden / "ztensor_v1_multi.zt", d / "z.zt"],
+            "safetensors": [d / "s.safetensors"],
+            "npy": [d / "n.npy"],
+            "npz": [d / "n.npz"],
+            "stb": [golden / "stb_v01_tiny.stb", d / "x.stb"],
+            "stb_sidecar": [d / "x.stb.json"],
+            "embd": [golden / "embd_v1_tiny.weights"],
+            "gguf": [d / "g.gguf"],
+            "scx_registry": [golden / "scx_registry_v1.scxr"],
+            "scx_manifest": [],
+            "scx_shard": [],
+            "cbor": [],
+            "extract_html": [ROOT / "fixtures" / "corpus" / "guide.html"],
+            "extract_json": [],
+            "extract_jsonl": [ROOT / "fixtures" / "corpus" / "records.jsonl"],
+            "extract_markdown": [ROOT / "fixtures" / "corpus" / "notes" / "readme.md"],
+        }  # fmt: skip
+        extra: dict[str, list[bytes]] = {
+            "extract_json": [json.dumps([{"text": "a"}, {"text": "b\u00e9"}]).encode()],
+            "scx_manifest": [json.dumps({"format": "scx-manifest"}).encode()],
+        }
+        for name, paths in seeds.items():
+            out = CORPUS / name
+            out.mkdir(parents=True, exist_ok=True)
+            for i, p in enumerate(paths):
+                if p.exists():
+                    (out / f"seed{i}").write_bytes(p.read_bytes())
+            for i, data in enumerate(extra.get(name, [])):
+                (out / f"extra{i}").write_bytes(data)
+        from matrixctl import cbor
+
+        out = CORPUS / "cbor"
+        values = [{"a": [1, -2, 3.5, True, None], "b": b"\x00\x01"}, [[[]]], "text", 2**40]
+        for i, value in enumerate(values):
+            (out / f"value{i}").write_bytes(cbor.dumps(value))
+
+
+if __name__ == "__main__":
+    build()
+    print(f"seeds in {CORPUS}")

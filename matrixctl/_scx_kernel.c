@@ -1,0 +1,400 @@
+/* The SCX tokenizer's compiled kernel: lane lookup, bundle encoding and the decoding of whole
+ * canonical bundles (docs/formats/scx.md; docs/benchmarks.md, "SCX kernel", for why this is C).
+ *
+ * A Codec holds one config's tables, built once and never changed after (threads share it
+ * without the GIL):
+ *   - the active composite id of a lane's W bytes: a direct table of 2**(8W) ids for W <= 2,
+ *     else an open-addressing hash table (linear probing, load <= 1/8) keyed by the lane read
+ *     as a little-endian integer, behind a 64 Kibit filter of hash fragments (a lane whose bit
+ *     is clear has no composite: one L1 read instead of a probe);
+ *   - the W pattern bytes of every id (`expand`), and for every id whether it is an active
+ *     composite that the lookup of its own pattern gives back (`canon`).
+ *
+ * Every method works on buffers with the GIL released, so threads run in parallel, and reads
+ * only inside the buffers it was given and the tables (every index is a u16 id or is checked).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the SCX kernel reads and writes little-endian u16 tokens in place"
+#endif
+
+#define TOKEN_LIMIT 65536
+#define MAX_WIDTH 8
+#define BUNDLE_START 0x0100
+#define BUNDLE_END 0x0101
+#define LANE_MARK 0x0103
+#define CHUNK_MARK 0x0203
+#define HASH_MULT 0x9E3779B97F4A7C15ULL
+#define HOT static inline __attribute__((always_inline))
+
+typedef struct {
+    PyObject_HEAD
+    int width;
+    Py_ssize_t lanes;
+    uint16_t *direct;   /* W <= 2: id by lane key, 2**(8W) entries */
+    uint64_t *hkeys;    /* W > 2: hash table keys */
+    uint16_t *hids;     /* ... and ids (0: empty slot) */
+    int hbits;
+    uint64_t filter[1024]; /* W > 2: a bit per 16-bit hash fragment of the keys (no bit: no key) */
+    uint8_t *expand;    /* TOKEN_LIMIT * width pattern bytes */
+    uint8_t *canon;     /* TOKEN_LIMIT flags: an active composite its pattern's lookup gives */
+} CodecObject;
+
+static void Codec_dealloc(CodecObject *self) {
+    PyMem_RawFree(self->direct);
+    PyMem_RawFree(self->hkeys);
+    PyMem_RawFree(self->hids);
+    PyMem_RawFree(self->expand);
+    PyMem_RawFree(self->canon);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static inline uint64_t lane_key(const uint8_t *p, int w) {
+    uint64_t k = 0;
+    for (int i = 0; i < w; i++) k |= (uint64_t)p[i] << (8 * i);
+    return k;
+}
+
+/* The active composite id of the lane whose key (little-endian integer) is `key`, 0 when none. */
+HOT uint16_t lookup_key(const CodecObject *c, uint64_t key) {
+    if (c->direct) return c->direct[key];
+    if (!c->hids) return 0;
+    uint64_t h = key * HASH_MULT, f = (h >> 24) & 0xFFFF;
+    if (!(c->filter[f >> 6] >> (f & 63) & 1)) return 0; /* most lanes have no composite */
+    uint64_t mask = ((uint64_t)1 << c->hbits) - 1;
+    uint64_t s = h >> (64 - c->hbits);
+    while (c->hids[s]) {
+        if (c->hkeys[s] == key) return c->hids[s];
+        s = (s + 1) & mask;
+    }
+    return 0;
+}
+
+/* The active composite id of the lane at p, 0 when none. */
+HOT uint16_t lookup_w(const CodecObject *c, const uint8_t *p, const int w) {
+    return lookup_key(c, lane_key(p, w));
+}
+
+static inline uint16_t lookup(const CodecObject *c, const uint8_t *p) {
+    return lookup_key(c, lane_key(p, c->width));
+}
+
+static void insert(CodecObject *c, const uint8_t *p, uint16_t id) {
+    int w = c->width;
+    if (c->direct) {
+        c->direct[w == 1 ? p[0] : (uint32_t)p[0] | (uint32_t)p[1] << 8] = id;
+        return;
+    }
+    uint64_t key = lane_key(p, w);
+    uint64_t mask = ((uint64_t)1 << c->hbits) - 1;
+    uint64_t h = key * HASH_MULT, f = (h >> 24) & 0xFFFF;
+    uint64_t s = h >> (64 - c->hbits);
+    c->filter[f >> 6] |= (uint64_t)1 << (f & 63);
+    while (c->hids[s] && c->hkeys[s] != key) s = (s + 1) & mask;
+    c->hkeys[s] = key; /* a later composite with the same pattern wins, as in a dict */
+    c->hids[s] = id;
+}
+
+/* Codec(width, lanes, expand, active): expand is TOKEN_LIMIT * width bytes (the pattern of
+ * every id), active TOKEN_LIMIT bytes (1 for the active composites, in id order). */
+static int Codec_init(CodecObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"width", "lanes", "expand", "active", NULL};
+    int width;
+    Py_ssize_t lanes;
+    Py_buffer ex, ac;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iny*y*", kwlist, &width, &lanes, &ex, &ac))
+        return -1;
+    int ok = 0;
+    if (self->expand) {
+        PyErr_SetString(PyExc_TypeError, "Codec is already initialized");
+    } else if (width < 1 || width > MAX_WIDTH || lanes < 1 || lanes > (1 << 24)) {
+        PyErr_SetString(PyExc_ValueError, "lane width must be 1-8 and lanes 1-2**24");
+    } else if (ex.len != (Py_ssize_t)TOKEN_LIMIT * width || ac.len != TOKEN_LIMIT) {
+        PyErr_SetString(PyExc_ValueError, "expand must be 65536 * width bytes, active 65536");
+    } else {
+        ok = 1;
+    }
+    if (!ok) {
+        PyBuffer_Release(&ex);
+        PyBuffer_Release(&ac);
+        return -1;
+    }
+    const uint8_t *act = ac.buf;
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; i < TOKEN_LIMIT; i++) n += act[i] != 0;
+    self->width = width;
+    self->lanes = lanes;
+    self->expand = PyMem_RawCalloc((size_t)TOKEN_LIMIT * (size_t)width + 8, 1); /* +8: word reads */
+    self->canon = PyMem_RawCalloc(TOKEN_LIMIT, 1);
+    int nomem = !self->expand || !self->canon;
+    if (!nomem && width <= 2) {
+        self->direct = PyMem_RawCalloc((size_t)1 << (8 * width), sizeof(uint16_t));
+        nomem = !self->direct;
+    } else if (!nomem && n) {
+        int bits = 4;
+        while (((Py_ssize_t)1 << bits) < 8 * n) bits++; /* load <= 1/8: short probes */
+        self->hbits = bits;
+        self->hkeys = PyMem_RawCalloc((size_t)1 << bits, sizeof(uint64_t));
+        self->hids = PyMem_RawCalloc((size_t)1 << bits, sizeof(uint16_t));
+        nomem = !self->hkeys || !self->hids;
+    }
+    if (nomem) {
+        PyBuffer_Release(&ex);
+        PyBuffer_Release(&ac);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(self->expand, ex.buf, (size_t)TOKEN_LIMIT * (size_t)width);
+    for (Py_ssize_t i = 0; i < TOKEN_LIMIT; i++)
+        if (act[i]) insert(self, self->expand + i * width, (uint16_t)i);
+    for (Py_ssize_t i = 0; i < TOKEN_LIMIT; i++)
+        self->canon[i] = act[i] && lookup(self, self->expand + i * width) == i;
+    PyBuffer_Release(&ex);
+    PyBuffer_Release(&ac);
+    return 0;
+}
+
+static int ready(CodecObject *self) {
+    if (!self->expand) {
+        PyErr_SetString(PyExc_ValueError, "Codec not initialized");
+        return 0;
+    }
+    return 1;
+}
+
+/* lookup(data) -> bytes: the active composite id (u16) of every whole lane of data, 0 when
+ * none; data must be whole lanes. */
+static PyObject *Codec_lookup(CodecObject *self, PyObject *args) {
+    Py_buffer buf;
+    if (!ready(self) || !PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    int w = self->width;
+    if (buf.len % w) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "data must be whole lanes");
+        return NULL;
+    }
+    Py_ssize_t n = buf.len / w;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 2 * n);
+    if (!out) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    uint16_t *ids = (uint16_t *)PyBytes_AS_STRING(out);
+    const uint8_t *p = buf.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) ids[i] = lookup(self, p + i * w);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    return out;
+}
+
+/* The tokens of nb whole bundles at p into o (room for 3 + N * (W + 1) per bundle); returns
+ * how many. Branch-free per lane: the W byte tokens are written, then the first replaced by
+ * the composite id when there is one, and the cursor moves by 1 or W. */
+HOT Py_ssize_t encode_run(const CodecObject *c, const uint8_t *p, Py_ssize_t nb, long long first,
+                          int debug, long long chunk, uint16_t *o, const int w) {
+    Py_ssize_t n = c->lanes, k = 0;
+    for (Py_ssize_t b = 0; b < nb; b++) {
+        if (debug && (first + b) % chunk == 0) o[k++] = CHUNK_MARK;
+        o[k++] = BUNDLE_START;
+        for (Py_ssize_t l = 0; l < n; l++, p += w) {
+            if (debug) o[k++] = LANE_MARK;
+            uint16_t id = lookup_w(c, p, w);
+            for (int i = 0; i < w; i++) o[k + i] = p[i];
+            o[k] = id ? id : p[0];
+            k += id ? 1 : w;
+        }
+        o[k++] = BUNDLE_END;
+    }
+    return k;
+}
+
+/* encode(data, first_bundle, debug, chunk_bundles) -> bytes of u16 tokens for whole bundles
+ * (no shard markers): per bundle [CHUNK_MARK when debug and its index is a multiple of
+ * chunk_bundles] BUNDLE_START, per lane [LANE_MARK when debug] the lane's active composite or
+ * its W byte tokens, BUNDLE_END. */
+static PyObject *Codec_encode(CodecObject *self, PyObject *args) {
+    Py_buffer buf;
+    long long first;
+    int debug;
+    long long chunk;
+    if (!ready(self) || !PyArg_ParseTuple(args, "y*LpL", &buf, &first, &debug, &chunk))
+        return NULL;
+    int w = self->width;
+    Py_ssize_t n = self->lanes, bb = n * w;
+    if (buf.len % bb || first < 0 || chunk < 1) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "data must be whole bundles; first >= 0, chunk >= 1");
+        return NULL;
+    }
+    Py_ssize_t nb = buf.len / bb;
+    Py_ssize_t per = 3 + n * (w + 1); /* the most tokens one bundle takes */
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 2 * nb * per);
+    if (!out) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    uint16_t *o = (uint16_t *)PyBytes_AS_STRING(out);
+    const uint8_t *p = buf.buf;
+    Py_ssize_t k = 0;
+    Py_BEGIN_ALLOW_THREADS
+    switch (w) {
+    case 1: k = encode_run(self, p, nb, first, debug, chunk, o, 1); break;
+    case 2: k = encode_run(self, p, nb, first, debug, chunk, o, 2); break;
+    case 4: k = encode_run(self, p, nb, first, debug, chunk, o, 4); break;
+    case 8: k = encode_run(self, p, nb, first, debug, chunk, o, 8); break;
+    default: k = encode_run(self, p, nb, first, debug, chunk, o, w); break;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    if (_PyBytes_Resize(&out, 2 * k) < 0) return NULL;
+    return out;
+}
+
+/* Whole canonical bundles of t[0:nt] into o; 1 and the byte and bundle counts when t is
+ * exactly such bundles, else 0. o has room for nt / (N + 2) bundles and 8 bytes more. A bundle
+ * with N * W + 2 tokens left in the window takes the branch-free lane step (both readings of
+ * a lane are made, every read stays in the window); a bundle near the end the checked one. */
+HOT int decode_run(const CodecObject *c, const uint16_t *t, Py_ssize_t nt, uint8_t *o,
+                   Py_ssize_t *pk, Py_ssize_t *pnb, const int w) {
+    const uint8_t *expand = c->expand, *canon = c->canon;
+    Py_ssize_t n = c->lanes, i = 0, k = 0, nb = 0;
+    if (nt == 0) return 0;
+    while (i < nt) {
+        if (t[i] != BUNDLE_START || nt - i < n + 2) return 0;
+        i++;
+        if (nt - i >= n * w + 1) {
+            unsigned bad = 0;
+            for (Py_ssize_t l = 0; l < n; l++) {
+                uint16_t id = t[i];
+                uint64_t raw = 0, pat;
+                unsigned high = 0;
+                for (int j = 0; j < w; j++) {
+                    raw |= (uint64_t)(t[i + j] & 0xFF) << (8 * j);
+                    high |= t[i + j];
+                }
+                memcpy(&pat, expand + (size_t)id * w, 8);
+                int comp = id >= 256;
+                /* a composite must be canonical; a byte lane W bytes with no composite */
+                unsigned raw_bad = (high >> 8) | (lookup_key(c, raw) != 0);
+                bad |= comp ? !canon[id] : raw_bad;
+                uint64_t v = comp ? pat : raw;
+                memcpy(o + k, &v, 8);
+                k += w;
+                i += comp ? 1 : w;
+            }
+            if (bad || t[i] != BUNDLE_END) return 0;
+            i++;
+            nb++;
+            continue;
+        }
+        for (Py_ssize_t l = 0; l < n; l++) {
+            uint16_t id = t[i];
+            if (id >= 256) {
+                if (!canon[id]) return 0;
+                memcpy(o + k, expand + (size_t)id * w, (size_t)w);
+                i++;
+            } else {
+                if (nt - i < w) return 0;
+                for (int j = 0; j < w; j++) {
+                    if (t[i + j] >= 256) return 0;
+                    o[k + j] = (uint8_t)t[i + j];
+                }
+                if (lookup_w(c, o + k, w)) return 0; /* a lane with a composite must use it */
+                i += w;
+            }
+            k += w;
+            if (i >= nt) return 0;
+        }
+        if (t[i] != BUNDLE_END) return 0;
+        i++;
+        nb++;
+    }
+    *pk = k;
+    *pnb = nb;
+    return 1;
+}
+
+/* decode(tokens) -> (bytes, bundles) when tokens (u16) are exactly whole bundles in canonical
+ * form without debug markers: BUNDLE_START, N lanes, BUNDLE_END, again and again, each lane
+ * the active composite of its bytes or, when its bytes have none, its W byte tokens; None for
+ * anything else (an empty buffer too): the caller then finds and names the problem. */
+static PyObject *Codec_decode(CodecObject *self, PyObject *args) {
+    Py_buffer buf;
+    if (!ready(self) || !PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    if (buf.len % 2) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "tokens must be u16");
+        return NULL;
+    }
+    int w = self->width;
+    Py_ssize_t n = self->lanes, nt = buf.len / 2;
+    Py_ssize_t cap = nt / (n + 2) * n * w; /* a bundle takes at least N + 2 tokens */
+    PyObject *out = PyBytes_FromStringAndSize(NULL, cap + 8); /* +8: word writes */
+    if (!out) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+    const uint16_t *t = buf.buf;
+    Py_ssize_t k = 0, nb = 0;
+    int good = 0;
+    Py_BEGIN_ALLOW_THREADS
+    switch (w) {
+    case 1: good = decode_run(self, t, nt, o, &k, &nb, 1); break;
+    case 2: good = decode_run(self, t, nt, o, &k, &nb, 2); break;
+    case 4: good = decode_run(self, t, nt, o, &k, &nb, 4); break;
+    case 8: good = decode_run(self, t, nt, o, &k, &nb, 8); break;
+    default: good = decode_run(self, t, nt, o, &k, &nb, w); break;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    if (!good) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    if (_PyBytes_Resize(&out, k) < 0) return NULL;
+    return Py_BuildValue("(Nn)", out, nb);
+}
+
+static PyMethodDef Codec_methods[] = {
+    {"lookup", (PyCFunction)Codec_lookup, METH_VARARGS,
+     "lookup(data) -> u16 bytes: the active composite id of every lane, 0 when none."},
+    {"encode", (PyCFunction)Codec_encode, METH_VARARGS,
+     "encode(data, first_bundle, debug, chunk_bundles) -> u16 bytes of whole bundles."},
+    {"decode", (PyCFunction)Codec_decode, METH_VARARGS,
+     "decode(tokens) -> (bytes, bundles) for whole canonical bundles, else None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CodecType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "matrixctl._scx_kernel.Codec",
+    .tp_basicsize = sizeof(CodecObject),
+    .tp_dealloc = (destructor)Codec_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One SCX config's lane tables: lookup, encode and decode of whole bundles.",
+    .tp_methods = Codec_methods,
+    .tp_init = (initproc)Codec_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "matrixctl._scx_kernel", "The SCX tokenizer's compiled kernel.", -1,
+    NULL, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__scx_kernel(void) {
+    if (PyType_Ready(&CodecType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&CodecType);
+    if (PyModule_AddObject(m, "Codec", (PyObject *)&CodecType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,26 @@
+"""Every crash the fuzz harnesses found, kept as a file under tests/fuzz_regressions/ (named
+FORMAT_WHAT.EXT): verify and inspect answer with exit 0, 1 or 2 and no traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+FILES = sorted((Path(__file__).resolve().parent / "fuzz_regressions").iterdir())
+
+
+def test_the_npz_local_header_name_crash_is_kept() -> None:
+    """The first crash found (atheris, fuzz_npz): a zip member whose local header name is not
+    the UTF-8 it claims raised UnicodeDecodeError from zipfile (exit 70)."""
+    assert any(f.name == "npz_local_name_not_utf8.npz" for f in FILES)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_fuzz_crash_files_give_one_clear_answer(path: Path) -> None:
+    for args in (["verify", str(path)], ["inspect", str(path)]):
+        res = run_cli(*args)
+        assert res.code in (0, 1, 2), (args, res.code, res.stderr)
+        assert "Traceback" not in res.stderr and "INTERNAL" not in res.stderr

@@ -1,0 +1,211 @@
+"""The SCX compiled kernel (matrixctl/_scx_kernel.c) against plain-Python references written
+here: lane lookup against a dict, bundle encoding against a per-lane loop, decoding of whole
+bundles against the grammar, and its refusals (bad arguments, hostile token windows)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from matrixctl import _scx_kernel
+from matrixctl.tokenizers.scx import tokens as tk
+
+LIMIT = tk.TOKEN_LIMIT
+
+
+def make(width: int, lanes: int, patterns: dict[int, bytes], deprecated: tuple[int, ...] = ()):
+    """A Codec with composites id -> pattern (ids in `deprecated` are not active)."""
+    expand = bytearray(LIMIT * width)
+    for b in range(256):
+        expand[b * width] = b
+    active = bytearray(LIMIT)
+    for tid, pat in patterns.items():
+        expand[tid * width : tid * width + width] = pat
+        active[tid] = tid not in deprecated
+    return _scx_kernel.Codec(width, lanes, bytes(expand), bytes(active))
+
+
+def ref_ids(
+    width: int, patterns: dict[int, bytes], deprecated: tuple[int, ...]
+) -> dict[bytes, int]:
+    out: dict[bytes, int] = {}
+    for tid, pat in sorted(patterns.items()):
+        if tid not in deprecated:
+            out[pat] = tid
+    return out
+
+
+def ref_encode(
+    width: int, lanes: int, ids: dict[bytes, int], data: bytes, first: int, debug: bool, chunk: int
+) -> list[int]:
+    out: list[int] = []
+    bb = width * lanes
+    for b in range(len(data) // bb):
+        if debug and (first + b) % chunk == 0:
+            out.append(tk.CHUNK_MARK)
+        out.append(tk.BUNDLE_START)
+        for lane in range(lanes):
+            at = b * bb + lane * width
+            if debug:
+                out.append(tk.LANE_MARK)
+            pat = data[at : at + width]
+            out += [ids[pat]] if pat in ids else list(pat)
+        out.append(tk.BUNDLE_END)
+    return out
+
+
+def u16(values: list[int]) -> bytes:
+    return np.array(values, dtype="<u2").tobytes()
+
+
+composite_sets = st.integers(1, 8).flatmap(
+    lambda w: st.tuples(
+        st.just(w),
+        st.lists(st.binary(min_size=w, max_size=w), max_size=40),
+        st.lists(st.binary(min_size=w, max_size=w), max_size=40),
+    )
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(spec=composite_sets, dep=st.sets(st.integers(0, 39), max_size=5))
+def test_lookup_answers_like_a_dict(
+    spec: tuple[int, list[bytes], list[bytes]], dep: set[int]
+) -> None:
+    width, pats, probes = spec
+    patterns = {0x400 + i: p for i, p in enumerate(pats)}
+    deprecated = tuple(0x400 + i for i in dep)
+    codec = make(width, 2, patterns, deprecated)
+    ids = ref_ids(width, patterns, deprecated)
+    asked = pats + probes + [bytes(width)]
+    got = np.frombuffer(codec.lookup(b"".join(asked)), dtype="<u2").tolist()
+    assert got == [ids.get(p, 0) for p in asked]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    spec=composite_sets,
+    lanes=st.integers(1, 5),
+    bundles=st.integers(0, 6),
+    seed=st.integers(0, 2**32 - 1),
+    first=st.integers(0, 10),
+    debug=st.booleans(),
+    chunk=st.integers(1, 4),
+)
+def test_encode_and_decode_match_the_references(
+    spec: tuple[int, list[bytes], list[bytes]],
+    lanes: int,
+    bundles: int,
+    seed: int,
+    first: int,
+    debug: bool,
+    chunk: int,
+) -> None:
+    width, pats, _ = spec
+    patterns = {0x400 + i: p for i, p in enumerate(pats)}
+    codec = make(width, lanes, patterns)
+    ids = ref_ids(width, patterns, ())
+    rng = np.random.default_rng(seed)
+    # Lanes drawn from the patterns and from a few random bytes, so both kinds occur.
+    pool = pats + [bytes(rng.integers(0, 4, width, dtype=np.uint8)) for _ in range(3)]
+    data = b"".join(pool[int(rng.integers(0, len(pool)))] for _ in range(lanes * bundles))
+    want = ref_encode(width, lanes, ids, data, first, debug, chunk)
+    got = np.frombuffer(codec.encode(data, first, debug, chunk), dtype="<u2").tolist()
+    assert got == want
+    found = codec.decode(u16(want))
+    if debug or not bundles:
+        assert found is None  # markers are not the kernel's case; nor is an empty window
+    else:
+        assert found == (data, bundles)
+
+
+def test_decode_refuses_every_non_canonical_window() -> None:
+    w, n = 2, 2
+    codec = make(w, n, {0x400: b"th", 0x401: b"e ", 0x402: b"xx"}, deprecated=(0x402,))
+    ok = [tk.BUNDLE_START, 0x400, ord("a"), ord("b"), tk.BUNDLE_END]
+    assert codec.decode(u16(ok)) == (b"thab", 1)
+    assert codec.decode(u16(ok * 3)) == (b"thab" * 3, 3)
+    bad = {
+        "composite spelled as bytes": [tk.BUNDLE_START, ord("t"), ord("h"), 0x400, tk.BUNDLE_END],
+        "deprecated composite": [tk.BUNDLE_START, 0x402, 0x400, tk.BUNDLE_END],
+        "unassigned id": [tk.BUNDLE_START, 0x403, 0x400, tk.BUNDLE_END],
+        "lane split by a composite": [tk.BUNDLE_START, ord("a"), 0x400, ord("b"), tk.BUNDLE_END],
+        "short bundle": [tk.BUNDLE_START, 0x400, tk.BUNDLE_END],
+        "long bundle": [tk.BUNDLE_START, 0x400, 0x400, 0x401, tk.BUNDLE_END],
+        "no BUNDLE_START": [0x400, 0x400, tk.BUNDLE_END],
+        "control token in a lane": [tk.BUNDLE_START, tk.PAD_LANE, 0x400, tk.BUNDLE_END],
+        "debug marker": [tk.BUNDLE_START, tk.LANE_MARK, 0x400, 0x400, tk.BUNDLE_END],
+        "shard marker": [tk.SHARD_START, *ok],
+    }
+    for name, toks in bad.items():
+        assert codec.decode(u16(toks)) is None, name
+        assert codec.decode(u16(ok + toks)) is None, name
+    for cut in range(len(ok) * 2):
+        # Every cut of two bundles that is not a bundle boundary is refused, without reading
+        # past the window.
+        got = codec.decode(u16((ok * 2)[:cut]))
+        assert got == ((b"thab", 1) if cut == len(ok) else None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    toks=st.lists(
+        st.sampled_from([*range(0, 300, 37), 0x100, 0x101, 0x400, 0x401, 0xFFFF]), max_size=60
+    ),
+    width=st.integers(1, 8),
+    lanes=st.integers(1, 4),
+)
+def test_decode_of_hostile_windows_is_exact_or_none(
+    toks: list[int], width: int, lanes: int
+) -> None:
+    pats = {0x400: bytes(range(1, width + 1)), 0x401: b"\xff" * width}
+    codec = make(width, lanes, pats)
+    found = codec.decode(u16(toks))
+    if found is not None:
+        data, nb = found
+        # Whatever it accepts is exactly what encoding its bytes gives back.
+        assert codec.encode(data, 0, False, 1) == u16(toks)
+        assert nb == len(data) // (width * lanes) and nb > 0
+
+
+def test_bad_arguments_are_value_errors() -> None:
+    with pytest.raises(ValueError):
+        _scx_kernel.Codec(9, 1, bytes(LIMIT * 9), bytes(LIMIT))
+    with pytest.raises(ValueError):
+        _scx_kernel.Codec(2, 0, bytes(LIMIT * 2), bytes(LIMIT))
+    with pytest.raises(ValueError):
+        _scx_kernel.Codec(2, 1, bytes(LIMIT), bytes(LIMIT))
+    codec = make(4, 2, {0x400: b"abcd"})
+    with pytest.raises(TypeError):
+        codec.__init__(4, 2, bytes(LIMIT * 4), bytes(LIMIT))  # tables never change once built
+    with pytest.raises(ValueError):
+        codec.lookup(b"abc")  # not whole lanes
+    with pytest.raises(ValueError):
+        codec.encode(b"abcd", 0, False, 1)  # not a whole bundle
+    with pytest.raises(ValueError):
+        codec.decode(b"\x00\x01\x02")  # not u16 tokens
+    with pytest.raises(ValueError):
+        _scx_kernel.Codec.__new__(_scx_kernel.Codec).lookup(b"")
+
+
+def test_threads_share_a_codec() -> None:
+    """The kernel releases the GIL on shared, read-only tables: threads give the same tokens."""
+    codec = make(4, 8, {0x400 + i: bytes([i, i, 0, 1]) for i in range(200)})
+    rng = np.random.default_rng(5)
+    data = rng.integers(0, 3, 32 * 4000, dtype=np.uint8).tobytes()
+    want = codec.encode(data, 0, False, 4)
+    got: list[bytes] = []
+    threads = [
+        threading.Thread(target=lambda: got.append(codec.encode(data, 0, False, 4)))
+        for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [want] * 4
+    assert codec.decode(want) == (data, 4000)
