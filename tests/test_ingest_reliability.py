@@ -158,9 +158,12 @@ def _dead_pid() -> int:
 
 def test_only_dead_runs_temporaries_are_removed(tmp_path: Path) -> None:
     dest = tmp_path / "pack"
-    live = tmp_path / f".pack.{swap.owner_tag()}.{'a' * 12}.tmp"
-    dead = tmp_path / f".pack.{_dead_pid()}-1.{'b' * 12}.tmp"
-    other = tmp_path / f".other.{_dead_pid()}-1.{'c' * 12}.tmp"
+    from matrixctl import io as mio
+
+    host = mio._host_tag()
+    live = Path(mio.sibling_temp_name(str(dest)))
+    dead = tmp_path / f".pack.mx{_dead_pid()}-1-{host}-{'b' * 12}.tmp"
+    other = tmp_path / f".other.mx{_dead_pid()}-1-{host}-{'c' * 12}.tmp"
     for folder in (live, dead, other):
         folder.mkdir()
         (folder / "atoms.matrix").write_bytes(b"x")

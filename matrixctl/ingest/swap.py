@@ -2,9 +2,10 @@
 
 Contract (docs/reliability.md, "Ingest packs"):
 
-* A writer builds its folder under a hidden sibling name that carries its owner:
-  `.NAME.PID-START.XXXXXXXXXXXX.tmp`, where START is the owner's start time (clock ticks since
-  boot, from /proc) so a reused process id is not mistaken for the owner.
+* A writer builds its folder under a hidden sibling name that carries its owner
+  (`matrixctl.io.sibling_temp_name`: `.NAME.mxPID-START-HOST-RANDOM.tmp`); the fallback's old
+  folder is `.NAME.PID-START.XXXXXXXXXXXX.old`, START being the owner's start time (clock
+  ticks since boot, from /proc) so a reused process id is not mistaken for the owner.
 * The folder is complete, manifest included, before it is published. Publishing is one
   `renameat2(RENAME_EXCHANGE)` when PACKDIR exists (readers see the old or the new folder,
   never none), or one `rename` when it does not. Where the exchange is not supported the
@@ -22,8 +23,7 @@ import os
 import re
 import shutil
 
-from matrixctl import codes
-from matrixctl.errors import OutputError, from_os_error
+from matrixctl.errors import from_os_error
 
 RENAME_EXCHANGE = 2
 AT_FDCWD = -100
@@ -61,7 +61,7 @@ def _alive(pid: int, start: int) -> bool:
 
 def _pattern(dest: str) -> re.Pattern[str]:
     base = re.escape(os.path.basename(os.path.abspath(dest)))
-    return re.compile(rf"^\.{base}\.(\d+)-(\d+)\.[0-9a-f]{{12}}\.(tmp|old)$")
+    return re.compile(rf"^\.{base}\.(\d+)-(\d+)\.[0-9a-f]{{12}}\.(old)$")
 
 
 def temp_name(dest: str, kind: str = "tmp") -> str:
@@ -71,21 +71,11 @@ def temp_name(dest: str, kind: str = "tmp") -> str:
 
 
 def make_temp_dir(dest: str, holder: list[str]) -> str:
-    """Create the owner-tagged temporary folder beside `dest`; its name is appended to `holder`
-    before it is created, so the caller's cleanup covers an interruption inside this call."""
-    for _ in range(16):
-        name = temp_name(dest)
-        holder.append(name)
-        try:
-            os.mkdir(name, 0o700)
-        except FileExistsError:
-            holder.remove(name)
-            continue
-        except OSError as exc:
-            holder.remove(name)
-            raise from_os_error(exc, dest, writing=True) from None
-        return name
-    raise OutputError(codes.IO_WRITE, "no free temporary name beside the output", path=dest)
+    """Create the owner-tagged temporary folder beside `dest` (`matrixctl.io.make_temp_dir`,
+    `.NAME.mxPID-START-HOST-RANDOM.tmp`); its name is in `holder` before it exists."""
+    from matrixctl import io
+
+    return io.make_temp_dir(dest, holder)
 
 
 def clean_stale(dest: str) -> list[str]:
@@ -112,6 +102,12 @@ def clean_stale(dest: str) -> list[str]:
         shutil.rmtree(path, ignore_errors=True)
         if not os.path.lexists(path):
             removed.append(name)
+    from matrixctl import io
+
+    for path, _pid in io.stale_temps(folder, os.path.basename(os.path.abspath(dest))):
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            removed.append(os.path.basename(path))
     return removed
 
 
