@@ -4,11 +4,12 @@
 (`.NAME.mxPID-START-HOST-RANDOM.tmp`, same parent, so the final rename is atomic), streaming
 atoms and document records as they arrive in order. `finish` completes the atom header, the
 index, the projection, copies the symbol map, hashes every artifact, writes the manifest last
-(every file synced first) and publishes the folder in one atomic exchange or rename (`matrixctl.ingest.swap`): PACKDIR is
-always absent, the previous pack or the new one, whole. On any failure (Ctrl-C included) the
-temporary folder is removed; after a kill the next run writing PACKDIR removes it. An existing
-PACKDIR is replaced only on success, and only when it is an ingest pack, a pack an older
-version left without its final manifest name, or an empty folder.
+(every file synced first) and publishes the folder in one atomic exchange or rename
+(`matrixctl.ingest.swap`): PACKDIR is always absent, the previous pack or the new one, whole.
+On any failure (Ctrl-C included) the temporary folder is removed; after a kill the next run
+writing PACKDIR removes it. An existing PACKDIR is replaced only on success, and only when it
+is an ingest pack, a pack an older version left without its final manifest name, or an empty
+folder.
 """
 
 from __future__ import annotations
