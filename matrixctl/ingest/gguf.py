@@ -20,14 +20,13 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from matrixctl import __version__, codes
-from matrixctl.errors import FormatError, OutputError, UsageError, from_os_error
+from matrixctl.errors import FormatError, OutputError, UsageError
 from matrixctl.formats import gguf as gg
 from matrixctl.formats import gguf_ingest as gi
 from matrixctl.tensors import TensorInfo, TensorSource, drop_pages
@@ -435,7 +434,8 @@ class _Hasher(threading.Thread):
 def check_destination(dest: str) -> None:
     if os.path.lexists(dest):
         if os.path.isdir(dest) and not os.path.islink(dest):
-            if gi.is_folder(dest) or not os.listdir(dest):
+            partial = os.path.isfile(os.path.join(dest, gi.MANIFEST + ".partial"))
+            if gi.is_folder(dest) or partial or not os.listdir(dest):
                 return
             raise OutputError(
                 gi.GGUF_OUTPUT,
@@ -449,7 +449,7 @@ def check_destination(dest: str) -> None:
 @contextlib.contextmanager
 def building(dest: str) -> Iterator[str]:
     """A temporary sibling folder; removed on any failure (Ctrl-C included)."""
-    from matrixctl.io import make_temp_dir
+    from matrixctl.ingest.swap import make_temp_dir
 
     made: list[str] = []  # the folder's name, recorded before it exists
     done = False
@@ -467,27 +467,15 @@ def building(dest: str) -> Iterator[str]:
 
 
 def put_in_place(tmp: str, dest: str) -> None:
-    """Rename the finished folder over `dest` (keeping the old one until the rename is done),
-    then give the manifest its final name."""
-    old = None
+    """Publish the finished folder (manifest included) over `dest` in one atomic step
+    (`matrixctl.ingest.swap.publish`); the old folder is removed afterwards."""
+    from matrixctl.ingest.swap import publish
+
     try:
-        if os.path.lexists(dest):
-            old = tempfile.mkdtemp(
-                prefix=f".{os.path.basename(os.path.abspath(dest))}.",
-                suffix=".old",
-                dir=os.path.dirname(os.path.abspath(dest)),
-            )
-            os.rename(dest, os.path.join(old, "out"))
-        os.rename(tmp, dest)
-        os.rename(os.path.join(dest, gi.MANIFEST + ".partial"), os.path.join(dest, gi.MANIFEST))
-    except OSError as exc:
-        if old is not None and not os.path.lexists(dest):
-            with contextlib.suppress(OSError):
-                os.rename(os.path.join(old, "out"), dest)
+        publish(tmp, dest)
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise from_os_error(exc, dest, writing=True) from None
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        raise
 
 
 def _write(path: str, data: bytes) -> None:
@@ -542,6 +530,9 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
     if dtype not in (None, "f32", "f16"):
         raise UsageError(f"--dtype must be f32 or f16, got {dtype!r}")
     embd_sink = sink_for(opts.embeddings) if opts.embeddings != "none" else None
+    from matrixctl.ingest.swap import clean_stale
+
+    clean_stale(dest)
     check_destination(dest)
 
     regular = src.path != "-" and os.path.isfile(src.path)
@@ -637,7 +628,7 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
                 "tool": {"name": "matrixctl", "version": __version__},
                 "created": created_stamp(),
             }
-            _write(os.path.join(tmp, gi.MANIFEST + ".partial"), _json_bytes(manifest))
+            _write(os.path.join(tmp, gi.MANIFEST), _json_bytes(manifest))
             put_in_place(tmp, dest)
     finally:
         hasher.join()

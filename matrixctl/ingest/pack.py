@@ -1,13 +1,15 @@
 """Writing an ingest pack folder (matrix-ingest-v1.md section 6; docs/formats/ingest-pack.md).
 
-`PackBuilder` builds the pack in a hidden temporary sibling folder (`.NAME.XXXX.tmp`, same
-parent, so the final rename is atomic), streaming atoms and document records as they arrive in
-order. `finish` completes the atom header, the index, the projection, copies the symbol map,
-hashes every artifact, writes the manifest as `ingest_manifest.json.partial`, renames the folder
-into place and only then renames the manifest to its final name: at no moment does a folder
-that looks like a complete pack hold incomplete data. On any failure (Ctrl-C included) the
-temporary folder is removed; an existing PACKDIR is replaced only on success, and only when it
-is an ingest pack or an empty folder.
+`PackBuilder` builds the pack in a hidden temporary sibling folder
+(`.NAME.mxPID-START-HOST-RANDOM.tmp`, same parent, so the final rename is atomic), streaming
+atoms and document records as they arrive in order. `finish` completes the atom header, the
+index, the projection, copies the symbol map, hashes every artifact, writes the manifest last
+(every file synced first) and publishes the folder in one atomic exchange or rename
+(`matrixctl.ingest.swap`): PACKDIR is always absent, the previous pack or the new one, whole.
+On any failure (Ctrl-C included) the temporary folder is removed; after a kill the next run
+writing PACKDIR removes it. An existing PACKDIR is replaced only on success, and only when it
+is an ingest pack, a pack an older version left without its final manifest name, or an empty
+folder.
 """
 
 from __future__ import annotations
@@ -16,17 +18,17 @@ import contextlib
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from matrixctl import __version__, codes
-from matrixctl.errors import OutputError, from_os_error
+from matrixctl.errors import OutputError
 from matrixctl.formats import doc_index as di
 from matrixctl.formats import ingest_pack as ip
 from matrixctl.formats import matrix_atom as ma
 from matrixctl.formats import svgt
-from matrixctl.io import make_temp_dir, sha256_file
+from matrixctl.ingest.swap import clean_stale, make_temp_dir, publish
+from matrixctl.io import sha256_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,7 +44,7 @@ WRITE_CHUNK = 1 << 22  # tokens per write when copying spilled tokens
 def check_destination(dest: str) -> None:
     if os.path.lexists(dest):
         if os.path.isdir(dest) and not os.path.islink(dest):
-            if ip.is_pack(dest) or not os.listdir(dest):
+            if ip.is_pack(dest) or _interrupted(dest) or not os.listdir(dest):
                 return
             raise OutputError(
                 INGEST_OUTPUT,
@@ -51,6 +53,12 @@ def check_destination(dest: str) -> None:
                 hint="choose another -o, or remove the folder yourself",
             )
         raise OutputError(INGEST_OUTPUT, "exists and is not a folder", path=dest)
+
+
+def _interrupted(dest: str) -> bool:
+    """A pack an older version left between its last two renames: the manifest still has its
+    `.partial` name. It is ours, so the next run replaces it."""
+    return os.path.isfile(os.path.join(dest, ip.MANIFEST + ".partial"))
 
 
 def created_stamp() -> str | None:
@@ -87,6 +95,7 @@ class PackBuilder:
     """Stream documents into a pack in a temporary folder; `finish` puts it in place."""
 
     def __init__(self, dest: str, plan: PackPlan) -> None:
+        clean_stale(dest)
         check_destination(dest)
         self.dest = dest
         self.plan = plan
@@ -194,9 +203,9 @@ class PackBuilder:
             "tool": {"name": "matrixctl", "version": __version__},
             "created": created_stamp(),
         }
-        partial = os.path.join(self.tmp, ip.MANIFEST + ".partial")
-        write_json(partial, manifest)
-        self._put_in_place()
+        write_json(os.path.join(self.tmp, ip.MANIFEST), manifest)
+        publish(self.tmp, self.dest)
+        self.done = True
         return manifest
 
     def _sync(self, fp: Any) -> None:
@@ -218,28 +227,6 @@ class PackBuilder:
                 fp.flush()
                 os.fsync(fp.fileno())
             del tokens
-
-    def _put_in_place(self) -> None:
-        dest = self.dest
-        old = None
-        try:
-            if os.path.lexists(dest):
-                old = tempfile.mkdtemp(
-                    prefix=f".{os.path.basename(os.path.abspath(dest))}.",
-                    suffix=".old",
-                    dir=os.path.dirname(os.path.abspath(dest)),
-                )
-                os.rename(dest, os.path.join(old, "pack"))
-            os.rename(self.tmp, dest)
-            os.rename(os.path.join(dest, ip.MANIFEST + ".partial"), os.path.join(dest, ip.MANIFEST))
-        except OSError as exc:
-            if old is not None and not os.path.lexists(dest):
-                with contextlib.suppress(OSError):
-                    os.rename(os.path.join(old, "pack"), dest)  # put the old pack back
-            raise from_os_error(exc, dest, writing=True) from None
-        self.done = True
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
 
     def abort(self) -> None:
         if self.done:

@@ -555,9 +555,29 @@ def plan_units(files: list[SourceFile], jobs: int) -> list[list[SourceFile]]:
     return units
 
 
+def _die_with_parent(parent: int) -> None:
+    """Make this worker end, silently, when the process that started it dies (killed with
+    SIGKILL, say): Linux delivers SIGKILL on the parent's death; a parent already gone before
+    that request took effect is caught by the check after it. Everywhere, SIGPIPE is restored
+    to its default in workers, so a write to the dead parent's result pipe ends the worker
+    without a `BrokenPipeError` traceback."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+_PARENT = os.getpid()
+
+
 def _init_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    _die_with_parent(_PARENT)
     state = _STATE
     if state is not None and state.tok is None and state.smap is not None:
         # Each worker builds its matcher, in parallel with the listing. A failure here
@@ -607,7 +627,9 @@ class Workers:
         global _STATE
         self.jobs = jobs
         self.state = state
+        global _PARENT
         _STATE = state  # inherited by the forked workers
+        _PARENT = os.getpid()
         try:
             ctx = multiprocessing.get_context("fork")
             self.pool = ctx.Pool(jobs, initializer=_init_worker)
