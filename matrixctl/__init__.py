@@ -11,21 +11,6 @@ from __future__ import annotations
 TYPE_CHECKING = False  # typing itself costs start-up time; mypy treats this name as typing's
 __version__ = "0.1.0"
 
-_API = (
-    "PackDataset",
-    "Report",
-    "TensorFile",
-    "Tokenizer",
-    "convert",
-    "inspect",
-    "load",
-    "load_tokenizer",
-    "open",
-    "open_pack",
-    "save",
-    "verify",
-)
-
 if TYPE_CHECKING:
     from typing import Any
 
@@ -58,6 +43,7 @@ __all__ = [
     "save",
     "verify",
 ]
+_API = frozenset(__all__) - {"__version__"}  # the names `matrixctl.api` defines, loaded lazily
 
 
 def __getattr__(name: str) -> Any:
