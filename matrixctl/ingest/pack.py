@@ -153,6 +153,16 @@ class PackBuilder:
                     break
                 self.atoms.write(np.frombuffer(block, dtype="<u4"))
 
+    def add_tokens_range(
+        self, path: str, offset: int, nbytes: int, dtype: str, max_id: int, crc: int
+    ) -> None:
+        """Tokens staged in a file (a Dask work unit's results), copied as they are."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self.atoms.write_range(fd, offset, nbytes, dtype, max_id=max_id, crc=crc)
+        finally:
+            os.close(fd)
+
     def add_record(self, length: int, source: int, item: int) -> None:
         self.index.add(length, source, item)
 
