@@ -55,7 +55,7 @@ INGEST_DASK_CLUSTER = codes.define(
 )
 SCHEMA = "matrixctl-dask-unit/2"
 ENV_SCHEDULER = "DASK_SCHEDULER_ADDRESS"
-UNIT_MAX_BYTES = 16 << 20  # a Dask unit: up to this many input bytes (local: 4 MiB)...
+UNIT_MAX_BYTES = 8 << 20  # a Dask unit: up to this many input bytes (local: 4 MiB)...
 UNITS_PER_JOB = 8  # ...aiming at this many units per worker (local: 32)
 RECORD = 16  # bytes of one staged document record: length, item (<u8 each)
 
@@ -194,11 +194,69 @@ def _split_ranges(
             if kind != "jsonl":
                 yield None
                 return
-            yield from _cut_ranges(
-                sf, stream, reader, dec, compression, size, state, (raw.fileno(), ident)
-            )
+            if compression is None:
+                yield from _cut_file(sf, raw, size, state.opts.max_doc, ident)
+            else:
+                yield from _cut_ranges(
+                    sf, stream, reader, dec, compression, size, state, (raw.fileno(), ident)
+                )
         except OSError as exc:
             raise from_os_error(exc, sf.recorded) from None
+
+
+def _cut_file(
+    sf: SourceFile, raw: Any, size: int, max_doc: int, ident: Identity
+) -> Iterator[RangePiece]:
+    """The range pieces of one stored JSON Lines file: whole lines, about `size` bytes each,
+    from one pass over the file into one reused buffer (hashed, line ends counted, no copy)."""
+    sha = hashlib.sha256()
+    buf = bytearray(size)
+    view = memoryview(buf)
+    pos = start = lines = newlines = index = 0  # newlines: between start and the last cut
+    cut = 0  # the end of the last whole line read
+    pending: RangePiece | None = None
+
+    def piece(end: int, count: int) -> RangePiece:
+        p = pipeline.Piece(
+            f"{sf.ordinal}:{start}-{end}", sf, index, start, lines, count, b"", "", pos
+        )
+        return RangePiece(p, sf.path, start, end - start, ident, ident)
+
+    raw.seek(0)
+    while n := raw.readinto(view):
+        sha.update(view[:n])
+        nl = buf.rfind(b"\n", 0, n)
+        if nl < 0:
+            pos += n
+            if pos - cut > max_doc + 1:
+                line = lines + newlines + 1
+                raise FormatError(
+                    extract.INGEST_TOO_LARGE,
+                    f"line {line} is longer than --max-doc-size ({max_doc:,} bytes)",
+                    path=sf.recorded,
+                    offset=cut,
+                    field=f"line {line}",
+                )
+            continue
+        newlines += buf.count(b"\n", 0, n)
+        cut = pos + nl + 1
+        pos += n
+        if pending is not None:
+            yield pending
+        pending = piece(cut, newlines)
+        index += 1
+        start, lines, newlines = cut, lines + newlines, 0
+    if pos > start or pending is None:  # a last line without its line end
+        if pending is not None:
+            yield pending
+        pending = piece(pos, 0)
+    if _identity(os.fstat(raw.fileno())) != ident or _identity(os.stat(sf.path)) != ident:
+        raise _changed(sf.recorded)
+    last = pending.piece
+    last.last = True
+    last.file_sha256 = "sha256:" + sha.hexdigest()
+    last.file_size = last.stored_end = pos
+    yield pending
 
 
 def _cut_ranges(
