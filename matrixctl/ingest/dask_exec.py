@@ -441,12 +441,18 @@ def _write_durable(path: str, data: bytes) -> None:
 _WORKER_STATES: dict[str, pipeline.WorkerState] = {}
 
 
-def _worker_state(state_key: str, state_blob: bytes) -> pipeline.WorkerState:
+def _worker_state(state_key: str, state_path: str) -> pipeline.WorkerState:
+    """The build's state (symbol map, options) with its tokenizer: read from the staging
+    folder and built once per worker process and build (`state_key` is its SHA-256)."""
     state = _WORKER_STATES.get(state_key)
     if state is None:
         from matrixctl.tokenizers import pi
 
-        state = pickle.loads(state_blob)
+        with open(state_path, "rb") as fp:
+            blob = fp.read()
+        if hashlib.sha256(blob).hexdigest() != state_key:
+            raise OSError(f"{state_path} is not the state of this build")
+        state = pickle.loads(blob)
         assert state.smap is not None
         state.tok = pi.Tokenizer(state.smap)
         _WORKER_STATES.clear()
@@ -544,15 +550,21 @@ def _stage(
 
 
 def run_unit(
-    state_key: str, state_blob: bytes, unit: Unit, key: str, staging: str
+    state_key: str, state_path: str, unit: Unit, key: str, staging: str
 ) -> tuple[str, Any]:
     """A Dask task: one unit to its staged results; returns its completion record (never its
     tokens). Idempotent (a rerun writes the same files under fresh temporary names). A
     deterministic input error is returned, not raised, so the scheduler does not retry it; a
     lost worker raises nothing and is rescheduled."""
-    state = _worker_state(state_key, state_blob)
+    import gc
+
+    state = _worker_state(state_key, state_path)
     work = os.path.join(staging, f"tmp-{key}-{uuid.uuid4().hex}")
     os.makedirs(work)
+    # Tokenizing makes no reference cycles, but in a worker's large heap (distributed's own
+    # objects) the collector's passes cost several per cent of the task: off while it runs.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         state.spill_dir = work
         try:
@@ -575,6 +587,8 @@ def run_unit(
             )
         return "ok", _stage(results, unit, key, staging, work, state.out_dtype)
     finally:
+        if collecting:
+            gc.enable()
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -661,14 +675,28 @@ def _drop_unit(staging: str, key: str) -> None:
         os.unlink(os.path.join(staging, f"{key}.done"))
 
 
+# The own LocalCluster's Dask settings (docs/scale-out.md): the nannies fork the workers from
+# this process, which has imported distributed and matrixctl already, instead of starting fresh
+# interpreters (the start-up is a fraction of a second instead of one to four). The rest are
+# Dask's background chores, whose cost grows with the build's wall time: the workers'
+# statistical profiler (it takes the GIL from the tokenizer 100 times a second), the event
+# loops' 20 ms ticks, the 0.5 s system monitor and the nannies' 0.1 s memory polls. Together
+# they cost about 0.07 CPU seconds a second on an idle two-worker cluster, 0.02 with these
+# values.
+QUIET_WORKERS = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.worker.memory.monitor-interval": "1s",
+}
+LOCAL_CLUSTER_CONFIG = {"distributed.worker.multiprocessing-method": "fork", **QUIET_WORKERS}
+
+
 def _local_cluster(distributed: Any, jobs: int) -> Any:
-    """A LocalCluster of `jobs` single-threaded worker processes on 127.0.0.1. Its nannies
-    fork the workers from this process (which has imported distributed and matrixctl
-    already) instead of starting fresh interpreters: the start-up is a fraction of a second
-    instead of one to four (docs/scale-out.md)."""
+    """A LocalCluster of `jobs` single-threaded worker processes on 127.0.0.1."""
     import dask
 
-    with dask.config.set({"distributed.worker.multiprocessing-method": "fork"}):
+    with dask.config.set(LOCAL_CLUSTER_CONFIG):
         return distributed.LocalCluster(
             n_workers=jobs,
             threads_per_worker=1,
@@ -714,31 +742,39 @@ class DaskWorkers:
                 path=address or "LocalCluster",
                 hint="start one with `dask scheduler` or leave out --scheduler",
             ) from None
+        # This process lives for one build: what it holds now (distributed, the cluster, the
+        # symbol map) stays to the end, so the collector need not walk it again and again.
+        import gc
+
+        gc.freeze()
         if not resume and os.path.isdir(self.staging):
             shutil.rmtree(self.staging)
         os.makedirs(self.staging, exist_ok=True)
         tok, state.tok = state.tok, None
         try:
-            self.state_blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+            blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
         finally:
             state.tok = tok
-        self.state_key = hashlib.sha256(self.state_blob).hexdigest()
+        # The workers read the state (the symbol map, about 1 MB, and the options) from the
+        # staging folder once each: the tasks carry only its path and hash.
+        self.state_key = hashlib.sha256(blob).hexdigest()
+        self.state_path = os.path.join(self.staging, f"state-{self.state_key}.pickle")
+        _write_durable(self.state_path, blob)
         self.fingerprint = _fingerprint(state)
 
     def results(self, files: list[SourceFile], spill_dir: str) -> Iterator[pipeline.FileResult]:
         """Each file's result, in input order: staged units are reused, the rest are tasks."""
-        blob = self.client.scatter(self.state_blob, broadcast=True)
         window: deque[tuple[str, Unit, Any]] = deque()  # (key, unit, future or None: staged)
         pending = plan(files, self.state, self.jobs, self.staging)
         workers = len(self.client.scheduler_info().get("workers", {}))
-        limit = 2 * max(self.jobs, workers) + 2
+        limit = 4 * max(self.jobs, workers) + 4  # units carry no data: a deep window is cheap
 
         def task(unit: Unit, key: str) -> Any:
             _drop_unit(self.staging, key)
             return self.client.submit(
                 run_unit,
                 self.state_key,
-                blob,
+                self.state_path,
                 unit,
                 key,
                 self.staging,
