@@ -5,18 +5,21 @@ grouping with a larger target), and byte ranges of whole lines of a large JSON L
 cut by the client while it hashes the file. A task names its inputs, never carries them:
 workers open whole files by path and read a range by offset and length, checking the file's
 identity (size, mtime_ns, inode) before and after the read against what the client saw
-(IO_CHANGED otherwise). A compressed or stdin source cannot be read by range: the client
-writes each decompressed range to the staging folder first and the worker reads that file.
+(IO_CHANGED otherwise). A compressed source cannot be read by range: the client writes each
+decompressed range to the staging folder and the worker reads that file; stdin is first
+spooled to the pack's temporary folder, as for `--jobs N`, and is then a file like any other.
 
 Each task runs the local code (`pipeline.process_file` / `process_piece`) and stages its
 results in the staging folder beside the destination: one results file (every token in the
-pack's dtype, then every document record) under a temporary name, fsync, rename, then the
-completion record (JSON: the unit, its key, the CRC-32, largest id and extent of each file's
-tokens and records), fsync, rename, last. The task returns that small record; the client
-checks the staged bytes against it and copies the tokens into the pack inside the kernel
-(`copy_file_range`), in unit order, through the same ordered writer as a local run, so the
-pack is byte-identical to `--jobs 1`. `--resume` reuses every unit whose record parses and
-whose results file matches it; anything else is redone (see docs/scale-out.md).
+pack's dtype, then every document record) under a temporary name, rename, then the
+completion record (JSON: the unit, its key, the extent, CRC-32 and largest id of each file's
+tokens and records), rename, last. The task returns that small record, never tokens. The
+client checks the staged bytes against it (CRC-32, at memory speed) and copies the tokens
+into the pack inside the kernel (`copy_file_range`), in unit order, through the same ordered
+writer as a local run, so the pack is byte-identical to `--jobs 1`. Nothing is fsync'd: as
+every staged byte is checked before use, a unit torn by a crash is redone, not trusted.
+`--resume` reuses every unit whose record parses and whose results file matches it;
+anything else is redone (see docs/scale-out.md).
 
 `dask` / `distributed` are imported only here, only when this executor is used.
 """
@@ -422,14 +425,13 @@ def unit_key(fingerprint: dict[str, Any], unit: Unit) -> str:
 # In a Dask worker -----------------------------------------------------------------------------
 
 
-def _write_durable(path: str, data: bytes) -> None:
-    """Temp name, write, fsync, rename: `path` is whole or absent."""
+def _write_whole(path: str, data: bytes) -> None:
+    """Temp name, write, rename: `path` is whole or absent (after a process kill; after a
+    crash of the machine its content is checked before use, see load_unit)."""
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     try:
         with open(tmp, "wb") as fp:
             fp.write(data)
-            fp.flush()
-            os.fsync(fp.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -524,8 +526,6 @@ def _stage(
                 fp.write(block)
                 pos += len(block)
             entry["records"] = [start, pos - start, crc]
-        fp.flush()
-        os.fsync(fp.fileno())
     os.replace(tmp, os.path.join(staging, f"{key}.results"))
     for res, entry in zip(results, entries, strict=True):
         sf = res.source
@@ -545,7 +545,7 @@ def _stage(
         "size": pos,
         "files": entries,
     }
-    _write_durable(os.path.join(staging, f"{key}.done"), json.dumps(record).encode())
+    _write_whole(os.path.join(staging, f"{key}.done"), json.dumps(record).encode())
     return record
 
 
@@ -759,7 +759,7 @@ class DaskWorkers:
         # staging folder once each: the tasks carry only its path and hash.
         self.state_key = hashlib.sha256(blob).hexdigest()
         self.state_path = os.path.join(self.staging, f"state-{self.state_key}.pickle")
-        _write_durable(self.state_path, blob)
+        _write_whole(self.state_path, blob)
         self.fingerprint = _fingerprint(state)
 
     def results(self, files: list[SourceFile], spill_dir: str) -> Iterator[pipeline.FileResult]:
