@@ -857,6 +857,9 @@ class DaskWorkers:
                     obj.close()
 
     def close(self) -> None:
+        import gc
+
         self._shutdown()
+        gc.unfreeze()
         if self.ok or self.input_error:  # a bad input: rerun after fixing it, no resume
             shutil.rmtree(self.staging, ignore_errors=True)
