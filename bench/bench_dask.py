@@ -23,6 +23,7 @@ staging writes and the hash checks cost each work unit. The packs' hashes must b
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import resource
@@ -132,6 +133,9 @@ def main() -> int:
         try:
             with distributed.Client(lc) as client:
                 client.wait_for_workers(2)
+                # Workers that have imported matrixctl, as after an earlier build or with
+                # `dask worker --preload matrixctl.ingest.dask_exec` (docs/scale-out.md).
+                client.run(importlib.import_module, "matrixctl.ingest.dask_exec")
                 return run([*base(src), *own, "--scheduler", lc.scheduler_address])
         finally:
             lc.close()
