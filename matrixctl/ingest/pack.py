@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from matrixctl import __version__, codes
-from matrixctl.errors import OutputError
+from matrixctl.errors import InputError, OutputError
 from matrixctl.formats import doc_index as di
 from matrixctl.formats import ingest_pack as ip
 from matrixctl.formats import matrix_atom as ma
@@ -160,6 +160,12 @@ class PackBuilder:
         fd = os.open(path, os.O_RDONLY)
         try:
             self.atoms.write_range(fd, offset, nbytes, dtype, max_id=max_id, crc=crc)
+        except EOFError:
+            from matrixctl.io import IO_CHANGED
+
+            raise InputError(
+                IO_CHANGED, "a staged file was cut while it was copied into the pack", path=path
+            ) from None
         finally:
             os.close(fd)
 
