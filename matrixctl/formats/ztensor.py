@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from matrixctl import cbor, codes
+from matrixctl import cbor, codes, crc
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.io import BackgroundWriter
@@ -538,10 +538,7 @@ class Digester:
     def __init__(self, algorithm: str) -> None:
         self.algorithm = algorithm
         if algorithm == "crc32c":
-            import google_crc32c
-
             self._crc = 0
-            self._extend = google_crc32c.extend
         elif algorithm == "sha256":
             self._sha = hashlib.sha256()
         else:  # pragma: no cover - callers validate
@@ -549,11 +546,7 @@ class Digester:
 
     def update(self, data: Any) -> None:
         if self.algorithm == "crc32c":
-            # The C extension refuses buffers with a release hook (memoryview, mmap) but takes
-            # a numpy view of the same memory: no copy.
-            import numpy as np
-
-            self._crc = self._extend(self._crc, np.frombuffer(data, dtype=np.uint8))
+            self._crc = crc.crc32c(data, self._crc)
         else:
             self._sha.update(data)
 
