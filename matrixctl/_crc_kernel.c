@@ -86,10 +86,18 @@ static uint32_t shift(uint32_t crc) {
 }
 
 static void build_shift(void) {
+    /* Zero bytes act linearly on the register: shift each of its 32 bits through BLOCK zeros
+     * once, and a table entry is the XOR of the shifted bits of its byte. */
     static const uint8_t zeros[BLOCK];
+    uint32_t bit[32];
+    for (int i = 0; i < 32; i++) bit[i] = crc_hw_1(1u << i, zeros, BLOCK);
     for (int k = 0; k < 4; k++)
-        for (uint32_t b = 0; b < 256; b++)
-            shift_block[k][b] = crc_hw_1(b << (8 * k), zeros, BLOCK);
+        for (uint32_t b = 0; b < 256; b++) {
+            uint32_t v = 0;
+            for (int j = 0; j < 8; j++)
+                if (b >> j & 1) v ^= bit[8 * k + j];
+            shift_block[k][b] = v;
+        }
 }
 
 __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uint8_t *p,

@@ -523,31 +523,74 @@ class BackgroundWriter:
     caller's scanning (CRC-32 and range checks release it too). At most `depth` chunks are in
     flight; the caller must keep each chunk's buffer unchanged until `drain()` (views of a
     mapped input or freshly allocated arrays satisfy that). An error in the thread is raised
-    by the next `write` or `drain`.
+    by the next `write` or `drain`; the writes queued after it are dropped. A plain thread and
+    a condition (not concurrent.futures, whose import pulls in logging: start-up time).
     """
 
     def __init__(self, fp: BinaryIO, depth: int = 2) -> None:
-        from concurrent.futures import ThreadPoolExecutor
+        import threading
+        from collections import deque
 
         self.fp = fp
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="matrixctl-write")
-        self._pending: list[Any] = []
         self._depth = depth
+        self._queue: deque[Any] = deque()
+        self._busy = 0  # queued or being written
+        self._error: BaseException | None = None
+        self._failed = False
+        self._stop = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="matrixctl-write", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stop:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                data = self._queue.popleft()
+                skip = self._failed
+            try:
+                if not skip:
+                    self.fp.write(data)
+            except BaseException as exc:  # handed to the caller's next write or drain
+                with self._cond:
+                    self._error, self._failed = exc, True
+            finally:
+                with self._cond:
+                    self._busy -= 1
+                    self._cond.notify_all()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
 
     def write(self, data: bytes | memoryview) -> None:
-        self._pending.append(self._pool.submit(self.fp.write, data))
-        while len(self._pending) > self._depth:
-            self._pending.pop(0).result()
+        with self._cond:
+            self._raise()
+            self._queue.append(data)
+            self._busy += 1
+            self._cond.notify_all()
+            while self._busy > self._depth and self._error is None:
+                self._cond.wait()
+            self._raise()
 
     def drain(self) -> None:
-        while self._pending:
-            self._pending.pop(0).result()
+        with self._cond:
+            while self._busy:
+                self._cond.wait()
+            self._raise()
 
     def close(self) -> None:
         try:
             self.drain()
         finally:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            with self._cond:
+                self._stop = True
+                self._cond.notify_all()
+            self._thread.join()
 
 
 class HashingWriter:
@@ -679,9 +722,9 @@ def _alive_or_unknown(pid: int) -> int:
 
 def _host_tag() -> str:
     import hashlib
-    import socket
 
-    return hashlib.sha256(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:4]
+    # os.uname().nodename is what socket.gethostname() returns, without importing socket.
+    return hashlib.sha256(os.uname().nodename.encode("utf-8", "replace")).hexdigest()[:4]
 
 
 def _owner_tag() -> str:
