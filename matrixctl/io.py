@@ -25,7 +25,7 @@ import stat
 import sys
 import tempfile
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any, BinaryIO, Protocol
 
 from matrixctl import codes
@@ -477,6 +477,68 @@ def _check_spool_space(fd: int, path: str, got: int) -> None:
             path=display_name(path),
             hint="pass a regular file instead, or point TMPDIR at a folder with room",
         )
+
+
+def mapped_fd(buf: Any) -> int | None:
+    """The file descriptor of the mapped input whose mapping is `buf` (None for anything else:
+    a spooled pipe, bytes, a closed input)."""
+    if not isinstance(buf, mmap.mmap):
+        return None
+    for src in list(_MAPPED):
+        if src.buf is buf and src._fp is not None:
+            try:
+                return src._fp.fileno()
+            except (OSError, ValueError):
+                return None
+    return None
+
+
+_RANGE_ERRORS = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF)
+
+
+def copy_file_range_all(
+    src_fd: int,
+    offset: int,
+    length: int,
+    out_fd: int,
+    tick: Callable[[int], None] | None = None,
+    step: int = 64 << 20,
+) -> None:
+    """Copy `length` bytes of `src_fd` from `offset` to `out_fd` at its current position inside
+    the kernel: copy_file_range (no page faults, no user-space copy), else sendfile, else
+    pread/write through one reused buffer. A source that ends early changed underneath:
+    IO_CHANGED. `tick(n)` after every step (progress)."""
+    done = 0
+    how = "range"
+    buf: memoryview | None = None
+    while done < length:
+        n = min(step, length - done)
+        try:
+            if how == "range":
+                got = os.copy_file_range(src_fd, out_fd, n, offset + done)
+            elif how == "sendfile":
+                got = os.sendfile(out_fd, src_fd, offset + done, n)
+            else:
+                if buf is None:
+                    buf = memoryview(bytearray(COPY_CHUNK))
+                got = os.preadv(src_fd, [buf[: min(n, len(buf))]], offset + done)
+                put = 0
+                while put < got:
+                    put += os.write(out_fd, buf[put:got])
+        except OSError as exc:
+            if exc.errno in _RANGE_ERRORS and how != "read":
+                how = "sendfile" if how == "range" else "read"
+                continue
+            raise
+        if got == 0:
+            check_inputs_unchanged()
+            raise InputError(
+                IO_CHANGED,
+                f"ended at byte {offset + done:,} while {offset + length:,} were expected",
+            )
+        done += got
+        if tick is not None:
+            tick(got)
 
 
 def drop_pages(buf: Any, offset: int, length: int) -> None:
