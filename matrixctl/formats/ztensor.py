@@ -36,7 +36,6 @@ from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.io import BackgroundWriter
 from matrixctl.tensors import (
-    CHECK_SLICE,
     CHUNK_BYTES,
     DTYPES,
     Component,
@@ -63,7 +62,6 @@ HEADER_SIZE = 8
 FOOTER_SIZE = 16  # manifest size (u64) + magic
 ALIGNMENT = 64
 BACKGROUND_MIN = 256 << 10  # pieces this large are written on a helper thread
-WRITE_SLICE = CHECK_SLICE  # raw pieces are digested and written in slices (tensors.copy_stream)
 MAX_MANIFEST = 1 << 30  # spec IV.1 step 4: abort above 1 GiB
 VERSION = "1.1.0"
 SUPPORTED_MAJOR = 1
