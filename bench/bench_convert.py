@@ -135,7 +135,9 @@ def main(argv: list[str]) -> int:
         "vs cp + sync: wall, CPU | vs cp: wall, CPU |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    with tempfile.TemporaryDirectory(dir=ROOT / "bench") as name:
+    out = ROOT / "bench" / "out"  # gitignored: the inputs and outputs are big
+    out.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out) as name:
         tmp = Path(name)
         for label, (spec, formats) in workloads(quick).items():
             inputs = prepare(tmp, spec, formats)

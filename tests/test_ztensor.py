@@ -447,6 +447,8 @@ def test_footer_magic_missing(tmp_path: Path) -> None:
 
 
 def test_source_refuses_a_damaged_digest_before_handing_out_bytes(tmp_path: Path) -> None:
+    """Decision: the digest is checked before the first byte leaves the source: making the
+    stream reads nothing, its first read (or kernel copy) raises ZT_DIGEST."""
     data = bytearray(gz.DENSE)
     data[64] ^= 1
     path = tmp_path / "d.zt"
