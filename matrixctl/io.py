@@ -494,6 +494,38 @@ def mapped_fd(buf: Any) -> int | None:
 
 
 _RANGE_ERRORS = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF)
+WRITEBACK_STEP = 16 << 20  # start writing a durable output out every this many bytes
+_UNFLUSHED: dict[int, int] = {}  # output descriptor -> bytes written since its last start
+_SYNC_FILE_RANGE: Any = None  # libc's sync_file_range, False where there is none
+
+
+def started_writeback(fd: int, nbytes: int) -> None:
+    """`nbytes` more were written to the output `fd`: every WRITEBACK_STEP bytes, ask the kernel
+    to start writing the file's dirty pages out (sync_file_range, SYNC_FILE_RANGE_WRITE: it does
+    not wait for them). The fsync before the atomic rename then waits for the last step only,
+    instead of starting the whole write-out when the copy is done (ext4 gives `cp` over an
+    existing file the same head start when it closes it). Only for durable outputs (no
+    MATRIXCTL_NO_FSYNC); without libc's call nothing happens."""
+    global _SYNC_FILE_RANGE
+    pending = _UNFLUSHED.get(fd, 0) + nbytes
+    if pending < WRITEBACK_STEP:
+        _UNFLUSHED[fd] = pending
+        return
+    _UNFLUSHED[fd] = 0
+    if _SYNC_FILE_RANGE is None:
+        _SYNC_FILE_RANGE = False
+        if durable() and sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+                fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+                fn.restype = ctypes.c_int
+                _SYNC_FILE_RANGE = fn
+            except (OSError, AttributeError):
+                pass
+    if _SYNC_FILE_RANGE:
+        _SYNC_FILE_RANGE(fd, 0, 0, 2)  # the whole file, SYNC_FILE_RANGE_WRITE; errors ignored
 
 
 def copy_file_range_all(
@@ -537,6 +569,7 @@ def copy_file_range_all(
                 f"ended at byte {offset + done:,} while {offset + length:,} were expected",
             )
         done += got
+        started_writeback(out_fd, got)
         if tick is not None:
             tick(got)
 
@@ -927,6 +960,8 @@ class AtomicFile:
 
     def commit(self) -> None:
         assert self.fp is not None and self.tmp is not None
+        with contextlib.suppress(OSError, ValueError):
+            _UNFLUSHED.pop(self.fp.fileno(), None)
         try:
             check_inputs_unchanged()
         except BaseException:

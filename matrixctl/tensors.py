@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl import codes
 from matrixctl.errors import FormatError
-from matrixctl.io import copy_file_range_all, drop_pages, mapped_fd
+from matrixctl.io import copy_file_range_all, drop_pages, mapped_fd, started_writeback
 
 if TYPE_CHECKING:
     import numpy as np
@@ -456,6 +456,9 @@ def copy_stream(
             fp.seek(start + nbytes)
             return nbytes
     put = write if write is not None else fp.write
+    # A plain output file starts its write-out as it grows (what a helper thread has written
+    # by then, when `write` queues to one).
+    out_fd = _plain_fileno(fp)
     got = 0
     for piece in stream:
         view = _byte_view(piece)
@@ -465,6 +468,8 @@ def copy_stream(
         if update is not None:
             update(view)
         put(view)
+        if out_fd is not None:
+            started_writeback(out_fd, view.nbytes)
         if piece_done is not None:
             piece_done()
     if got != nbytes:
