@@ -1065,34 +1065,6 @@ def write_all(fp: BinaryIO, data: bytes | memoryview, dest: str) -> None:
         raise from_os_error(exc, dest, writing=True) from None
 
 
-def copy_range(src: int, src_offset: int, dst: int, dst_offset: int, length: int) -> None:
-    """Copy `length` bytes between two file descriptors at explicit offsets, inside the kernel
-    (`copy_file_range`, which shares extents on file systems that can), neither descriptor's
-    position moving; where the kernel or the file system refuses, through a buffer. A source
-    shorter than asked raises `EOFError` (it changed)."""
-    done = 0
-    fast = hasattr(os, "copy_file_range")
-    while done < length:
-        want = min(length - done, 1 << 30)
-        if fast:
-            try:
-                n = os.copy_file_range(src, dst, want, src_offset + done, dst_offset + done)
-            except OSError as exc:
-                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-                    raise
-                fast = False
-                continue
-        else:
-            block = os.pread(src, min(want, 8 << 20), src_offset + done)
-            n = len(block)
-            view = memoryview(block)
-            while view:
-                view = view[os.pwrite(dst, view, dst_offset + done + n - len(view)) :]
-        if n == 0:
-            raise EOFError(f"the source ended {length - done:,} bytes early")
-        done += n
-
-
 class Folder:
     """A folder input of a folder format (a Hugging Face model folder, ...): the format's own
     module opens the files inside. Shares `path`, `name` and the context manager with

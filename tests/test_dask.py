@@ -617,13 +617,14 @@ def test_staged_tokens_are_copied_as_written() -> None:
                 w = ma.AtomWriter(fp, atom_size=256, dtype="uint16", vocab_size=50_000)
                 w.write(ids[:100])
                 rest = ids[100:].tobytes()
-                real = os.copy_file_range
+                real, real_sendfile = os.copy_file_range, os.sendfile
                 if not fast:
 
                     def refuse(*a: Any) -> int:
                         raise OSError(18, "cross-device")  # EXDEV: the buffered copy
 
                     mio.os.copy_file_range = refuse  # type: ignore[attr-defined]
+                    mio.os.sendfile = refuse  # type: ignore[attr-defined]
                 try:
                     w.write_range(
                         sfp.fileno(), 4 + 200, len(rest), "<u2",
@@ -631,6 +632,7 @@ def test_staged_tokens_are_copied_as_written() -> None:
                     )  # fmt: skip
                 finally:
                     mio.os.copy_file_range = real  # type: ignore[attr-defined]
+                    mio.os.sendfile = real_sendfile  # type: ignore[attr-defined]
                 w.finish()
             with open(dst, "rb") as fp:
                 staged = fp.read()

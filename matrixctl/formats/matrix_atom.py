@@ -34,7 +34,7 @@ from matrixctl import codes
 from matrixctl.codes import Severity
 from matrixctl.crc import crc32, crc32_combine
 from matrixctl.errors import FormatError, UsageError
-from matrixctl.io import BackgroundWriter, copy_range
+from matrixctl.io import BackgroundWriter, copy_file_range_all
 
 if TYPE_CHECKING:
     import numpy as np
@@ -379,7 +379,8 @@ class AtomWriter:
         self._drain()
         self.fp.flush()
         at = self.fp.tell()
-        copy_range(src, offset, self.fp.fileno(), at, nbytes)
+        os.lseek(self.fp.fileno(), at, os.SEEK_SET)
+        copy_file_range_all(src, offset, nbytes, self.fp.fileno())
         self.fp.seek(at + nbytes)
         self.crc = crc32_combine(self.crc, crc, nbytes)
         self.tokens += nbytes // width

@@ -160,12 +160,9 @@ class PackBuilder:
         fd = os.open(path, os.O_RDONLY)
         try:
             self.atoms.write_range(fd, offset, nbytes, dtype, max_id=max_id, crc=crc)
-        except EOFError:
-            from matrixctl.io import IO_CHANGED
-
-            raise InputError(
-                IO_CHANGED, "a staged file was cut while it was copied into the pack", path=path
-            ) from None
+        except InputError as err:  # IO_CHANGED: the staged file was cut while copied
+            err.path = err.path or path
+            raise
         finally:
             os.close(fd)
 
