@@ -108,8 +108,26 @@ class Decoder:
         tokens = np.asarray(tokens)
         if tokens.dtype != np.dtype("<u2"):
             tokens = tokens.astype("<u2")
-        buf = np.concatenate([self.buf, tokens]) if self.buf.size else tokens
         out: list[np.ndarray] = []
+        carry = self.buf.size
+        if carry and tokens.size > DECODE_WINDOW:
+            # The carry (the unfinished end of the last feed) is joined with the first window
+            # of `tokens` only: joining all of them would copy every token once more.
+            head = np.concatenate([self.buf, tokens[:DECODE_WINDOW]])
+            used = self._windows(head, out)
+            if used >= carry:
+                buf = tokens[used - carry :]
+            else:  # the head did not use up the carry (a problem is coming): join the rest
+                buf = np.concatenate([head[used:], tokens[DECODE_WINDOW:]])
+        else:
+            buf = np.concatenate([self.buf, tokens]) if carry else tokens
+        pos = self._windows(buf, out)
+        self.buf = buf[pos:].copy()
+        return out
+
+    def _windows(self, buf: np.ndarray, out: list[np.ndarray]) -> int:
+        """Decode `buf` window by window until a window uses nothing; return how many tokens
+        were used."""
         pos = 0
         while pos < buf.size:
             end = min(buf.size, pos + DECODE_WINDOW)
@@ -117,8 +135,7 @@ class Decoder:
             pos += used
             if used == 0:
                 break
-        self.buf = buf[pos:].copy()
-        return out
+        return pos
 
     def finish(self) -> list[np.ndarray]:
         """Decode what is left and check that the stream ended where it may."""

@@ -68,9 +68,8 @@ class Encoder:
             self.carry = b""
             pos = need
         whole = pos + (len(view) - pos) // bb * bb
-        arr = np.frombuffer(view, dtype=np.uint8)
-        for start in range(pos, whole, self.block):
-            self._bundles(arr[start : min(start + self.block, whole)], out, pending)
+        if whole > pos:
+            self._bundles(np.frombuffer(view, dtype=np.uint8)[pos:whole], out, pending)
         self.carry = bytes(view[whole:])
         self._emit(out, pending)
         return out
@@ -82,27 +81,21 @@ class Encoder:
 
     def tokens_for(self, data: np.ndarray, first_bundle: int) -> list[np.ndarray]:
         """Tokens of whole bundles starting at bundle `first_bundle` of the stream, with the
-        SHARD_START / SHARD_END markers around them. A pure function of its arguments and the
+        SHARD_START / SHARD_END markers among them: one kernel call (framing included, the GIL
+        released) per block of `self.block` bytes. A pure function of its arguments and the
         config, so blocks may be encoded in any order (or in parallel) and joined."""
-        import numpy as np
-
         tok = self.tok
         bb = tok.bundle_bytes
-        s = tok.shard_bundles
-        nb = data.size // bb
-        out: list[np.ndarray] = []
-        done = 0
-        while done < nb:
-            j = first_bundle + done
-            take = min(nb - done, s - j % s)
-            if j % s == 0:
-                out.append(np.array([tk.SHARD_START], dtype="<u2"))
-            part = data[done * bb : (done + take) * bb]
-            out.append(tok.codec.bundle_tokens(part, j, self.debug, tok.chunk_bundles))
-            done += take
-            if (first_bundle + done) % s == 0:
-                out.append(np.array([tk.SHARD_END], dtype="<u2"))
-        return out
+        return [
+            tok.codec.bundle_tokens(
+                data[start : start + self.block],
+                first_bundle + start // bb,
+                self.debug,
+                tok.chunk_bundles,
+                tok.shard_bundles,
+            )
+            for start in range(0, data.size, self.block)
+        ]
 
     def finish(self) -> list[np.ndarray]:
         """The last (padded) bundle, the closing SHARD_END, STREAM_END and the byte count."""
@@ -153,10 +146,12 @@ def encode_chunks(
     warnings: list[Issue] | None = None,
     padding: list[int] | None = None,
 ) -> Iterator[np.ndarray]:
-    """Encode a stream of byte chunks; with `jobs` > 1, blocks are encoded by a thread pool
-    (the compiled kernel releases the GIL while it encodes) and joined in input order: the
-    same tokens. `warnings` and `padding` (the PAD-BYTEs that complete the last bundle) are
-    filled in at the end."""
+    """Encode a stream of byte chunks; with `jobs` > 1, every chunk is encoded by a thread
+    of a pool, in blocks of BLOCK_BYTES (the compiled kernel makes a block's tokens, shard
+    markers included, with the GIL released; a thread holds it only between blocks), and the
+    token arrays are joined in input order: the same tokens as `jobs` = 1. The main thread
+    only reads and hands out chunks. `warnings` and `padding` (the PAD-BYTEs that complete
+    the last bundle) are filled in at the end."""
     from collections import deque
     from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -176,15 +171,17 @@ def encode_chunks(
         queue: deque[Future[list[np.ndarray]]] = deque()
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             for piece in chunks:
-                chunk = bytes(piece)
-                data = carry + chunk
+                # bytes are immutable, so a chunk that is bytes is used as it is (no copy)
+                data = piece if isinstance(piece, bytes) else bytes(piece)
+                enc.bytes_in += len(data)
+                if carry:
+                    data = carry + data
                 whole = len(data) // bb * bb
                 if whole:
                     arr = np.frombuffer(data, dtype=np.uint8, count=whole)
                     queue.append(pool.submit(enc.tokens_for, arr, enc.bundles))
                     enc.bundles += whole // bb
                 carry = data[whole:]
-                enc.bytes_in += len(chunk)
                 while len(queue) > 2 * jobs:
                     yield from queue.popleft().result()
             while queue:
