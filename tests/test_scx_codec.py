@@ -101,6 +101,52 @@ def test_replay_is_independent_of_chunking_and_jobs(
     assert b"".join(o.tobytes() for o in out) == data
 
 
+@pytest.mark.parametrize("mode", list(SOURCES))
+@pytest.mark.parametrize("debug", [False, True])
+def test_jobs_give_the_same_tokens_with_blocks_shards_and_carries(mode: str, debug: bool) -> None:
+    """Chunks of several encode blocks, cut inside bundles, as bytes, bytearray and memoryview:
+    `--jobs 2` and `--jobs 3` give exactly the tokens of one encoder."""
+    tok = TOKENIZERS[mode]
+    rng = np.random.default_rng(7)
+    data = bytes(rng.choice(np.frombuffer(ALPHABET, np.uint8), 3 * api.BLOCK_BYTES + 1001))
+    whole = api.encode_bytes(tok, data, emit_debug_markers=debug)
+    cuts = [0, 5, api.BLOCK_BYTES + 7, 2 * api.BLOCK_BYTES + 3, len(data)]
+    kinds = [bytes, bytearray, memoryview, bytes]
+    pieces = [kind(data[a:b]) for kind, a, b in zip(kinds, cuts[:-1], cuts[1:], strict=True)]
+    for jobs in (2, 3):
+        parts = api.encode_chunks(tok, pieces, jobs=jobs, emit_debug_markers=debug)
+        assert np.array_equal(np.concatenate(list(parts)), whole)
+    assert decode_ok(tok, whole) == data
+
+
+def test_feeds_longer_than_a_window_decode_like_one_feed() -> None:
+    """The decoder joins what a feed leaves over with the next feed's first window only: feeds
+    of a window and a bit give the same bytes, and the same error at the same token."""
+    tok = TOKENIZERS["SCXQ4"]
+    rng = np.random.default_rng(11)
+    data = bytes(rng.choice(np.frombuffer(ALPHABET, np.uint8), 700_000))
+    tokens = api.encode_bytes(tok, data)
+    step = api.DECODE_WINDOW + 13
+    assert tokens.size > 3 * step
+    dec = api.Decoder(tok)
+    out = []
+    for i in range(0, tokens.size, step):
+        out += dec.feed(tokens[i : i + step])
+    out += dec.finish()
+    assert b"".join(o.tobytes() for o in out) == data
+    bad = tokens.copy()
+    at = 2 * step + 5 + int(np.flatnonzero(tokens[2 * step + 5 :] == tk.BUNDLE_START)[0])
+    bad[at] = tk.BUNDLE_END  # BUNDLE_END without BUNDLE_START, in the third feed
+    want = decode_error(tok, bad)
+    assert want.code == tk.INVALID_BUNDLE_BOUNDARY and want.token_index == at
+    dec = api.Decoder(tok)
+    with pytest.raises(api.ScxFailure) as err:
+        for i in range(0, bad.size, step):
+            dec.feed(bad[i : i + step])
+        dec.finish()
+    assert (err.value.issue.code, err.value.issue.token_index) == (want.code, at)
+
+
 def test_large_input_uses_the_fast_path_and_many_windows() -> None:
     tok = TOKENIZERS["SCXQ4"]
     rng = np.random.default_rng(5)
