@@ -182,7 +182,7 @@ def encode_chunks(
                     queue.append(pool.submit(enc.tokens_for, arr, enc.bundles))
                     enc.bundles += whole // bb
                 carry = data[whole:]
-                while len(queue) > 2 * jobs:
+                while len(queue) > jobs:
                     yield from queue.popleft().result()
             while queue:
                 yield from queue.popleft().result()
