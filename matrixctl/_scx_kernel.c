@@ -30,7 +30,8 @@
 #define SHARD_START 0x0200
 #define SHARD_END 0x0201
 #define CHUNK_MARK 0x0203
-#define SCRATCH_MAX ((Py_ssize_t)4 << 20) /* the largest decode scratch a Codec keeps */
+#define SCRATCH_MAX ((Py_ssize_t)4 << 20) /* the largest scratch buffer a Codec keeps */
+#define SCRATCH_SLOTS 4                     /* scratch buffers a Codec keeps (threads)  */
 #define HASH_MULT 0x9E3779B97F4A7C15ULL
 #define HOT static inline __attribute__((always_inline))
 
@@ -45,9 +46,10 @@ typedef struct {
     uint64_t filter[1024]; /* W > 2: a bit per 16-bit hash fragment of the keys (no bit: no key) */
     uint8_t *expand;    /* TOKEN_LIMIT * width pattern bytes */
     uint8_t *canon;     /* TOKEN_LIMIT flags: an active composite its pattern's lookup gives */
-    uint8_t *scratch;   /* decode's output, reused (see Codec_decode); NULL until first used */
-    Py_ssize_t scratch_size;
-    int scratch_busy;   /* taken (only ever changed with the GIL held) */
+    /* Output buffers reused from call to call (see take_scratch); NULL until first used. */
+    uint8_t *scratch[SCRATCH_SLOTS];
+    Py_ssize_t scratch_size[SCRATCH_SLOTS];
+    int scratch_busy[SCRATCH_SLOTS]; /* taken (only ever changed with the GIL held) */
 } CodecObject;
 
 static void Codec_dealloc(CodecObject *self) {
@@ -56,7 +58,7 @@ static void Codec_dealloc(CodecObject *self) {
     PyMem_RawFree(self->hids);
     PyMem_RawFree(self->expand);
     PyMem_RawFree(self->canon);
-    PyMem_RawFree(self->scratch);
+    for (int s = 0; s < SCRATCH_SLOTS; s++) PyMem_RawFree(self->scratch[s]);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -173,6 +175,36 @@ static int ready(CodecObject *self) {
     return 1;
 }
 
+/* A free scratch buffer of at least `size` bytes for one call, grown when short; its slot in
+ * *slot. NULL (and *slot -1) when every slot is taken or size > SCRATCH_MAX: the caller then
+ * allocates its own. The GIL must be held (it guards the busy flags).
+ *
+ * Why: an output buffer of the worst-case size, fresh for every call, is fresh memory (for
+ * SCXQ4 text about 2.5x what decode writes), and the allocator hands blocks of this size out
+ * as new mappings, so every 4 KiB written cost a page fault; a kept buffer is already in
+ * memory, and the copy into an exact-size bytes object costs less than the faults did. */
+static uint8_t *take_scratch(CodecObject *c, Py_ssize_t size, int *slot) {
+    *slot = -1;
+    if (size > SCRATCH_MAX) return NULL;
+    for (int s = 0; s < SCRATCH_SLOTS; s++) {
+        if (c->scratch_busy[s]) continue;
+        if (c->scratch_size[s] < size) {
+            PyMem_RawFree(c->scratch[s]);
+            c->scratch[s] = PyMem_RawMalloc(size);
+            c->scratch_size[s] = c->scratch[s] ? size : 0;
+            if (!c->scratch[s]) return NULL;
+        }
+        c->scratch_busy[s] = 1;
+        *slot = s;
+        return c->scratch[s];
+    }
+    return NULL;
+}
+
+static void give_scratch(CodecObject *c, int slot) {
+    if (slot >= 0) c->scratch_busy[slot] = 0;
+}
+
 /* lookup(data) -> bytes: the active composite id (u16) of every whole lane of data, 0 when
  * none; data must be whole lanes. */
 static PyObject *Codec_lookup(CodecObject *self, PyObject *args) {
@@ -252,12 +284,19 @@ static PyObject *Codec_encode(CodecObject *self, PyObject *args) {
     }
     Py_ssize_t nb = buf.len / bb;
     Py_ssize_t per = 5 + n * (w + 1); /* the most tokens one bundle takes */
-    PyObject *out = PyBytes_FromStringAndSize(NULL, 2 * nb * per);
-    if (!out) {
-        PyBuffer_Release(&buf);
-        return NULL;
+    /* Into a scratch buffer, then copied at its exact size (take_scratch); without one, into
+     * a bytes object of the worst-case size, shrunk after. */
+    int slot;
+    PyObject *out = NULL;
+    uint16_t *o = (uint16_t *)take_scratch(self, 2 * nb * per, &slot);
+    if (!o) {
+        out = PyBytes_FromStringAndSize(NULL, 2 * nb * per);
+        if (!out) {
+            PyBuffer_Release(&buf);
+            return NULL;
+        }
+        o = (uint16_t *)PyBytes_AS_STRING(out);
     }
-    uint16_t *o = (uint16_t *)PyBytes_AS_STRING(out);
     const uint8_t *p = buf.buf;
     Py_ssize_t k = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -270,6 +309,11 @@ static PyObject *Codec_encode(CodecObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
+    if (slot >= 0) {
+        out = PyBytes_FromStringAndSize((const char *)o, 2 * k);
+        give_scratch(self, slot);
+        return out;
+    }
     if (_PyBytes_Resize(&out, 2 * k) < 0) return NULL;
     return out;
 }
@@ -401,23 +445,11 @@ static PyObject *Codec_decode(CodecObject *self, PyObject *args) {
     Py_ssize_t n = self->lanes, nt = buf.len / 2;
     /* a bundle takes at least N + 2 tokens; +8: word writes */
     Py_ssize_t cap = nt / (n + 2) * n * w + 8;
-    /* The bytes are decoded into a scratch buffer the Codec keeps (already in memory: a fresh
-     * buffer of the worst-case size, about 2.5x the real one for SCXQ4 text, costs a page
-     * fault per 4 KiB written), then copied into a bytes object of the exact size. A call that
-     * finds the scratch taken by another thread, or needs more than SCRATCH_MAX, uses its own. */
-    uint8_t *o = NULL;
-    int own = self->scratch_busy || cap > SCRATCH_MAX;
-    if (own) {
-        o = PyMem_RawMalloc(cap);
-    } else {
-        if (self->scratch_size < cap) {
-            PyMem_RawFree(self->scratch);
-            self->scratch = PyMem_RawMalloc(cap);
-            self->scratch_size = self->scratch ? cap : 0;
-        }
-        o = self->scratch;
-        self->scratch_busy = o != NULL;
-    }
+    /* Into a scratch buffer, then copied at its exact size (take_scratch); without one, into
+     * a buffer of its own. */
+    int slot;
+    uint8_t *o = take_scratch(self, cap, &slot);
+    if (!o) o = PyMem_RawMalloc(cap);
     if (!o) {
         PyBuffer_Release(&buf);
         return PyErr_NoMemory();
@@ -436,8 +468,8 @@ static PyObject *Codec_decode(CodecObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
     PyObject *out = good ? PyBytes_FromStringAndSize((const char *)o, k) : NULL;
-    if (own) PyMem_RawFree(o);
-    else self->scratch_busy = 0;
+    if (slot < 0) PyMem_RawFree(o);
+    give_scratch(self, slot);
     if (!good) Py_RETURN_NONE;
     if (!out) return NULL;
     return Py_BuildValue("(Nn)", out, nb);

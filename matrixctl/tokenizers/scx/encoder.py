@@ -146,13 +146,14 @@ def encode_chunks(
     warnings: list[Issue] | None = None,
     padding: list[int] | None = None,
 ) -> Iterator[np.ndarray]:
-    """Encode a stream of byte chunks; with `jobs` > 1, every chunk is encoded by a thread
-    of a pool, in blocks of BLOCK_BYTES (the compiled kernel makes a block's tokens, shard
-    markers included, with the GIL released; a thread holds it only between blocks), and the
-    token arrays are joined in input order: the same tokens as `jobs` = 1. The main thread
-    only reads and hands out chunks. `warnings` and `padding` (the PAD-BYTEs that complete
-    the last bundle) are filled in at the end."""
-    from collections import deque
+    """Encode a stream of byte chunks; with `jobs` > 1, every chunk is cut into `jobs` parts
+    (whole blocks of BLOCK_BYTES) that the threads of a pool encode (the compiled kernel makes
+    a block's tokens, shard markers included, with the GIL released; a thread holds it only
+    between blocks), and the token arrays are joined in input order: the same tokens as
+    `jobs` = 1. While the threads encode one chunk, the main thread reads the next; it waits
+    for a chunk's parts before it reads the chunk after, so no more chunks are alive than with
+    one thread (more live read buffers cost page faults). `warnings` and `padding` (the
+    PAD-BYTEs that complete the last bundle) are filled in at the end."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
     import numpy as np
@@ -168,7 +169,7 @@ def encode_chunks(
         enc._started = True
         yield np.array([tk.TOK_CONFIG, *tok.h_tok], dtype="<u2")
         carry = b""
-        queue: deque[Future[list[np.ndarray]]] = deque()
+        running: list[Future[list[np.ndarray]]] = []  # the parts of the chunk being encoded
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             for piece in chunks:
                 # bytes are immutable, so a chunk that is bytes is used as it is (no copy)
@@ -177,15 +178,23 @@ def encode_chunks(
                 if carry:
                     data = carry + data
                 whole = len(data) // bb * bb
-                if whole:
-                    arr = np.frombuffer(data, dtype=np.uint8, count=whole)
-                    queue.append(pool.submit(enc.tokens_for, arr, enc.bundles))
-                    enc.bundles += whole // bb
+                blocks = -(-whole // enc.block)
+                step = max(1, -(-blocks // jobs)) * enc.block  # bytes per part: whole blocks
+                arr = np.frombuffer(data, dtype=np.uint8, count=whole)
+                parts = [
+                    pool.submit(
+                        enc.tokens_for, arr[start : start + step], enc.bundles + start // bb
+                    )
+                    for start in range(0, whole, step)
+                ]
+                enc.bundles += whole // bb
                 carry = data[whole:]
-                while len(queue) > jobs:
-                    yield from queue.popleft().result()
-            while queue:
-                yield from queue.popleft().result()
+                del data, arr
+                for done in running:
+                    yield from done.result()
+                running = parts
+            for done in running:
+                yield from done.result()
         enc.carry = carry
         yield from enc.finish()
     finally:
