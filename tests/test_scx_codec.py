@@ -147,6 +147,56 @@ def test_feeds_longer_than_a_window_decode_like_one_feed() -> None:
     assert (err.value.issue.code, err.value.issue.token_index) == (want.code, at)
 
 
+class _Trickle:
+    """A pipe-like reader: `readinto` fills at most `most` bytes a call (or none: no method)."""
+
+    def __init__(self, data: bytes, most: int, readinto: bool) -> None:
+        self.data, self.pos, self.most = data, 0, most
+        if not readinto:
+            self.readinto = None  # type: ignore[assignment]
+
+    def read(self, n: int = -1) -> bytes:
+        n = len(self.data) - self.pos if n < 0 else min(n, self.most)
+        out = self.data[self.pos : self.pos + n]
+        self.pos += len(out)
+        return out
+
+    def readinto(self, b: memoryview) -> int:
+        out = self.read(len(b))
+        b[: len(out)] = out
+        return len(out)
+
+
+def test_token_stream_decode_reuses_its_frame_buffer_safely() -> None:
+    """`decode_token_stream` reads frame bodies into one reused buffer: many frames, read
+    whole or a few KiB at a time (a pipe) or without `readinto`, decode to the same bytes."""
+    import io
+
+    from matrixctl.formats.token_stream import TokenStreamWriter
+    from matrixctl.tokenizing import decode_token_stream
+
+    tok = TOKENIZERS["SCXQ4"]
+    rng = np.random.default_rng(3)
+    data = bytes(rng.choice(np.frombuffer(ALPHABET, np.uint8), 600_000))
+    tokens = api.encode_bytes(tok, data)
+    blob = io.BytesIO()
+    writer = TokenStreamWriter(blob, dtype="uint16", vocab_size=1 << 16)
+    for i in range(0, tokens.size, 70_001):  # frames of 140 KB: above the reuse size
+        writer.write(tokens[i : i + 70_001])
+    writer.end_document("")
+    writer.close()
+    readers = [
+        io.BytesIO(blob.getvalue()),
+        _Trickle(blob.getvalue(), 5_000, readinto=True),
+        _Trickle(blob.getvalue(), 5_000, readinto=False),
+    ]
+    for reader in readers:
+        out = io.BytesIO()
+        result = decode_token_stream(tok, reader, out)
+        assert out.getvalue() == data
+        assert result["tokens"] == tokens.size
+
+
 def test_large_input_uses_the_fast_path_and_many_windows() -> None:
     tok = TOKENIZERS["SCXQ4"]
     rng = np.random.default_rng(5)
