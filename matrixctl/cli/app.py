@@ -17,8 +17,9 @@ from typing import Annotated, Any
 import typer
 
 from matrixctl import __version__, codes
-from matrixctl.cli import common, convert, ingest, inspect_cmd, pack, tokenize, verify_cmd
+from matrixctl.cli import common
 from matrixctl.cli.common import PROG, emit_json_error, print_error, write_err
+from matrixctl.cli.lazy import Lazy, LazyCommands
 from matrixctl.errors import MatrixError, UsageError, from_os_error
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -53,12 +54,16 @@ def root(
     """
 
 
-app.command("inspect")(inspect_cmd.inspect)
-app.command("verify")(verify_cmd.verify)
-app.command("convert", cls=convert.ConvertCommand)(convert.convert)
-app.add_typer(pack.app, name="pack")
-app.add_typer(tokenize.app, name="tokenize")
-app.add_typer(ingest.app, name="ingest")
+# The commands, in the order `--help` lists them; each module is imported and its command built
+# only when it is called (cli/lazy.py): `tokenize pi encode` builds one command, not twenty.
+SUBCOMMANDS = {
+    "inspect": Lazy("matrixctl.cli.inspect_cmd", "inspect"),
+    "verify": Lazy("matrixctl.cli.verify_cmd", "verify"),
+    "convert": Lazy("matrixctl.cli.convert", "convert", cls="ConvertCommand"),
+    "pack": Lazy("matrixctl.cli.pack", "app"),
+    "tokenize": Lazy("matrixctl.cli.tokenize", "app"),
+    "ingest": Lazy("matrixctl.cli.ingest", "app"),
+}
 
 
 class Terminated(BaseException):
@@ -78,20 +83,26 @@ def _usage_hint(exc: Any) -> str:
 _COMMAND: Any = None  # the click command tree, built once per process
 
 
+def command_tree() -> Any:
+    """The root click command. Its subcommands are built as they are reached (cli/lazy.py);
+    a process that calls main() again (tests, library callers, the benchmarks) reuses them:
+    click commands keep no state between invocations, each gets its own context."""
+    global _COMMAND
+    if _COMMAND is None:
+        from typer.main import get_command
+
+        root = get_command(app)
+        root.commands = LazyCommands(SUBCOMMANDS)  # type: ignore[attr-defined]
+        _COMMAND = root
+    return _COMMAND
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line and return the exit code (the console script exits with it)."""
-    global _COMMAND
-    from typer.main import get_command
-
     args = sys.argv[1:] if argv is None else argv
     if hasattr(signal, "SIGTERM"):
         signal.signal(signal.SIGTERM, _on_sigterm)
-    if _COMMAND is None:
-        # Building it inspects every command's signature (~30 ms); a process that calls main()
-        # again (tests, library callers, the benchmarks) reuses it: click commands keep no
-        # state between invocations, each gets its own context.
-        _COMMAND = get_command(app)
-    command = _COMMAND
+    command = command_tree()
     common._set_quiet(False)  # main() may run more than once in a process (tests)
     common.json_state(asked=False)
     try:
