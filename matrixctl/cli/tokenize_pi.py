@@ -58,6 +58,16 @@ def encode(
         str | None,
         typer.Option("--label", help="Label of the document frame. Default: the input path."),
     ] = None,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            max=64,
+            help="Worker processes for a large input (the ids and the output do not change).",
+        ),
+    ] = 1,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -71,6 +81,9 @@ def encode(
 
     --json prints the summary (map hash, counts) as one document; when the output is stdout
     the ids go into that document too, as its last field `ids`.
+
+    --jobs N cuts the input into 1 MB units at places where the tokens provably do not depend
+    on the cut, and encodes them in N processes (docs/formats/pi-symbol-map.md).
     """
     from matrixctl.io import STDIO
     from matrixctl.tokenizing import encode_file
@@ -80,12 +93,18 @@ def encode(
 
         with tempfile.TemporaryFile(prefix="matrixctl-ids-") as spool:
             summary = encode_file(
-                input_path, output, symbols=symbols, label=label, form="json", json_ids=spool
+                input_path,
+                output,
+                symbols=symbols,
+                label=label,
+                form="json",
+                json_ids=spool,
+                jobs=jobs,
             )
             emit_json(summary, last_array=("ids", spool))
         return
     form = "text" if ids else "stream"
-    summary = encode_file(input_path, output, symbols=symbols, label=label, form=form)
+    summary = encode_file(input_path, output, symbols=symbols, label=label, form=form, jobs=jobs)
     if json_out:
         emit_json(summary)
     else:
