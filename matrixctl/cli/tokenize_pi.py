@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from matrixctl.cli.common import JsonOption, QuietOption, emit_json, note
+from matrixctl.cli.common import JsonOption, QuietOption
 
 app = typer.Typer(
     help="The π symbol-map tokenizer: text to a token stream (encode) and back (decode).",
@@ -85,33 +85,17 @@ def encode(
     --jobs N cuts the input into 1 MB units at places where the tokens provably do not depend
     on the cut, and encodes them in N processes (docs/formats/pi-symbol-map.md).
     """
-    from matrixctl.io import STDIO
-    from matrixctl.tokenizing import encode_file
+    from matrixctl.cli.pi_encode import run
 
-    if json_out and output == STDIO:  # stdout carries one document: the ids go in it
-        import tempfile
-
-        with tempfile.TemporaryFile(prefix="matrixctl-ids-") as spool:
-            summary = encode_file(
-                input_path,
-                output,
-                symbols=symbols,
-                label=label,
-                form="json",
-                json_ids=spool,
-                jobs=jobs,
-            )
-            emit_json(summary, last_array=("ids", spool))
-        return
-    form = "text" if ids else "stream"
-    summary = encode_file(input_path, output, symbols=symbols, label=label, form=form, jobs=jobs)
-    if json_out:
-        emit_json(summary)
-    else:
-        note(
-            f"encoded {summary['bytes']:,} bytes into {summary['tokens']:,} tokens "
-            f"({summary['dtype']}, vocab_size {summary['vocab_size']:,})"
-        )
+    run(
+        input_path=input_path,
+        symbols=symbols,
+        output=output,
+        ids=ids,
+        label=label,
+        jobs=jobs,
+        json_out=json_out,
+    )
 
 
 @app.command("decode")
