@@ -16,8 +16,9 @@ yields the ids in input order. A unit with no such position (no cut within `WIND
 either end) goes to the main process whole and is matched there as the streaming encoder
 matches (`StreamEncoder`): slower, never different.
 
-Workers are forked (they inherit the loaded tokenizer, as `ingest docs --jobs` workers do); a
-window of `2 * jobs + 2` units keeps memory flat. An input of one unit or less is encoded in
+Workers are forked (they inherit the loaded tokenizer, as `ingest docs --jobs` workers do) and
+talk to the main process through pipes (`_Workers`); at most two units per worker are in
+flight, which keeps memory flat. An input of one unit or less is encoded in
 the calling process (no fork for a one-line input).
 """
 
@@ -25,8 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import marshal
 import os
 import signal
+import struct
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -125,18 +128,14 @@ def _file_units(fd: int, start: int, size: int) -> Iterator[Unit]:
         yield offset, end - offset, 0, None
 
 
-def _init_worker(parent: int) -> None:
-    """A worker leaves Ctrl-C and SIGTERM to its parent, which ends the pool, and ends when
-    the parent dies (Linux: PR_SET_PDEATHSIG), so a killed command leaves no process behind."""
+def _init_worker() -> None:
+    """A worker leaves Ctrl-C and SIGTERM to its parent, which kills the workers. When the
+    parent dies, its pipes close: an idle worker reads their end and exits, a busy one dies of
+    SIGPIPE when it hands in its unit, so no process outlives a killed command by more than a
+    unit's work."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(0)
 
 
 def _work(unit: Unit) -> tuple[Any, ...]:
@@ -150,11 +149,13 @@ def _work(unit: Unit) -> tuple[Any, ...]:
         if len(raw) < length + width:
             return ("short", offset - _START + len(raw))
     try:
-        text = raw.decode("utf-8")  # with the next character, which decides a cut sequence
-    except UnicodeDecodeError as exc:
-        return ("utf8", offset - _START + exc.start, exc.reason)
-    if width:
-        text = text[:-1]
+        text = str(memoryview(raw)[:length], "utf-8")
+    except UnicodeDecodeError:
+        try:  # the error as the whole input shows it: the next character decides a cut sequence
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return ("utf8", offset - _START + exc.start, exc.reason)
+        raise
     if offset == _START and text.startswith("\ufeff"):
         text = text[1:]
     data = tok.prepare(text)
@@ -248,38 +249,144 @@ def encode(
                 yield first[1], b"".join(seams.add(result))
             yield 0, seams.finish()
             return
-        import multiprocessing
-
-        pool = multiprocessing.get_context("fork").Pool(
-            jobs, initializer=_init_worker, initargs=(os.getpid(),)
-        )
+        workers = _Workers(jobs)
     finally:
         _TOK, _FD, _START = None, -1, 0
     done = False
     try:
-        window: deque[Any] = deque()
+        # Unit i goes to worker i % jobs; results are read in input order. A worker has at most
+        # `depth` units outstanding: two when a task is a few bytes (a file: it fits in the
+        # pipe whatever the worker is doing), one when it carries the unit's bytes (a pipe's
+        # input), so the main process never waits on a write to a worker that waits on it.
+        depth = 2 if fd is not None else 1
+        window: deque[tuple[int, int]] = deque()  # (worker, unit length)
         pending = _chain(first, second, units)
+        sent = 0
         for unit in pending:
-            window.append((unit[1], pool.apply_async(_work, (unit,))))
-            if len(window) >= 2 * jobs + 2:
+            workers.send(sent % jobs, unit)
+            window.append((sent % jobs, unit[1]))
+            sent += 1
+            if sent >= depth * jobs:
                 break
         while window:
-            length, future = window.popleft()
-            result = future.get()
+            worker, length = window.popleft()
+            result = workers.receive(worker)
             unit = next(pending, None)
             if unit is not None:
-                window.append((unit[1], pool.apply_async(_work, (unit,))))
+                workers.send(sent % jobs, unit)
+                window.append((sent % jobs, unit[1]))
+                sent += 1
             for ids in seams.add(result):
                 yield length, ids
                 length = 0
         yield 0, seams.finish()
         done = True
     finally:
-        if done:
-            pool.close()
-        else:
-            pool.terminate()
-        pool.join()
+        workers.close(kill=not done)
+
+
+FRAME = struct.Struct("<Q")
+
+
+class _Workers:
+    """`jobs` forked processes, each with a pipe for its tasks and one for its results;
+    messages are `marshal` data behind their length. No lock is shared with them: on any
+    failure the main process kills them and reaps them (multiprocessing's Pool can hang in
+    `terminate()` while an idle worker holds the task queue's lock)."""
+
+    def __init__(self, jobs: int) -> None:
+        self.procs: list[tuple[int, Any, Any]] = []  # (pid, task writer, result reader)
+        try:
+            for _ in range(jobs):
+                task_r, task_w = os.pipe()
+                res_r, res_w = os.pipe()
+                pid = os.fork()
+                if pid == 0:  # pragma: no cover - the worker (coverage does not follow forks)
+                    code = 0
+                    try:
+                        os.close(task_w)
+                        os.close(res_r)
+                        for _pid, writer, reader in self.procs:  # other workers' pipes
+                            writer.close()
+                            reader.close()
+                        _init_worker()
+                        _serve(task_r, res_w)
+                    except BaseException:
+                        code = 1
+                    finally:
+                        os._exit(code)
+                os.close(task_r)
+                os.close(res_w)
+                writer = open(task_w, "wb", buffering=0)  # noqa: SIM115 - closed in close()
+                reader = open(res_r, "rb", buffering=0)  # noqa: SIM115
+                self.procs.append((pid, writer, reader))
+        except BaseException:
+            self.close(kill=True)
+            raise
+
+    def send(self, worker: int, unit: Unit) -> None:
+        _write_frame(self.procs[worker][1], marshal.dumps(unit))
+
+    def receive(self, worker: int) -> tuple[Any, ...]:
+        data = _read_frame(self.procs[worker][2])
+        if data is None:
+            raise RuntimeError(f"encoding worker {worker + 1} ended without its result")
+        result = marshal.loads(data)
+        if result[0] == "error":
+            raise RuntimeError(f"encoding worker {worker + 1} failed: {result[1]}")
+        return tuple(result)
+
+    def close(self, *, kill: bool) -> None:
+        for pid, writer, _reader in self.procs:
+            writer.close()  # an idle worker reads the end of its tasks and exits
+            if kill:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        for pid, _writer, reader in self.procs:
+            reader.close()
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, 0)
+        self.procs = []
+
+
+def _serve(task_r: int, res_w: int) -> None:  # pragma: no cover - runs in the workers
+    tasks = open(task_r, "rb", buffering=0)  # noqa: SIM115 - the worker exits with it
+    results = open(res_w, "wb", buffering=0)  # noqa: SIM115
+    while True:
+        data = _read_frame(tasks)
+        if data is None:
+            return
+        try:
+            result: tuple[Any, ...] = _work(marshal.loads(data))
+        except Exception as exc:
+            result = ("error", f"{type(exc).__name__}: {exc}")
+        _write_frame(results, marshal.dumps(result))
+
+
+def _write_frame(out: Any, payload: bytes) -> None:
+    view = memoryview(FRAME.pack(len(payload)) + payload)
+    while view:
+        n = out.write(view)
+        view = view[n:]
+
+
+def _read_frame(inp: Any) -> bytes | None:
+    head = _read_exactly(inp, FRAME.size)
+    if head is None:
+        return None
+    return _read_exactly(inp, FRAME.unpack(head)[0])
+
+
+def _read_exactly(inp: Any, size: int) -> bytes | None:
+    buf = bytearray(size)
+    view = memoryview(buf)
+    got = 0
+    while got < size:
+        n = inp.readinto(view[got:])
+        if not n:
+            return None
+        got += n
+    return bytes(buf)
 
 
 def _chain(a: Any, b: Any, rest: Iterator[Any]) -> Iterator[Any]:
