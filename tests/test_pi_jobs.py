@@ -183,3 +183,62 @@ def test_cli_jobs_option(tmp_path: Path, tiny_units: None) -> None:
     assert js.code == 0 and json.loads(js.out)["ids"] == [int(x) for x in one.out.split()]
     bad = run_cli("tokenize", "pi", "encode", str(src), "-j", "0")
     assert bad.code == 2 and "USAGE" in bad.stderr and "--jobs" in bad.stderr
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fp:
+            return [int(c) for c in fp.read().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_sigterm_during_jobs_leaves_no_output_and_no_worker(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    src = tmp_path / "in.txt"
+    src.write_bytes(TEXTS["english"].encode() * 2000)  # ~10 MB: ten units
+    out = tmp_path / "out.mxt"
+    code = (
+        "import sys; from matrixctl.tokenizers import pi_jobs; pi_jobs.UNIT = 1 << 16; "
+        "from matrixctl.cli.entry import main; raise SystemExit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "tokenize",
+            "pi",
+            "encode",
+            "-j",
+            "2",
+            str(src),
+            "-o",
+            str(out),
+        ],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+    )
+    workers: list[int] = []
+    deadline = time.monotonic() + 30
+    while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        workers = _children(proc.pid)
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    if not workers:
+        pytest.skip("the command ended before its workers could be seen")
+    assert proc.returncode == 130, err
+    assert b"interrupted" in err and b"Traceback" not in err
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["in.txt"]  # no temporary file either
+    for pid in workers:  # reaped by the command: gone, not zombies
+        assert not os.path.exists(f"/proc/{pid}")
