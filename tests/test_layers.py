@@ -116,3 +116,41 @@ def test_sources_take_their_checked_parse(tmp_path: Path) -> None:
     with pytest.raises(FormatError) as err, open_tensors(str(path)):
         pass
     assert err.value.code.startswith("NPY_")
+
+
+def test_one_problem_type() -> None:
+    """Decision: a codec's lenient parser records `matrixctl.findings.Problem`, the one type
+    for it (docs/architecture.md, "Where a format's checks live"); no other module defines a
+    problem class of its own."""
+    import ast
+
+    defined = set()
+    for path in sorted((ROOT / "matrixctl").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Problem"):
+                defined.add((path.relative_to(ROOT).as_posix(), node.name))
+    assert defined == {("matrixctl/findings.py", "Problem")}
+
+
+def test_problems_become_findings_by_rule() -> None:
+    """A problem keeps its code, offset and field as a finding, takes its code's severity, and
+    is reported only under the rule it names."""
+    from matrixctl.codes import Severity
+    from matrixctl.findings import Problem, findings_of, has_error
+    from matrixctl.formats import embd
+
+    warn = Problem(embd.EMBD_VERSION_NEWER, "newer minor", 6, "version_minor", rule="header")
+    err = Problem(embd.EMBD_META, "bad entry", 72, "metadata", rule="meta")
+    assert [f.to_json() for f in findings_of([warn, err], "meta")] == [
+        {
+            "code": "EMBD_META",
+            "severity": "error",
+            "message": "bad entry",
+            "offset": 72,
+            "field": "metadata",
+        }
+    ]
+    assert [f.severity for f in findings_of([warn, err])] == [Severity.WARNING, Severity.ERROR]
+    assert not has_error([warn]) and not has_error([warn, err], "header")
+    assert has_error([warn, err]) and has_error([warn, err], "header", "meta")

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from matrixctl import cbor, codes
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, UsageError
+from matrixctl.findings import Problem
 from matrixctl.tensors import (
     CHUNK_BYTES,
     DTYPES,
@@ -368,14 +369,6 @@ class Obj:
 
 
 @dataclass
-class Problem:
-    code: str
-    message: str
-    field: str | None = None
-    offset: int | None = None
-
-
-@dataclass
 class Zt2File:
     size: int
     footer: Footer
@@ -536,7 +529,7 @@ def parse(buf: Any, size: int, *, end: int | None = None) -> Zt2File:
     probs = zt.problems
 
     def bad(code: str, message: str, where: str) -> None:
-        probs.append(Problem(code, message, where, at))
+        probs.append(Problem(code, message, at, where))
 
     objects = root.get("objects")
     if not isinstance(objects, dict):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from matrixctl.findings import Finding, finding
+from matrixctl.findings import Finding, finding, findings_of, has_error
 from matrixctl.formats import embd
 from matrixctl.io import Source
 from matrixctl.tensors import human_bytes, tensor_row
@@ -27,16 +27,10 @@ class EmbdSubject:
         self.embd = parsed
 
     def problems(self, rule_name: str) -> Iterator[Finding]:
-        for p in self.embd.problems:
-            if p.rule == rule_name:
-                yield finding(p.code, p.message, offset=p.offset, field=p.field)
+        return findings_of(self.embd.problems, rule_name)
 
     def broken(self, *rules: str) -> bool:
-        from matrixctl.codes import Severity, severity_of
-
-        return any(
-            p.rule in rules and severity_of(p.code) is Severity.ERROR for p in self.embd.problems
-        )
+        return has_error(self.embd.problems, *rules)
 
 
 def load(src: Source) -> EmbdSubject:

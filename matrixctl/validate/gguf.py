@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-from matrixctl.findings import Finding, finding
+from matrixctl.findings import Finding, finding, findings_of
 from matrixctl.formats import gguf as gg
 from matrixctl.io import Source
 from matrixctl.tensors import human_bytes, tensor_row
@@ -167,8 +167,7 @@ def tokenizer_summary(s: GgufSubject) -> dict[str, Any]:
 
 @rule(FMT, "header, metadata and tensor table")
 def check_table(s: GgufSubject) -> Iterator[Finding]:
-    for p in s.gf.problems:
-        yield finding(p.code, p.message, offset=p.offset, field=p.field)
+    yield from findings_of(s.gf.problems)
 
 
 @rule(FMT, "file size", cause=True)

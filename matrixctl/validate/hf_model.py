@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError
-from matrixctl.findings import Finding, finding, from_error
+from matrixctl.findings import Finding, finding, findings_of, from_error
 from matrixctl.formats import embd
 from matrixctl.formats import hf_model as hf
 from matrixctl.formats import st_container as stc
@@ -122,8 +122,7 @@ def _st_findings(s: HfSubject, scan: bool) -> Iterator[Finding]:
 
 @rule(FMT, "config.json and the folder's files")
 def check_files(s: HfSubject) -> Iterator[Finding]:
-    for code, message, where in s.model.problems:
-        yield finding(code, message, field=where)
+    yield from findings_of(s.model.problems)
 
 
 @rule(FMT, "model.safetensors (or each shard) structure")

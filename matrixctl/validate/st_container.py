@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl import codes
-from matrixctl.findings import Finding, finding
+from matrixctl.findings import Finding, finding, findings_of
 from matrixctl.formats import st_container as st
 from matrixctl.io import Source
 from matrixctl.tensors import human_bytes, tensor_row
@@ -57,8 +57,7 @@ def describe(s: StSubject) -> dict[str, Any]:
 
 @rule(FMT, "header schema and dtypes")
 def check_schema(s: StSubject) -> Iterator[Finding]:
-    for code, message, where in s.st.problems:
-        yield finding(code, message, offset=st.PREFIX, field=where)
+    yield from findings_of(s.st.problems)
 
 
 @rule(FMT, "file size", cause=True)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError
-from matrixctl.findings import Finding, finding
+from matrixctl.findings import Finding, finding, findings_of, has_error
 from matrixctl.formats import stb
 from matrixctl.formats.embd import crc_range
 from matrixctl.io import Source
@@ -49,14 +49,10 @@ class StbSubject:
         return {t.tensor_id: t for t in self.side.tensors if t.bin_file_id == fid}
 
     def problems(self, rule_name: str) -> Iterator[Finding]:
-        for p in self.stb.problems:
-            if p.rule == rule_name:
-                yield finding(p.code, p.message, offset=p.offset, field=p.field)
+        return findings_of(self.stb.problems, rule_name)
 
     def broken(self) -> bool:
-        from matrixctl.codes import Severity, severity_of
-
-        return any(severity_of(p.code) is Severity.ERROR for p in self.stb.problems)
+        return has_error(self.stb.problems)
 
 
 def load(src: Source) -> StbSubject:

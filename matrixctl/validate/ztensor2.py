@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError, MatrixError
-from matrixctl.findings import Finding, finding, from_error
+from matrixctl.findings import Finding, finding, findings_of, from_error
 from matrixctl.formats import ztensor2 as z2
 from matrixctl.io import STDIO, Source
 from matrixctl.tensors import human_bytes, mapped_chunks
@@ -197,8 +197,7 @@ def describe(s: Zt2Subject) -> dict[str, Any]:
 
 @rule(FMT, "manifest schema, names and shapes")
 def check_schema(s: Zt2Subject) -> Iterator[Finding]:
-    for p in s.zt.problems:
-        yield finding(p.code, p.message, offset=p.offset, field=p.field)
+    yield from findings_of(s.zt.problems)
 
 
 @rule(FMT, "blob alignment and bounds")

@@ -103,7 +103,6 @@ from matrixctl.formats.embd.layout import (
     EmbdTensor,
     Footer,
     Header,
-    Problem,
     align,
     fnv1a_32,
 )
@@ -234,7 +233,6 @@ __all__ = [
     "Footer",
     "Header",
     "Layout",
-    "Problem",
     "align",
     "bert_shapes",
     "build_metadata",
