@@ -17,7 +17,7 @@ from typing import Any
 from matrixctl import codes
 from matrixctl.errors import FormatError
 from matrixctl.findings import Finding, finding
-from matrixctl.formats import gguf_ingest as gi
+from matrixctl.formats import gguf_ingest
 from matrixctl.validate.engine import rule
 from matrixctl.validate.ingest_pack import PACK_MISMATCH
 from matrixctl.validate.manifest_folder import (
@@ -31,7 +31,7 @@ from matrixctl.validate.manifest_folder import (
     regular,
 )
 
-FMT = gi.FORMAT
+FMT = gguf_ingest.FORMAT
 MAX_MANIFEST = 16 << 20
 MAX_SIDECAR = 256 << 20
 GGUF_MANIFEST = codes.define(
@@ -56,11 +56,11 @@ FIELDS: dict[str, type | tuple[type, ...]] = {
 
 
 def load_dir(path: str) -> ManifestFolder:
-    subject = load_folder(path, gi.MANIFEST, MAX_MANIFEST, GGUF_MANIFEST, FIELDS)
+    subject = load_folder(path, gguf_ingest.MANIFEST, MAX_MANIFEST, GGUF_MANIFEST, FIELDS)
     doc, out = subject.manifest, subject.findings
     if doc is None:
         return subject
-    if doc["version"] != gi.MANIFEST_VERSION or doc["kind"] != "gguf":
+    if doc["version"] != gguf_ingest.MANIFEST_VERSION or doc["kind"] != "gguf":
         out.append(
             finding(
                 GGUF_MANIFEST,
@@ -295,14 +295,14 @@ def _sidecar(s: ManifestFolder, tok: dict[str, Any], vocab: int) -> Iterator[Fin
 def _agreement(s: ManifestFolder, tok: dict[str, Any], smap: Any) -> Iterator[Finding]:
     """Measure the agreement again, from the map and the sidecar's merges or scores, and
     compare it with tokenizer.agreement (when the manifest has one, on the bundled sample)."""
-    from matrixctl.ingest import gguf as ig
-    from matrixctl.ingest import gguf_tokenizer as gt
+    from matrixctl.ingest import gguf as ingest_gguf
+    from matrixctl.ingest import gguf_tokenizer
     from matrixctl.tokenizers import reference as ref
 
     recorded = tok.get("agreement")
     if not isinstance(recorded, dict) or not isinstance(tok.get("type"), str):
         return
-    if recorded.get("sample_sha256") != gt.sample_sha256():
+    if recorded.get("sample_sha256") != gguf_tokenizer.sample_sha256():
         yield finding(
             GGUF_AGREEMENT_SAMPLE,
             f"tokenizer.agreement was measured on a sample with "
@@ -339,16 +339,16 @@ def _agreement(s: ManifestFolder, tok: dict[str, Any], smap: Any) -> Iterator[Fi
     if smap.byte_fallback and smap.byte_base_id is not None:
         for b in range(256):
             texts[smap.byte_base_id + b] = f"<0x{b:02X}>"
-    plan = ig.VocabPlan(
+    plan = ingest_gguf.VocabPlan(
         smap,
         model if isinstance(model, str) else None,
         pre if isinstance(pre, str) else None,
         smap.vocab_size,
         {k: v for k, v in special_ids.items() if isinstance(v, int)},
         texts=texts,
-        keys=ig.keys_of(texts, smap.space_marking),
+        keys=ingest_gguf.keys_of(texts, smap.space_marking),
     )
-    again = gt.measure_with(
+    again = gguf_tokenizer.measure_with(
         plan,
         kind,
         [m.encode("utf-8") for m in merges] if merges is not None else None,

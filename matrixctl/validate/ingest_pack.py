@@ -17,10 +17,7 @@ from typing import Any
 
 from matrixctl import codes
 from matrixctl.findings import Finding, finding
-from matrixctl.formats import doc_index as di
-from matrixctl.formats import ingest_pack as ip
-from matrixctl.formats import matrix_atom as ma
-from matrixctl.formats import svgt
+from matrixctl.formats import doc_index, ingest_pack, matrix_atom, svgt
 from matrixctl.validate.engine import rule
 from matrixctl.validate.manifest_folder import (
     ManifestFolder,
@@ -32,7 +29,7 @@ from matrixctl.validate.manifest_folder import (
     regular,
 )
 
-FMT = ip.FORMAT
+FMT = ingest_pack.FORMAT
 _CODE = re.compile(r"[A-Z][A-Z0-9_]*")
 MAX_MANIFEST = 256 << 20
 G = FMT
@@ -75,11 +72,11 @@ FIELDS: dict[str, type | tuple[type, ...]] = {
 
 
 def load_dir(path: str) -> ManifestFolder:
-    subject = load_folder(path, ip.MANIFEST, MAX_MANIFEST, PACK_MANIFEST, FIELDS)
+    subject = load_folder(path, ingest_pack.MANIFEST, MAX_MANIFEST, PACK_MANIFEST, FIELDS)
     doc, out = subject.manifest, subject.findings
     if doc is None:
         return subject
-    if doc["version"] != ip.MANIFEST_VERSION:
+    if doc["version"] != ingest_pack.MANIFEST_VERSION:
         out.append(finding(PACK_VERSION, f"manifest version {doc['version']}", field="version"))
     names: list[tuple[str, str]] = [
         ("atom_file", doc["atom_file"]),
@@ -245,10 +242,10 @@ def check_consistency(s: ManifestFolder) -> Iterator[Finding]:
         return
     assert apath is not None
     with Source.open(apath) as src:
-        if src.size < ma.HEADER_SIZE:
+        if src.size < matrix_atom.HEADER_SIZE:
             return
-        h = ma.AtomHeader.parse(src.head(ma.HEADER_SIZE))
-        if h.itemsize is None or src.size != ma.HEADER_SIZE + h.token_count * h.itemsize:
+        h = matrix_atom.AtomHeader.parse(src.head(matrix_atom.HEADER_SIZE))
+        if h.itemsize is None or src.size != matrix_atom.HEADER_SIZE + h.token_count * h.itemsize:
             return
         for key, want in (
             ("atom_size", h.atom_size),
@@ -273,7 +270,7 @@ def check_consistency(s: ManifestFolder) -> Iterator[Finding]:
             yield finding(
                 PACK_MISMATCH, f"padding {m['padding']} is not below atom_size", field="padding"
             )
-        tokens = ma.token_view(src.buf, h)
+        tokens = matrix_atom.token_view(src.buf, h)
         pad = tokens[max(0, m["tokens"]) :]
         if pad.size and int((pad != m["pad_id"]).sum()):
             yield finding(
@@ -313,19 +310,19 @@ def check_consistency(s: ManifestFolder) -> Iterator[Finding]:
         sv = m.get("svgt")
         has_svgt = isinstance(sv, dict)
         has_index = isinstance(m.get("doc_index"), str)
-        if bool(h.flags & ma.FLAG_SVG_TENSOR) != has_svgt:
+        if bool(h.flags & matrix_atom.FLAG_SVG_TENSOR) != has_svgt:
             yield finding(
                 PACK_MISMATCH,
                 f"atom flags bit0 (svg_tensor) is "
-                f"{int(bool(h.flags & ma.FLAG_SVG_TENSOR))} but the pack "
+                f"{int(bool(h.flags & matrix_atom.FLAG_SVG_TENSOR))} but the pack "
                 f"{'has' if has_svgt else 'has no'} projection",
                 field="flags",
             )
-        if bool(h.flags & ma.FLAG_INDEX) != has_index:
+        if bool(h.flags & matrix_atom.FLAG_INDEX) != has_index:
             yield finding(
                 PACK_MISMATCH,
                 f"atom flags bit1 (index) is "
-                f"{int(bool(h.flags & ma.FLAG_INDEX))} but the pack "
+                f"{int(bool(h.flags & matrix_atom.FLAG_INDEX))} but the pack "
                 f"{'has' if has_index else 'has no'} document index",
                 field="flags",
             )
@@ -337,7 +334,9 @@ def check_consistency(s: ManifestFolder) -> Iterator[Finding]:
     yield from _check_sources(m)
 
 
-def _check_projection(path: str | None, h: ma.AtomHeader, tokens: Any) -> Iterator[Finding]:
+def _check_projection(
+    path: str | None, h: matrix_atom.AtomHeader, tokens: Any
+) -> Iterator[Finding]:
     import numpy as np
 
     from matrixctl.io import Source
@@ -387,10 +386,10 @@ def _check_index(path: str | None, m: dict[str, Any], tokens: Any) -> Iterator[F
         return
     assert path is not None
     with Source.open(path) as src:
-        if src.size < di.HEADER_SIZE:
+        if src.size < doc_index.HEADER_SIZE:
             return
-        h = di.IndexHeader.parse(src.head(di.HEADER_SIZE))
-        if src.size != di.HEADER_SIZE + h.doc_count * di.RECORD_SIZE:
+        h = doc_index.IndexHeader.parse(src.head(doc_index.HEADER_SIZE))
+        if src.size != doc_index.HEADER_SIZE + h.doc_count * doc_index.RECORD_SIZE:
             return
         if h.doc_count != m["documents"]:
             yield finding(
@@ -406,14 +405,14 @@ def _check_index(path: str | None, m: dict[str, Any], tokens: Any) -> Iterator[F
             )
             return
         eos = m.get("eos_id")
-        want_eos = di.NO_EOS if eos is None else eos
+        want_eos = doc_index.NO_EOS if eos is None else eos
         if h.eos_id != want_eos:
             yield finding(
                 PACK_INDEX,
                 f"index eos_id {h.eos_id} differs from the manifest's {eos}",
                 field="eos_id",
             )
-        recs = di.records_view(src.buf, h)
+        recs = doc_index.records_view(src.buf, h)
         nsources = len(m["sources"])
         step = 1 << 20
         for i in range(0, h.doc_count, step):
