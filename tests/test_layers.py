@@ -195,3 +195,21 @@ def test_no_cryptic_import_aliases() -> None:
                         and a.asname != "np"
                     ]
     assert short == []
+
+
+def test_shared_rule_helpers() -> None:
+    """The engine's helpers that EMBD, STB and zTensor 2 share: the first non-zero padding
+    byte across chunk edges, and a cause rule's cut-file finding."""
+    from matrixctl.validate.engine import cut_short, first_nonzero
+
+    buf = bytes(10) + b"\x07" + bytes(5)
+    assert first_nonzero(buf, 0, len(buf), chunk=4) == 10
+    assert first_nonzero(buf, 0, 10, chunk=3) is None
+    assert first_nonzero(buf, 12, 4) is None
+    assert list(cut_short("EMBD_FILE_SIZE", 100, 100, "total_file_size")) == []
+    (cut,) = cut_short("EMBD_FILE_SIZE", 99, 1000, "total_file_size")
+    assert (cut.offset, cut.field, cut.message) == (
+        99,
+        "total_file_size",
+        "file is 99 bytes; total_file_size says 1,000 (cut at byte 99)",
+    )

@@ -18,14 +18,14 @@ import contextlib
 import contextvars
 import importlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from matrixctl import codes
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, InputError, MatrixError
-from matrixctl.findings import FileReport, Finding, finding, from_error
+from matrixctl.findings import FileReport, Finding, Problem, finding, findings_of, from_error
 from matrixctl.io import Folder
 
 RuleFn = Callable[[Any], Iterable[Finding]]
@@ -77,6 +77,35 @@ def rule(
         return fn
 
     return register
+
+
+def problem_rule(fmt: str, name: str, problems: Callable[[Any], Iterable[Problem]]) -> None:
+    """Register the rule `name` of `fmt` that reports the problems its codec's parser recorded
+    under that rule name (`problems(subject)` gives them all)."""
+    rule(fmt, name)(lambda subject: findings_of(problems(subject), name))
+
+
+def cut_short(code: str, size: int, want: int, field: str) -> Iterator[Finding]:
+    """A cause rule's finding when the file (`size` bytes) is shorter than the length its
+    header's `field` declares (`want`)."""
+    if size < want:
+        yield finding(
+            code,
+            f"file is {size:,} bytes; {field} says {want:,} (cut at byte {size:,})",
+            offset=size,
+            field=field,
+        )
+
+
+def first_nonzero(buf: Any, start: int, end: int, chunk: int = 1 << 20) -> int | None:
+    """The offset of the first byte of `buf[start:end]` that is not 0x00 (read `chunk` bytes
+    at a time), or None when every byte is zero."""
+    for pos in range(start, end, chunk):
+        piece = bytes(buf[pos : min(end, pos + chunk)])
+        rest = piece.lstrip(b"\x00")
+        if rest:
+            return pos + len(piece) - len(rest)
+    return None
 
 
 def rules_for(fmt: str) -> list[Rule]:

@@ -17,7 +17,7 @@ from matrixctl.findings import Finding, finding, findings_of, from_error
 from matrixctl.formats import ztensor2
 from matrixctl.io import STDIO, Source
 from matrixctl.tensors import human_bytes, mapped_chunks
-from matrixctl.validate.engine import rule
+from matrixctl.validate.engine import first_nonzero, rule
 
 FMT = ztensor2.FORMAT
 
@@ -548,17 +548,15 @@ def check_padding(s: Zt2Subject) -> Iterator[Finding]:
     pos = len(ztensor2.MAGIC)
     buf = s.buf
     for start, end in [*spans, (f.data_end, f.data_end)]:
-        for at in range(pos, start, PADDING_CHUNK):
-            chunk = bytes(buf[at : min(start, at + PADDING_CHUNK)])
-            if chunk.count(0) != len(chunk):
-                first = at + len(chunk) - len(chunk.lstrip(b"\x00"))
-                yield finding(
-                    ztensor2.ZT2_PADDING,
-                    f"padding byte at {first:,} is 0x{buf[first]:02x}",
-                    offset=first,
-                    field="padding",
-                )
-                return
+        first = first_nonzero(buf, pos, start, PADDING_CHUNK)
+        if first is not None:
+            yield finding(
+                ztensor2.ZT2_PADDING,
+                f"padding byte at {first:,} is 0x{buf[first]:02x}",
+                offset=first,
+                field="padding",
+            )
+            return
         pos = max(pos, end)
 
 
