@@ -16,7 +16,7 @@ from matrixctl.findings import Finding, finding, findings_of
 from matrixctl.formats import gguf
 from matrixctl.io import Source
 from matrixctl.tensors import human_bytes, tensor_row
-from matrixctl.validate.engine import rule, shown
+from matrixctl.validate.engine import first_nonzero, rule, shown
 
 FMT = gguf.FORMAT
 PREVIEW = 6  # array items shown by inspect
@@ -338,8 +338,6 @@ def check_tokenizer(s: GgufSubject) -> Iterator[Finding]:
 
 @rule(FMT, "padding bytes are zero", scan=True)
 def check_padding(s: GgufSubject) -> Iterator[Finding]:
-    import numpy as np
-
     gf = s.gf
     if not gf.alignment_ok:
         return
@@ -362,21 +360,14 @@ def check_padding(s: GgufSubject) -> Iterator[Finding]:
             )
         )
     for start, stop in spans:
-        for pos in range(start, stop, SCAN_CHUNK):
-            block = np.frombuffer(
-                s.buf, dtype=np.uint8, count=min(stop, pos + SCAN_CHUNK) - pos, offset=pos
+        first = first_nonzero(s.buf, start, stop, SCAN_CHUNK)
+        if first is not None:
+            yield finding(
+                gguf.GGUF_PADDING,
+                f"padding byte at {first:,} is 0x{s.buf[first]:02x} (padding {start:,}..{stop:,})",
+                offset=first,
+                field="padding",
             )
-            nz = np.flatnonzero(block)
-            if nz.size:
-                first = pos + int(nz[0])
-                yield finding(
-                    gguf.GGUF_PADDING,
-                    f"padding byte at {first:,} is 0x{int(block[nz[0]]):02x} (padding "
-                    f"{start:,}..{stop:,})",
-                    offset=first,
-                    field="padding",
-                )
-                break
 
 
 @rule(FMT, "strings are UTF-8", scan=True)

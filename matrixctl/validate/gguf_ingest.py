@@ -24,6 +24,7 @@ from matrixctl.validate.manifest_folder import (
     PACK_ARTIFACT,
     ManifestFolder,
     admit,
+    describe_files,
     hashes,
     load_folder,
     member_findings,
@@ -112,13 +113,9 @@ def describe(s: ManifestFolder) -> dict[str, Any]:
         out["embeddings"] = {
             k: embd.get(k) for k in ("file", "format", "shape", "dtype", "source_type", "stored")
         }
-    files = m.get("files")
-    if isinstance(files, dict):
-        out["files"] = [
-            {"file": k, "bytes": v.get("bytes"), "sha256": str(v.get("sha256", ""))[:23] + "..."}
-            for k, v in files.items()
-            if isinstance(v, dict)
-        ]
+    files = describe_files(m)
+    if files is not None:
+        out["files"] = files
     return out
 
 

@@ -22,6 +22,7 @@ from matrixctl.validate.engine import rule
 from matrixctl.validate.manifest_folder import (
     ManifestFolder,
     admit,
+    describe_files,
     hashes,
     load_folder,
     member_findings,
@@ -116,13 +117,9 @@ def describe(s: ManifestFolder) -> dict[str, Any]:
     }
     if isinstance(m.get("symbol_map"), dict):
         out["pack"]["map_hash"] = m["symbol_map"].get("canonical_hash")
-    files = m.get("files")
-    if isinstance(files, dict):
-        out["files"] = [
-            {"file": k, "bytes": v.get("bytes"), "sha256": str(v.get("sha256", ""))[:23] + "..."}
-            for k, v in files.items()
-            if isinstance(v, dict)
-        ]
+    files = describe_files(m)
+    if files is not None:
+        out["files"] = files
     sources = m.get("sources")
     if isinstance(sources, list):
         kinds: dict[str, int] = {}

@@ -65,6 +65,19 @@ class ManifestFolder:
                 yield name, record, path
 
 
+def describe_files(manifest: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The members for `describe`: name, size and the start of the SHA-256 (None when the
+    manifest has no `files` object)."""
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        return None
+    return [
+        {"file": k, "bytes": v.get("bytes"), "sha256": str(v.get("sha256", ""))[:23] + "..."}
+        for k, v in files.items()
+        if isinstance(v, dict)
+    ]
+
+
 def inside(folder: str, name: str) -> str | None:
     """The path of `name` if it is a plain file name inside `folder` (no separators, no link
     leading out)."""
