@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from matrixctl import codes
+from matrixctl import codes, crc
 from matrixctl.errors import FormatError
 from matrixctl.io import drop_pages
 
@@ -341,6 +341,17 @@ def mapped_chunks(buf: Any, offset: int, length: int, chunk: int = CHUNK_BYTES) 
         stop = min(offset + length, start + chunk)
         yield view[start:stop]
         drop_pages(buf, start, stop - start)
+
+
+def crc_range(buf: Any, start: int, end: int, chunk: int = 8 << 20) -> int:
+    """CRC-32 of `buf[start:end]`, read in chunks whose mapped pages are dropped as they go."""
+    value = 0
+    with memoryview(buf) as view:
+        for pos in range(start, end, chunk):
+            stop = min(pos + chunk, end)
+            value = crc.crc32(view[pos:stop], value)
+            drop_pages(buf, pos, stop - pos)
+    return value
 
 
 def storage_array(buf: Any, dtype: str) -> np.ndarray:

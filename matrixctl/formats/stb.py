@@ -749,7 +749,7 @@ class _StbReader(TensorSource):
 
 def check_crc(src: Source, entry: BinFile) -> None:
     """The file's CRC-32 against the sidecar's record (one pass, mapped pages dropped)."""
-    from matrixctl.formats.embd import crc_range
+    from matrixctl.tensors import crc_range
 
     got = crc_range(src.buf, 0, src.size)
     if got != entry.crc32:

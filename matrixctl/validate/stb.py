@@ -14,9 +14,8 @@ from typing import Any
 from matrixctl.errors import FormatError
 from matrixctl.findings import Finding, finding, has_error
 from matrixctl.formats import stb
-from matrixctl.formats.embd import crc_range
 from matrixctl.io import Source
-from matrixctl.tensors import human_bytes, tensor_row
+from matrixctl.tensors import crc_range, human_bytes, tensor_row
 from matrixctl.validate.engine import cut_short, first_nonzero, problem_rule, rule
 
 FMT = stb.FORMAT

@@ -18,9 +18,8 @@ from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, MatrixError
 from matrixctl.findings import Finding, finding, has_error
 from matrixctl.formats import stb
-from matrixctl.formats.embd import crc_range
 from matrixctl.io import Source
-from matrixctl.tensors import human_bytes, tensor_row
+from matrixctl.tensors import crc_range, human_bytes, tensor_row
 from matrixctl.validate.engine import rule
 from matrixctl.validate.stb import compare, padding_findings
 

@@ -121,7 +121,6 @@ from matrixctl.formats.embd.model import (
 )
 from matrixctl.formats.embd.parse import (
     checksums,
-    crc_range,
     gaps,
     parse,
 )
@@ -238,7 +237,6 @@ __all__ = [
     "build_metadata",
     "check_metadata",
     "checksums",
-    "crc_range",
     "created_at_now",
     "decimal",
     "fnv1a_32",
