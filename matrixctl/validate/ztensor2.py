@@ -275,8 +275,8 @@ def check_layouts(s: Zt2Subject) -> Iterator[Finding]:
                 field=f"{o.field}/layout",
             )
             continue
-        for code, message, where in ztensor2.layout_problems(o):
-            yield finding(code, message, offset=at, field=where)
+        for problem in ztensor2.layout_problems(o):
+            yield finding(problem.code, problem.message, offset=at, field=problem.field)
     if external:
         yield finding(
             ztensor2.ZT2_SHARD_EXTERNAL,
@@ -582,7 +582,7 @@ def check_generations(s: Zt2Subject) -> Iterator[Finding]:
                 problems.append(bad[1])
         for o in old.objects.values():
             if ztensor2.layout_known(o.layout):
-                problems.extend(m for _, m, _ in ztensor2.layout_problems(o))
+                problems.extend(problem.message for problem in ztensor2.layout_problems(o))
         if problems:
             yield finding(
                 ztensor2.ZT2_GENERATION,
