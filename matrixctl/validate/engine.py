@@ -97,14 +97,16 @@ def cut_short(code: str, size: int, want: int, field: str) -> Iterator[Finding]:
         )
 
 
-def first_nonzero(buf: Any, start: int, end: int, chunk: int = 1 << 20) -> int | None:
+def first_nonzero(buf: Any, start: int, end: int, chunk: int = 8 << 20) -> int | None:
     """The offset of the first byte of `buf[start:end]` that is not 0x00 (read `chunk` bytes
-    at a time), or None when every byte is zero."""
+    at a time, in place), or None when every byte is zero."""
+    import numpy as np
+
+    end = min(end, len(buf))
     for pos in range(start, end, chunk):
-        piece = bytes(buf[pos : min(end, pos + chunk)])
-        rest = piece.lstrip(b"\x00")
-        if rest:
-            return pos + len(piece) - len(rest)
+        block = np.frombuffer(buf, dtype=np.uint8, count=min(end, pos + chunk) - pos, offset=pos)
+        if block.any():
+            return pos + int(np.argmax(block != 0))
     return None
 
 
