@@ -97,16 +97,16 @@ def cut_short(code: str, size: int, want: int, field: str) -> Iterator[Finding]:
         )
 
 
-def first_nonzero(buf: Any, start: int, end: int, chunk: int = 8 << 20) -> int | None:
-    """The offset of the first byte of `buf[start:end]` that is not 0x00 (read `chunk` bytes
-    at a time, in place), or None when every byte is zero."""
-    import numpy as np
-
+def first_nonzero(buf: Any, start: int, end: int, chunk: int = 1 << 20) -> int | None:
+    """The offset of the first byte of `buf[start:end]` that is not 0x00, or None when every
+    byte is zero. Each chunk is compared whole with zeros (memcmp speed); only a chunk that
+    differs is searched."""
     end = min(end, len(buf))
+    zeros = bytes(min(chunk, max(0, end - start)))
     for pos in range(start, end, chunk):
-        block = np.frombuffer(buf, dtype=np.uint8, count=min(end, pos + chunk) - pos, offset=pos)
-        if block.any():
-            return pos + int(np.argmax(block != 0))
+        piece = bytes(buf[pos : min(end, pos + chunk)])
+        if piece != zeros[: len(piece)]:
+            return pos + len(piece) - len(piece.lstrip(b"\x00"))
     return None
 
 
