@@ -55,6 +55,7 @@ class PackDataset:
         from matrixctl.formats import doc_index, ingest_pack, matrix_atom
         from matrixctl.io import Folder, Source
         from matrixctl.opening import open_checked, open_sniffed
+        from matrixctl.validate.manifest_folder import PACK_MISSING
 
         self.path = os.fspath(path)
         with open_sniffed(self.path) as (_, fmt):
@@ -72,12 +73,12 @@ class PackDataset:
         pack = open_checked(Folder(self.path), ingest_pack.FORMAT)
         manifest: dict[str, Any] = pack.manifest
         self.manifest = manifest
-        atoms_path = pack.artifact(manifest["atom_file"])
+        atoms_path = pack.file(manifest["atom_file"])
         index_name = manifest.get("doc_index")
-        index_path = pack.artifact(index_name) if isinstance(index_name, str) else None
+        index_path = pack.file(index_name) if isinstance(index_name, str) else None
         if atoms_path is None or index_path is None:
             raise FormatError(
-                _pack_code("PACK_MISSING"),
+                PACK_MISSING,
                 "the manifest names no atom file or no document index inside the pack",
                 path=self.path,
                 field="doc_index" if atoms_path else "atom_file",

@@ -9,7 +9,7 @@ bad value and the SCX and ingest writers took a negative one).
 
 from __future__ import annotations
 
-import datetime as dt
+import datetime
 import os
 
 from matrixctl.errors import UsageError
@@ -31,7 +31,7 @@ def source_date_text() -> str | None:
     if seconds is None:
         return None
     try:
-        when = dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+        when = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
     except (ValueError, OverflowError, OSError):
         raise UsageError(
             f"SOURCE_DATE_EPOCH must be a whole number of seconds, got {str(seconds)!r}"

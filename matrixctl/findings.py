@@ -1,7 +1,9 @@
-"""Findings (one problem found in a file) and the report of one file."""
+"""Findings (one problem found in a file), the problems a codec's lenient parser records, and
+the report of one file."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +43,38 @@ def finding(
 
 def from_error(err: MatrixError) -> Finding:
     return Finding(err.code, Severity.ERROR, err.message, err.offset, err.field)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem a codec's lenient parser found and read past (every format's parser records
+    this one type). The format's handler in `matrixctl/validate/` reports it as a `Finding`;
+    `rule` names the rule that reports it when a codec splits its problems among several."""
+
+    code: str
+    message: str
+    offset: int | None = None
+    field: str | None = None
+    rule: str | None = None
+
+    @property
+    def severity(self) -> Severity:
+        return severity_of(self.code)
+
+    def finding(self) -> Finding:
+        return finding(self.code, self.message, offset=self.offset, field=self.field)
+
+
+def findings_of(problems: Iterable[Problem], rule: str | None = None) -> Iterator[Finding]:
+    """The problems as findings, in the order recorded; only those of `rule` when given."""
+    for p in problems:
+        if rule is None or p.rule == rule:
+            yield p.finding()
+
+
+def has_error(problems: Iterable[Problem], *rules: str) -> bool:
+    """Whether a problem of error severity was recorded (under one of `rules`, when given)."""
+    return any(p.severity is Severity.ERROR and (not rules or p.rule in rules) for p in problems)
 
 
 @dataclass

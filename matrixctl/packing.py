@@ -15,9 +15,7 @@ from typing import TYPE_CHECKING, Any
 from matrixctl import codes
 from matrixctl.crc import crc32
 from matrixctl.errors import FormatError, UsageError
-from matrixctl.formats import matrix_atom as ma
-from matrixctl.formats import svgt
-from matrixctl.formats import token_stream as ts
+from matrixctl.formats import matrix_atom, svgt, token_stream
 from matrixctl.io import (
     STDIO,
     Source,
@@ -60,25 +58,27 @@ class _Counting:
 def read_token_input(fp: Any) -> TokenInput:
     """Sniff a token stream (magic MXTOKENS) or whitespace-separated decimal ids."""
     head = b""
-    while len(head) < len(ts.MAGIC):
-        more = fp.read(len(ts.MAGIC) - len(head))
+    while len(head) < len(token_stream.MAGIC):
+        more = fp.read(len(token_stream.MAGIC) - len(head))
         if not more:
             break
         head += bytes(more)
-    if head == ts.MAGIC:
-        rest = read_exact(fp, ts.HEADER_SIZE - len(head), "token stream header", offset=len(head))
-        header = ts.StreamHeader.parse(head + rest)
+    if head == token_stream.MAGIC:
+        rest = read_exact(
+            fp, token_stream.HEADER_SIZE - len(head), "token stream header", offset=len(head)
+        )
+        header = token_stream.StreamHeader.parse(head + rest)
         docs = [0]
 
         def stream_chunks() -> Iterator[tuple[np.ndarray, int | None, int | None]]:
-            for event in ts.iter_events(fp, header):
-                if event.kind == ts.KIND_TOKENS:
+            for event in token_stream.iter_events(fp, header):
+                if event.kind == token_stream.KIND_TOKENS:
                     yield event.tokens, event.max_id, event.crc
-                elif event.kind == ts.KIND_DOC:
+                elif event.kind == token_stream.KIND_DOC:
                     docs[0] += 1
 
         return TokenInput("token-stream", header.vocab_size or None, stream_chunks(), docs)
-    text_ids = ((ids, None, None) for ids in ts.iter_text_ids(fp, head))
+    text_ids = ((ids, None, None) for ids in token_stream.iter_text_ids(fp, head))
     return TokenInput("text", None, text_ids, [0])
 
 
@@ -106,7 +106,7 @@ def pack_atoms(
                 )
             vocab = tokens.vocab_size
         with atomic_output(output_path, what="a MATRIX-ATOM file") as out:
-            writer = ma.AtomWriter(
+            writer = matrix_atom.AtomWriter(
                 out, atom_size=atom_size, dtype=dtype, vocab_size=vocab, pad_id=pad_id
             )
             try:
@@ -139,7 +139,7 @@ def _open_tokens(path: str) -> Iterator[Any]:
     """A regular file is mapped and read zero-copy; stdin and pipes are read in chunks."""
     if path != STDIO and os.path.isfile(path):
         with Source.open(path) as src:
-            yield ts.MemReader(src.buf)
+            yield token_stream.MemReader(src.buf)
     else:
         with open_input_stream(path) as fp:
             yield fp
@@ -172,11 +172,11 @@ def pack_svgt(
 ) -> dict[str, Any]:
     """MATRIX-ATOM -> SVG-Tensor, checking the atoms' payload CRC on the way."""
     refuse_binary_to_terminal(output_path, "an SVG-Tensor file")
-    src, subject = open_valid(atoms_path, ma.FORMAT)
+    src, subject = open_valid(atoms_path, matrix_atom.FORMAT)
     with src:
-        h: ma.AtomHeader = subject.header
+        h: matrix_atom.AtomHeader = subject.header
         rows, cols = svgt.parse_grid(grid, h.atom_size)
-        tokens = ma.token_view(src.buf, h)
+        tokens = matrix_atom.token_view(src.buf, h)
         per_chunk = max(1, (1 << 22) // h.atom_size) * h.atom_size
         crc = 0
 
@@ -198,11 +198,11 @@ def pack_svgt(
                 raise err.with_path(src.name) from None
             if crc != h.payload_crc32:
                 raise FormatError(
-                    ma.ATOM_PAYLOAD_CRC,
+                    matrix_atom.ATOM_PAYLOAD_CRC,
                     f"the atoms' payload CRC-32 is 0x{crc:08x}, the header says "
                     f"0x{h.payload_crc32:08x}; nothing was written",
                     path=src.name,
-                    offset=ma.FIELDS["payload_crc32"][0],
+                    offset=matrix_atom.FIELDS["payload_crc32"][0],
                     field="payload_crc32",
                 )
     return {

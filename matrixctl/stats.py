@@ -295,9 +295,9 @@ def _top_rows(counter: IdCounter, total: int, smap: Any | None) -> list[dict[str
 def _count_atoms(buf: Any, header: Any, counter: IdCounter, tokens: int) -> None:
     import numpy as np
 
-    from matrixctl.formats import matrix_atom as ma
+    from matrixctl.formats import matrix_atom
 
-    dtype = ma.DTYPES[header.dtype_id][1]
+    dtype = matrix_atom.DTYPES[header.dtype_id][1]
     ids = np.frombuffer(buf, dtype=dtype, count=tokens, offset=header.data_offset)
     for start in range(0, ids.size, CHUNK_ELEMENTS):
         counter.add(ids[start : start + CHUNK_ELEMENTS])
@@ -305,10 +305,10 @@ def _count_atoms(buf: Any, header: Any, counter: IdCounter, tokens: int) -> None
 
 def atom_stats(path: str) -> dict[str, Any]:
     """A MATRIX-ATOM file alone: it has no document boundaries, pad id or map."""
-    from matrixctl.formats import matrix_atom as ma
+    from matrixctl.formats import matrix_atom
     from matrixctl.packing import open_valid
 
-    src, subject = open_valid(path, ma.FORMAT)
+    src, subject = open_valid(path, matrix_atom.FORMAT)
     with src:
         h = subject.header
         counter = IdCounter(h.vocab_size)
@@ -324,22 +324,24 @@ def stream_stats(path: str) -> dict[str, Any]:
     """A token stream: documents end at its DOC frames."""
     import numpy as np
 
-    from matrixctl.formats import token_stream as ts
+    from matrixctl.formats import token_stream
     from matrixctl.packing import open_valid
 
-    src, subject = open_valid(path, ts.FORMAT)
+    src, subject = open_valid(path, token_stream.FORMAT)
     lengths: list[int] = []
     with src:
         h = subject.header
         counter = IdCounter(h.vocab_size)
         tokens = current = 0
-        for event in ts.iter_events(ts.MemReader(src.buf, ts.HEADER_SIZE), h):
-            if event.kind == ts.KIND_TOKENS:
+        for event in token_stream.iter_events(
+            token_stream.MemReader(src.buf, token_stream.HEADER_SIZE), h
+        ):
+            if event.kind == token_stream.KIND_TOKENS:
                 ids = np.asarray(event.tokens)
                 counter.add(ids)
                 tokens += ids.size
                 current += ids.size
-            elif event.kind == ts.KIND_DOC:
+            elif event.kind == token_stream.KIND_DOC:
                 lengths.append(current)
                 current = 0
     return {
@@ -354,22 +356,20 @@ def stream_stats(path: str) -> dict[str, Any]:
 
 def pack_stats(path: str) -> dict[str, Any]:
     """An ingest pack: the atoms (padding apart), the document index and the pack's own map."""
-    from matrixctl.formats import doc_index as di
-    from matrixctl.formats import ingest_pack as ip
-    from matrixctl.formats import matrix_atom as ma
+    from matrixctl.formats import doc_index, ingest_pack, matrix_atom
     from matrixctl.packing import open_valid
     from matrixctl.tokenizers.pi import load_symbol_map
     from matrixctl.validate.ingest_pack import PACK_INDEX
 
-    with open(os.path.join(path, ip.MANIFEST), "rb") as fp:
+    with open(os.path.join(path, ingest_pack.MANIFEST), "rb") as fp:
         manifest = json.load(fp)
     smap, _ = load_symbol_map(os.path.join(path, manifest["tokenizer"]))
-    src, subject = open_valid(os.path.join(path, manifest["atom_file"]), ma.FORMAT)
+    src, subject = open_valid(os.path.join(path, manifest["atom_file"]), matrix_atom.FORMAT)
     with src:
         h = subject.header
-        index_src, index = open_valid(os.path.join(path, manifest["doc_index"]), di.FORMAT)
+        index_src, index = open_valid(os.path.join(path, manifest["doc_index"]), doc_index.FORMAT)
         with index_src:
-            lengths = di.records_view(index_src.buf, index.header)["token_length"].copy()
+            lengths = doc_index.records_view(index_src.buf, index.header)["token_length"].copy()
         tokens = int(lengths.sum())
         if tokens > h.token_count:
             raise FormatError(

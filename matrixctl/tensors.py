@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from matrixctl import codes
+from matrixctl import codes, crc
 from matrixctl.errors import FormatError
 from matrixctl.io import copy_file_range_all, drop_pages, mapped_fd, started_writeback
 
@@ -479,6 +479,17 @@ def copy_stream(
             field=where,
         )
     return got
+
+
+def crc_range(buf: Any, start: int, end: int, chunk: int = 8 << 20) -> int:
+    """CRC-32 of `buf[start:end]`, read in chunks whose mapped pages are dropped as they go."""
+    value = 0
+    with memoryview(buf) as view:
+        for pos in range(start, end, chunk):
+            stop = min(pos + chunk, end)
+            value = crc.crc32(view[pos:stop], value)
+            drop_pages(buf, pos, stop - pos)
+    return value
 
 
 def storage_array(buf: Any, dtype: str) -> np.ndarray:

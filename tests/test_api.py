@@ -15,7 +15,7 @@ import pytest
 
 import matrixctl
 from matrixctl.errors import FormatError, InputError, MatrixError, UsageError
-from tests import scx_golden as g
+from tests import scx_golden
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 W = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
@@ -245,7 +245,7 @@ def test_scx_tokenizer_encodes_like_the_cli(tmp_path: Path) -> None:
     keys = tmp_path / "pi.key"
     assert run_cli("tokenize", "scx", "keygen", "-o", str(keys)).code == 0
     src = tmp_path / "src.json"
-    src.write_text(json.dumps(g.SOURCE))
+    src.write_text(json.dumps(scx_golden.SOURCE))
     reg = tmp_path / "reg.scxr"
     assert (
         run_cli("tokenize", "scx", "sign", str(src), "-o", str(reg), "--key", str(keys)).code == 0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import golden_bytes as gb
+from tests import golden_bytes
 from tests.conftest import ROOT, run_cli, run_sub
 
 
@@ -21,16 +21,16 @@ from tests.conftest import ROOT, run_cli, run_sub
 def files(tmp_path: Path) -> dict[str, str]:
     out = {}
     for name, data in {
-        "atoms.bin": gb.MATRIX_ATOM,
-        "legacy.bin": gb.MATRIX_ATOM_LEGACY,
-        "grid.svgt": gb.SVGT,
-        "tokens.mxt": gb.TOKEN_STREAM,
+        "atoms.bin": golden_bytes.MATRIX_ATOM,
+        "legacy.bin": golden_bytes.MATRIX_ATOM_LEGACY,
+        "grid.svgt": golden_bytes.SVGT,
+        "tokens.mxt": golden_bytes.TOKEN_STREAM,
         "junk.dat": b"not a known format at all",
         "empty.dat": b"",
     }.items():
         (tmp_path / name).write_bytes(data)
         out[name] = str(tmp_path / name)
-    bad = bytearray(gb.MATRIX_ATOM)
+    bad = bytearray(golden_bytes.MATRIX_ATOM)
     bad[0x34] ^= 0xFF
     (tmp_path / "bad.bin").write_bytes(bytes(bad))
     out["bad.bin"] = str(tmp_path / "bad.bin")
@@ -107,7 +107,7 @@ def test_pack_atoms_from_text_on_stdin(tmp_path: Path) -> None:
         stdin=b"5 17 99 0 42\n",
     )
     assert r.code == 0, r.stderr
-    assert out.read_bytes() == gb.MATRIX_ATOM
+    assert out.read_bytes() == golden_bytes.MATRIX_ATOM
     assert r.stdout == b"" and "packed 5 tokens" in r.stderr
 
 
@@ -118,7 +118,7 @@ def test_pack_atoms_from_a_token_stream_file_with_json(tmp_path: Path, files: di
     doc = r.json()
     assert doc["input_kind"] == "token-stream" and doc["documents"] == 2
     assert (doc["tokens"], doc["padding"], doc["vocab_size"]) == (5, 3, 100)
-    assert out.read_bytes() == gb.MATRIX_ATOM  # same ids, same vocabulary, same bytes
+    assert out.read_bytes() == golden_bytes.MATRIX_ATOM  # same ids, same vocabulary, same bytes
 
 
 def test_pack_atoms_bad_text_exits_1_and_writes_nothing(tmp_path: Path) -> None:
@@ -132,7 +132,9 @@ def test_pack_atoms_bad_text_exits_1_and_writes_nothing(tmp_path: Path) -> None:
 
 def test_pack_atoms_cut_stream_exits_1_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "a.bin"
-    r = run_cli("pack", "atoms", "-o", str(out), "--atom-size", "4", stdin=gb.TOKEN_STREAM[:70])
+    r = run_cli(
+        "pack", "atoms", "-o", str(out), "--atom-size", "4", stdin=golden_bytes.TOKEN_STREAM[:70]
+    )
     assert r.code == 1
     one_error_line(r.stderr, "TOKS_NO_END")
     assert os.listdir(tmp_path) == []
@@ -191,7 +193,7 @@ def test_pack_atoms_to_stdout_pipe() -> None:
         stdin=b"5 17 99 0 42",
     )
     assert r.code == 0, r.stderr
-    assert r.stdout == gb.MATRIX_ATOM
+    assert r.stdout == golden_bytes.MATRIX_ATOM
 
 
 def test_output_path_equal_to_input_path(tmp_path: Path) -> None:
@@ -201,7 +203,7 @@ def test_output_path_equal_to_input_path(tmp_path: Path) -> None:
         "pack", "atoms", str(path), "-o", str(path), "--atom-size", "4", "--vocab-size", "100"
     )
     assert r.code == 0
-    assert path.read_bytes() == gb.MATRIX_ATOM
+    assert path.read_bytes() == golden_bytes.MATRIX_ATOM
 
 
 # verify and inspect --------------------------------------------------------------------------
@@ -245,7 +247,7 @@ def test_verify_human_report_goes_to_stderr(files: dict) -> None:
 
 
 def test_verify_reads_stdin() -> None:
-    r = run_cli("verify", "--json", "-", stdin=gb.SVGT)
+    r = run_cli("verify", "--json", "-", stdin=golden_bytes.SVGT)
     assert r.code == 0 and r.json()["files"][0]["path"] == "<stdin>"
 
 
@@ -281,7 +283,7 @@ def test_hostile_strings_are_neutralized_for_people(tmp_path: Path) -> None:
 def test_pack_svgt_and_convert(tmp_path: Path, files: dict) -> None:
     out = tmp_path / "g.svgt"
     r = run_cli("pack", "svgt", files["atoms.bin"], "-o", str(out), "--grid", "2x2")
-    assert r.code == 0 and out.read_bytes() == gb.SVGT
+    assert r.code == 0 and out.read_bytes() == golden_bytes.SVGT
     svg = tmp_path / "g.svg"
     r = run_cli("convert", str(out), str(svg), "--json")
     assert r.code == 0, r.stderr

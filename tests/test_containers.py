@@ -12,14 +12,12 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies
 from safetensors.numpy import save, save_file
 
-from matrixctl.convert import tensors as ct
-from matrixctl.formats import npy
-from matrixctl.formats import st_container as stc
-from matrixctl.formats import ztensor as zt
+from matrixctl.convert import tensors as convert_tensors
+from matrixctl.formats import npy, st_container
+from matrixctl.formats import ztensor as ztensor_v1
 from matrixctl.validate.engine import examine
 from tests.conftest import run_cli, run_sub
 
@@ -70,7 +68,7 @@ def test_safetensors_writer_gives_the_package_bytes(tmp_path: Path) -> None:
 def test_safetensors_metadata_is_sorted(tmp_path: Path) -> None:
     """Decision: __metadata__ keys are written sorted; the package writes them in a hash map's
     order, which changes from run to run, so its files are not reproducible."""
-    raw = stc.header_bytes([], {"z": "1", "a": "2", "m": "3"})
+    raw = st_container.header_bytes([], {"z": "1", "a": "2", "m": "3"})
     header = json.loads(raw[8:])
     assert list(header["__metadata__"]) == ["a", "m", "z"]
 
@@ -93,22 +91,50 @@ def test_package_files_verify_and_read(tmp_path: Path) -> None:
     [
         # A cut file: one root cause (the findings that follow are counted, not listed).
         ({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, bytes(4), "ST_TRUNCATED"),
-        ({"x": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, bytes(8), stc.ST_OFFSETS),
-        ({"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, bytes(8), stc.ST_LENGTH),
-        ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, bytes(8), stc.ST_LAYOUT),
-        ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, bytes(8), stc.ST_LAYOUT),
+        (
+            {"x": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}},
+            bytes(8),
+            st_container.ST_OFFSETS,
+        ),
+        (
+            {"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}},
+            bytes(8),
+            st_container.ST_LENGTH,
+        ),
+        (
+            {"x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}},
+            bytes(8),
+            st_container.ST_LAYOUT,
+        ),
+        (
+            {"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}},
+            bytes(8),
+            st_container.ST_LAYOUT,
+        ),
         (
             {
                 "x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
                 "y": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]},
             },
             bytes(8),
-            stc.ST_LAYOUT,
+            st_container.ST_LAYOUT,
         ),
-        ({"x": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 1]}}, bytes(1), stc.ST_DTYPE),
-        ({"x": {"dtype": "F32", "shape": "2", "data_offsets": [0, 8]}}, bytes(8), stc.ST_SCHEMA),
-        ({"__metadata__": {"a": 1}}, b"", stc.ST_METADATA),
-        ({"x": {"dtype": "BOOL", "shape": [2], "data_offsets": [0, 2]}}, b"\x01\x07", stc.ST_BOOL),
+        (
+            {"x": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 1]}},
+            bytes(1),
+            st_container.ST_DTYPE,
+        ),
+        (
+            {"x": {"dtype": "F32", "shape": "2", "data_offsets": [0, 8]}},
+            bytes(8),
+            st_container.ST_SCHEMA,
+        ),
+        ({"__metadata__": {"a": 1}}, b"", st_container.ST_METADATA),
+        (
+            {"x": {"dtype": "BOOL", "shape": [2], "data_offsets": [0, 2]}},
+            b"\x01\x07",
+            st_container.ST_BOOL,
+        ),
     ],
 )
 def test_safetensors_rules(tmp_path: Path, header: dict, data: bytes, code: str) -> None:
@@ -121,17 +147,17 @@ def test_safetensors_hostile_headers(tmp_path: Path) -> None:
     """Decision: sniffing does not compare the header size with the file, so a truncated or
     hostile file is named safetensors and reported (ST_HEADER_SIZE), not "unknown"."""
     huge = struct.pack("<Q", 200_000_000) + b'{"a":' + bytes(100)
-    assert codes_of(report_of(tmp_path, huge, "a.safetensors")) == {stc.ST_HEADER_SIZE}
+    assert codes_of(report_of(tmp_path, huge, "a.safetensors")) == {st_container.ST_HEADER_SIZE}
     entry = b'{"dtype":"U8","shape":[1],"data_offsets":[0,1]}'
     dup = b'{"x":' + entry + b',"x":' + entry + b"}"
     report = report_of(tmp_path, struct.pack("<Q", len(dup)) + dup + b"\x01", "b.safetensors")
-    assert codes_of(report) == {stc.ST_JSON}
+    assert codes_of(report) == {st_container.ST_JSON}
     deep = b"{" + b'"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     report = report_of(tmp_path, struct.pack("<Q", len(deep)) + deep, "c.safetensors")
-    assert codes_of(report) == {stc.ST_JSON}
+    assert codes_of(report) == {st_container.ST_JSON}
     nan = b'{"x":{"dtype":"U8","shape":[NaN],"data_offsets":[0,1]}}'
     report = report_of(tmp_path, struct.pack("<Q", len(nan)) + nan + b"\x01", "d.safetensors")
-    assert codes_of(report) == {stc.ST_JSON}
+    assert codes_of(report) == {st_container.ST_JSON}
 
 
 def test_safetensors_truncation_at_every_length(tmp_path: Path) -> None:
@@ -281,16 +307,18 @@ COMMON = ["f64", "f32", "f16", "i64", "i32", "i16", "i8", "u64", "u32", "u16", "
 
 @settings(max_examples=25, deadline=None)
 @given(
-    tensors=st.dictionaries(
-        st.text("abcxyz._/0123", min_size=1, max_size=8),
-        st.tuples(
-            st.sampled_from(COMMON), st.lists(st.integers(0, 4), max_size=3), st.binary(max_size=48)
+    tensors=strategies.dictionaries(
+        strategies.text("abcxyz._/0123", min_size=1, max_size=8),
+        strategies.tuples(
+            strategies.sampled_from(COMMON),
+            strategies.lists(strategies.integers(0, 4), max_size=3),
+            strategies.binary(max_size=48),
         ),
         min_size=1,
         max_size=4,
     ),
-    route=st.permutations(list(FORMATS)),
-    compress=st.sampled_from([None, "zstd:1"]),
+    route=strategies.permutations(list(FORMATS)),
+    compress=strategies.sampled_from([None, "zstd:1"]),
 )
 def test_round_trip_through_every_pair_of_formats(tensors, route, compress) -> None:
     arrays = {}
@@ -363,16 +391,19 @@ def test_casts_are_refused_when_they_change_values(tmp_path: Path) -> None:
     ok = run_cli("convert", str(src), str(out), "--dtype", "f16", "--select", "frac")
     assert ok.code == 0
     assert (
-        zt.parse(out.read_bytes(), out.stat().st_size).objects["frac"].components["data"].dtype
+        ztensor_v1.parse(out.read_bytes(), out.stat().st_size)
+        .objects["frac"]
+        .components["data"]
+        .dtype
         == "f16"
     )
 
 
 def test_cast_chunks_across_every_dtype_pair() -> None:
     values = np.array([0, 1, 2, 100], dtype=np.int64)
-    for src in ct.DTYPES:
-        for dst in ct.DTYPES:
-            d = ct.DTYPES[src]
+    for src in convert_tensors.DTYPES:
+        for dst in convert_tensors.DTYPES:
+            d = convert_tensors.DTYPES[src]
             if d.kind == "bool":
                 raw = np.array([0, 1, 1, 0], dtype=np.uint8).view(np.bool_)
             elif d.numeric:
@@ -380,11 +411,11 @@ def test_cast_chunks_across_every_dtype_pair() -> None:
             else:
                 raw = values.astype(getattr(ml_dtypes, d.ml_dtypes)).view(np.dtype(d.storage))
             try:
-                out = ct.cast_chunk(raw, src, dst, "t", 0)
-            except ct.FormatError as err:
-                assert err.code == ct.CONVERT_CAST
+                out = convert_tensors.cast_chunk(raw, src, dst, "t", 0)
+            except convert_tensors.FormatError as err:
+                assert err.code == convert_tensors.CONVERT_CAST
                 continue
-            assert out.dtype == np.dtype(ct.DTYPES[dst].storage), (src, dst)
+            assert out.dtype == np.dtype(convert_tensors.DTYPES[dst].storage), (src, dst)
 
 
 def test_select_and_densify(tmp_path: Path) -> None:
@@ -474,10 +505,10 @@ def test_unknown_and_foreign_inputs(tmp_path: Path) -> None:
 
 
 def test_svgt_to_svg_still_converts(tmp_path: Path) -> None:
-    from tests import golden_bytes as gb
+    from tests import golden_bytes
 
     src = tmp_path / "a.svgt"
-    src.write_bytes(gb.SVGT)
+    src.write_bytes(golden_bytes.SVGT)
     out = tmp_path / "a.svg"
     assert run_cli("convert", str(src), str(out)).code == 0
     assert out.read_text().startswith("<svg")
@@ -505,7 +536,7 @@ def test_quantized_group_passes_through_ztensor_and_is_refused_elsewhere(tmp_pat
     src.write_bytes(blob_file(q))
     out = tmp_path / "q2.zt"
     assert run_cli("convert", str(src), str(out), "--compress", "zstd").code == 0
-    f = zt.parse(out.read_bytes(), out.stat().st_size)
+    f = ztensor_v1.parse(out.read_bytes(), out.stat().st_size)
     assert f.objects["q"].layout == "quantized_group"
     assert f.objects["q"].attributes == {"bits": 4, "group_size": 8}
     assert examine(str(out), scan=True)[0].ok()
@@ -529,7 +560,7 @@ def test_names_a_destination_cannot_hold(tmp_path: Path) -> None:
     assert run_cli("convert", str(empty), str(tmp_path / "e.zt")).code == 0
 
 
-class _NamesSidecarSink(ct.TensorSink):
+class _NamesSidecarSink(convert_tensors.TensorSink):
     """A sink like STB: data in the main file, names in a sidecar; fails on a tensor named
     'boom' after writing part of both."""
 
@@ -545,7 +576,7 @@ class _NamesSidecarSink(ct.TensorSink):
         for piece in parts("data"):
             self.main.write(piece)
         if info.name == "boom":
-            raise ct.FormatError(ct.CONVERT_REFUSED, "boom")
+            raise convert_tensors.FormatError(convert_tensors.CONVERT_REFUSED, "boom")
 
     def finish(self) -> dict:
         return {}
@@ -560,7 +591,7 @@ def test_sidecars_appear_only_with_the_main_output(tmp_path: Path, names: list[s
     np.savez(src, **{n: np.ones(2, np.float32) for n in names})
     out = tmp_path / "out.bin"
     with Source.open(str(src)) as source:
-        call = lambda: ct.convert(  # noqa: E731
+        call = lambda: convert_tensors.convert(  # noqa: E731
             source,
             str(out),
             {},
@@ -570,7 +601,7 @@ def test_sidecars_appear_only_with_the_main_output(tmp_path: Path, names: list[s
             sink_cls=_NamesSidecarSink,
         )
         if "boom" in names:
-            with pytest.raises(ct.FormatError):
+            with pytest.raises(convert_tensors.FormatError):
                 call()
             assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npz"]
         else:

@@ -10,8 +10,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies
 from safetensors.numpy import load_file, save_file
 
 from matrixctl.codes import Severity
@@ -20,7 +19,7 @@ from matrixctl.errors import FormatError
 from matrixctl.formats import embd
 from matrixctl.tensors import DTYPES
 from matrixctl.validate.engine import examine
-from tests import golden_embd as ge
+from tests import golden_embd
 from tests.conftest import run_cli, run_sub
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -36,7 +35,7 @@ TINY_META = {
     "max_position_emb": "8",
     "created_at": "2025-01-16T12:00:00Z",
 }
-TINY_TOKENS = [t.decode() for t in ge.TOKENS]
+TINY_TOKENS = [t.decode() for t in golden_embd.TOKENS]
 META_ARGS = [arg for k, v in TINY_META.items() for arg in ("--meta", f"{k}={v}")]
 
 
@@ -68,7 +67,7 @@ def refresh(data: bytes | bytearray) -> bytes:
 
 
 def patched(fmt: str, offset: int, value: int, *, fix: bool = True) -> bytes:
-    data = bytearray(ge.EMBD)
+    data = bytearray(golden_embd.EMBD)
     struct.pack_into(fmt, data, offset, value)
     return refresh(data) if fix else bytes(data)
 
@@ -96,7 +95,7 @@ def test_fnv1a_matches_the_published_test_vectors() -> None:
 
 
 def test_golden_file_on_disk_is_the_hand_typed_bytes() -> None:
-    assert (GOLDEN / "embd_v1_tiny.weights").read_bytes() == ge.EMBD
+    assert (GOLDEN / "embd_v1_tiny.weights").read_bytes() == golden_embd.EMBD
 
 
 def test_writer_reproduces_the_golden_file(tmp_path: Path) -> None:
@@ -106,7 +105,7 @@ def test_writer_reproduces_the_golden_file(tmp_path: Path) -> None:
     out = tmp_path / "out.weights"
     result = run_cli("convert", str(src), str(out), "--meta", "created_at=2025-01-16T12:00:00Z")
     assert result.code == 0, result.stderr
-    assert out.read_bytes() == ge.EMBD
+    assert out.read_bytes() == golden_embd.EMBD
 
 
 def test_golden_file_reads_back(tmp_path: Path) -> None:
@@ -151,7 +150,7 @@ def test_offsets_are_absolute_and_data_offsets_relative() -> None:
     """Decision: every header offset and special_tokens are absolute from the file start (spec
     assumption 4); only a descriptor's data_offset is relative to tensor_data_offset (as the
     spec's table says)."""
-    f = embd.parse(ge.EMBD, len(ge.EMBD))
+    f = embd.parse(golden_embd.EMBD, len(golden_embd.EMBD))
     assert (f.header.metadata_offset, f.header.vocab_offset) == (64, 280)
     assert f.special_offset == 292
     assert [t.data_offset for t in f.tensors] == [0, 64]
@@ -162,7 +161,7 @@ def test_section_sizes_count_what_the_docs_say() -> None:
     """Decision: metadata total_size counts the entries only (metadata_size = 8 + total_size);
     vocabulary total_size counts the token entries only (vocab_size = 12 + 20 + total_size);
     the special ids sit right after the vocabulary header."""
-    f = embd.parse(ge.EMBD, len(ge.EMBD))
+    f = embd.parse(golden_embd.EMBD, len(golden_embd.EMBD))
     assert f.header.metadata_size == 8 + 205 and f.header.vocab_size == 12 + 20 + 45
     assert f.problems == []
 
@@ -171,8 +170,8 @@ def test_special_ids_may_follow_the_tokens() -> None:
     """Decision: a reader also accepts the five ids right after the tokens (the other place a
     writer could put them); anything else is EMBD_SPECIAL, and a value that looks relative to
     the vocabulary section says so."""
-    data = bytearray(ge.EMBD)
-    vocab = bytearray(ge.VOCAB)
+    data = bytearray(golden_embd.EMBD)
+    vocab = bytearray(golden_embd.VOCAB)
     ids, tokens = vocab[12:32], vocab[32:]
     vocab[12:] = tokens + ids
     struct.pack_into("<I", vocab, 8, 280 + 12 + 45)
@@ -190,11 +189,11 @@ def test_tensor_data_size_and_checksums() -> None:
     (padding between tensors included, none after); the footer follows at EOF - 16;
     data_checksum covers the tensor data section with its padding; file_checksum covers bytes
     0 to footer - 1 (the header with its checksum included)."""
-    f = embd.parse(ge.EMBD, len(ge.EMBD))
-    assert f.header.footer_offset == len(ge.EMBD) - 16 == 448 + 67
-    assert embd.checksums(ge.EMBD, f) == (
-        zlib.crc32(ge.EMBD[448:515]),
-        zlib.crc32(ge.EMBD[:515]),
+    f = embd.parse(golden_embd.EMBD, len(golden_embd.EMBD))
+    assert f.header.footer_offset == len(golden_embd.EMBD) - 16 == 448 + 67
+    assert embd.checksums(golden_embd.EMBD, f) == (
+        zlib.crc32(golden_embd.EMBD[448:515]),
+        zlib.crc32(golden_embd.EMBD[:515]),
     )
 
 
@@ -250,7 +249,7 @@ def test_versions() -> None:
     with pytest.raises(FormatError) as err:
         embd.parse(data, len(data))
     assert err.value.code == embd.EMBD_VERSION
-    f = embd.parse(patched("<H", 6, 3), len(ge.EMBD))
+    f = embd.parse(patched("<H", 6, 3), len(golden_embd.EMBD))
     assert [p.code for p in f.problems] == [embd.EMBD_VERSION_NEWER]
 
 
@@ -259,7 +258,7 @@ def test_reserved_fields_are_warnings(tmp_path: Path) -> None:
     `verify --strict` fails."""
     report = report_of(tmp_path, patched("<I", 60, 1))
     assert codes_of(report) == {embd.EMBD_RESERVED} and report.ok() and not report.ok(True)
-    data = bytearray(ge.EMBD)
+    data = bytearray(golden_embd.EMBD)
     data[-1] = 1
     report = report_of(tmp_path, bytes(data))
     assert codes_of(report) == {embd.EMBD_RESERVED}
@@ -310,7 +309,7 @@ def test_created_at_from_source_date_epoch(tmp_path: Path) -> None:
 def test_vocab_size_and_token_count(tmp_path: Path) -> None:
     """Decision: metadata vocab_size is the model's (the word embedding rows); the vocabulary
     may have fewer tokens (padded embedding tables) but not more (EMBD_MODEL)."""
-    f = embd.parse(patched("<I", 280, 7), len(ge.EMBD))
+    f = embd.parse(patched("<I", 280, 7), len(golden_embd.EMBD))
     assert f.problems == []
     meta = dict(TINY_META, vocab_size="6", **{embd.TOKENS_KEY: json.dumps(TINY_TOKENS)})
     result = run_cli("convert", str(tiny_source(tmp_path, meta)), str(tmp_path / "v.weights"))
@@ -339,10 +338,10 @@ def test_names_hash_collisions_and_duplicates(tmp_path: Path) -> None:
     with open_source(str(out)) as s:
         got = {i.name: s.array(i).tolist() for i in s.tensors()}
     assert got == {pair[0]: [1.0, 1.0], pair[1]: [0.0, 0.0]}
-    data = bytearray(ge.EMBD)
+    data = bytearray(golden_embd.EMBD)
     data[430] = ord("a")  # "foobar" -> "foobaa": its hash no longer matches
     assert errors_of_data(refresh(data)) == {embd.EMBD_NAME_HASH}
-    dup = bytearray(ge.EMBD)
+    dup = bytearray(golden_embd.EMBD)
     struct.pack_into("<IBBH", dup, 392, 0xE40C292C, 5, 2, 1)  # second name: 1 byte, "f"
     dup[425] = ord("a")
     assert embd.EMBD_DUPLICATE_NAME in errors_of_data(refresh(dup))
@@ -515,8 +514,8 @@ def test_no_vocabulary_in_the_input(tmp_path: Path) -> None:
 
 def test_truncation_at_every_length(tmp_path: Path) -> None:
     path = tmp_path / "t.weights"
-    for n in range(len(ge.EMBD)):
-        path.write_bytes(ge.EMBD[:n])
+    for n in range(len(golden_embd.EMBD)):
+        path.write_bytes(golden_embd.EMBD[:n])
         report = examine(str(path), scan=True)[0]
         assert not report.ok(), n
         assert report.format == ("embd" if n >= 4 else None), n
@@ -527,8 +526,8 @@ def test_every_bit_flip_is_reported(tmp_path: Path) -> None:
     error (the CRCs cover every other byte)."""
     path = tmp_path / "b.weights"
     reserved = set(range(60, 64)) | set(range(527, 531))
-    for i in range(len(ge.EMBD)):
-        data = bytearray(ge.EMBD)
+    for i in range(len(golden_embd.EMBD)):
+        data = bytearray(golden_embd.EMBD)
         data[i] ^= 1 << (i % 8)
         path.write_bytes(bytes(data))
         report = examine(str(path), scan=True)[0]
@@ -580,7 +579,7 @@ def test_hostile_fields(tmp_path: Path, fmt: str, offset: int, value: int, code:
     [(56, embd.EMBD_HEADER_CRC), (515, embd.EMBD_DATA_CRC), (519, embd.EMBD_FILE_CRC)],
 )
 def test_wrong_checksums(tmp_path: Path, offset: int, code: str) -> None:
-    data = bytearray(ge.EMBD)
+    data = bytearray(golden_embd.EMBD)
     data[offset] ^= 0x40
     report = report_of(tmp_path, bytes(data))
     # The header (its checksum included) is covered by file_checksum too.
@@ -593,7 +592,7 @@ def test_wrong_checksums(tmp_path: Path, offset: int, code: str) -> None:
 def test_damaged_data_is_caught_by_convert(tmp_path: Path) -> None:
     """Decision: convert from .weights checks the data and file CRC-32s first (one pass), so a
     damaged file is refused with the code verify reports even when its structure is fine."""
-    data = bytearray(ge.EMBD)
+    data = bytearray(golden_embd.EMBD)
     data[450] ^= 1
     path = tmp_path / "d.weights"
     path.write_bytes(bytes(data))
@@ -603,18 +602,18 @@ def test_damaged_data_is_caught_by_convert(tmp_path: Path) -> None:
 
 
 def test_padding_must_be_zero(tmp_path: Path) -> None:
-    data = bytearray(ge.EMBD)
+    data = bytearray(golden_embd.EMBD)
     data[500] = 7  # between "a" and "foobar"
     report = report_of(tmp_path, refresh(data))
     assert errors_of(report) == {embd.EMBD_PADDING}
-    data = bytearray(ge.EMBD)
+    data = bytearray(golden_embd.EMBD)
     data[278] = 1  # between metadata and vocabulary
     assert errors_of(report_of(tmp_path, refresh(data))) == {embd.EMBD_PADDING}
 
 
 def test_non_utf8_strings(tmp_path: Path) -> None:
     for at in (76, 318, 424):  # a key, a token, a name
-        data = bytearray(ge.EMBD)
+        data = bytearray(golden_embd.EMBD)
         data[at] = 0xFF
         assert embd.EMBD_UTF8 in errors_of(report_of(tmp_path, refresh(data))), at
 
@@ -637,18 +636,18 @@ EMBD_DTYPES = ["f32", "f16", "bf16", "i32", "i16", "i8", "u32", "u16", "u8"]
 
 @settings(max_examples=30, deadline=None)
 @given(
-    tensors=st.dictionaries(
-        st.text("abcxyz._/0123é", min_size=1, max_size=8),
-        st.tuples(
-            st.sampled_from(EMBD_DTYPES),
-            st.lists(st.integers(0, 4), min_size=1, max_size=4),
-            st.binary(max_size=48),
+    tensors=strategies.dictionaries(
+        strategies.text("abcxyz._/0123é", min_size=1, max_size=8),
+        strategies.tuples(
+            strategies.sampled_from(EMBD_DTYPES),
+            strategies.lists(strategies.integers(0, 4), min_size=1, max_size=4),
+            strategies.binary(max_size=48),
         ),
         min_size=1,
         max_size=5,
     ),
-    tokens=st.none() | st.lists(st.text(max_size=6), max_size=6),
-    via=st.sampled_from([".safetensors", ".zt"]),
+    tokens=strategies.none() | strategies.lists(strategies.text(max_size=6), max_size=6),
+    via=strategies.sampled_from([".safetensors", ".zt"]),
 )
 def test_round_trip_is_byte_identical(tensors, tokens, via) -> None:
     """.weights -> safetensors or zTensor -> .weights gives the same bytes: tensors, metadata
@@ -693,7 +692,7 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     verify = run_cli("verify", "--json", str(good))
     assert verify.code == 0 and verify.json()["files"][0]["format"] == "embd"
     bad = tmp_path / "bad.weights"
-    bad.write_bytes(ge.EMBD[:300])
+    bad.write_bytes(golden_embd.EMBD[:300])
     result = run_cli("verify", "--json", str(bad))
     assert result.code == 1 and result.json()["ok"] is False
     assert run_cli("inspect", str(bad)).code == 1
@@ -722,16 +721,16 @@ def test_descriptor_order_and_section_order() -> None:
     sections in the spec's order; readers look names up by hash then compare names, so no
     order is required of the index; a reader accepts the metadata, vocabulary and index
     sections in any order as long as they do not overlap and the gaps are zero."""
-    f = embd.parse(ge.EMBD, len(ge.EMBD))
+    f = embd.parse(golden_embd.EMBD, len(golden_embd.EMBD))
     assert [t.offset for t in f.tensors] == sorted(t.offset for t in f.tensors)
     # Move the vocabulary before the metadata: vocab at 64, metadata at 144 (64 + 77 -> 8).
-    body = bytearray(ge.EMBD[:448])
+    body = bytearray(golden_embd.EMBD[:448])
     body[64:360] = bytes(296)
-    vocab = bytearray(ge.VOCAB)
+    vocab = bytearray(golden_embd.VOCAB)
     struct.pack_into("<I", vocab, 8, 64 + 12)
     body[64:141] = vocab
-    body[144:357] = ge.METADATA
-    data = bytearray(body + ge.EMBD[448:])
+    body[144:357] = golden_embd.METADATA
+    data = bytearray(body + golden_embd.EMBD[448:])
     struct.pack_into("<I", data, 12, 144)
     struct.pack_into("<I", data, 20, 64)
     data = bytearray(refresh(data))

@@ -15,10 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from matrixctl.formats import gguf as gg
-from matrixctl.formats import ztensor as zt
+from matrixctl.formats import gguf, ztensor
 from matrixctl.validate.engine import examine
-from tests import ggufcraft as gc
+from tests import ggufcraft
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 GGUF_DIR = FIXTURES / "gguf"
@@ -35,8 +34,8 @@ def codes_of(report) -> set[str]:
     return {f.code for f in report.findings}
 
 
-def parse_bytes(data: bytes) -> gg.GgufFile:
-    return gg.parse(data, len(data))
+def parse_bytes(data: bytes) -> gguf.GgufFile:
+    return gguf.parse(data, len(data))
 
 
 # Golden bytes, typed from the spec ------------------------------------------------------------
@@ -90,7 +89,7 @@ def test_golden_file_typed_from_the_spec(tmp_path: Path) -> None:
     assert (gf.version, gf.tensor_count, gf.kv_count) == (3, 1, 3)
     assert list(gf.kvs) == ["general.architecture", "general.alignment", "tokenizer.ggml.tokens"]
     assert gf.get("general.architecture") == b"llama"
-    assert gf.kvs["general.alignment"].vtype == gg.UINT32 and gf.alignment == 32
+    assert gf.kvs["general.alignment"].vtype == gguf.UINT32 and gf.alignment == 32
     assert gf.get("tokenizer.ggml.tokens").strings(GOLDEN) == [b"a", b"b"]
     assert (gf.info_end, gf.data_offset) == (211, 224)
     (t,) = gf.tensors
@@ -145,22 +144,22 @@ def ours_view(path: Path) -> dict:
     from matrixctl.io import Source
 
     with Source.open(str(path)) as src:
-        gf = gg.parse(src.buf, src.size)
+        gf = gguf.parse(src.buf, src.size)
         fields = {}
         for kv in gf.kvs.values():
             v = kv.value
-            if isinstance(v, gg.GgufArray):
-                types = ["ARRAY", gg.TYPE_NAMES[v.item_type].upper()]
+            if isinstance(v, gguf.GgufArray):
+                types = ["ARRAY", gguf.TYPE_NAMES[v.item_type].upper()]
                 values = v.values(src.buf)
-                if v.item_type == gg.BOOL:
+                if v.item_type == gguf.BOOL:
                     values = [bool(x) for x in values]
                 fields[kv.name] = (types, values)
             elif isinstance(v, bytes):
                 fields[kv.name] = (["STRING"], v)
             else:
                 fields[kv.name] = (
-                    [gg.TYPE_NAMES[kv.vtype].upper()],
-                    bool(v) if kv.vtype == gg.BOOL else v,
+                    [gguf.TYPE_NAMES[kv.vtype].upper()],
+                    bool(v) if kv.vtype == gguf.BOOL else v,
                 )
         tensors = [(t.name, t.type_name, list(t.dims), t.offset, t.nbytes) for t in gf.tensors]
         return {"fields": fields, "tensors": tensors, "alignment": gf.alignment}
@@ -194,7 +193,7 @@ def test_every_real_fixture_verifies_clean() -> None:
     for path in VOCABS:
         report = examine(str(path), scan=True)[0]
         assert report.format == "gguf" and report.findings == [], (path, report.findings)
-        gf = gg.parse(path.read_bytes(), path.stat().st_size)
+        gf = gguf.parse(path.read_bytes(), path.stat().st_size)
         assert gf.tensor_count == 0 and gf.data_offset > gf.size
 
 
@@ -205,12 +204,12 @@ def test_ggml_type_table_matches_the_gguf_package() -> None:
 
     known = 0
     for qtype, (block, size) in GGML_QUANT_SIZES.items():
-        ours = gg.GGML_TYPES.get(int(qtype))
+        ours = gguf.GGML_TYPES.get(int(qtype))
         assert ours is not None, qtype.name
         assert (ours.name, ours.block_size, ours.type_size) == (qtype.name, block, size)
         known += 1
     assert known >= 30
-    for t in gg.GGML_TYPES.values():
+    for t in gguf.GGML_TYPES.values():
         if t.id in {int(q) for q in GGMLQuantizationType}:
             assert GGMLQuantizationType(t.id).name == t.name
 
@@ -221,7 +220,7 @@ def test_ggml_type_table_matches_the_gguf_package() -> None:
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray]]:
     path = tmp_path_factory.mktemp("model") / "tiny.gguf"
-    expected = gc.write_model(path)
+    expected = ggufcraft.write_model(path)
     return path, expected
 
 
@@ -292,7 +291,7 @@ def test_keep_quantized_stores_the_raw_blocks(model, tmp_path: Path) -> None:
     out = tmp_path / "q.zt"
     assert run_cli("convert", "--keep-quantized", str(path), str(out)).code == 0
     assert examine(str(out), scan=True)[0].findings == []
-    parsed = zt.parse(out.read_bytes(), out.stat().st_size)
+    parsed = ztensor.parse(out.read_bytes(), out.stat().st_size)
     r = GGUFReader(str(path))
     data = out.read_bytes()
     for t in r.tensors:
@@ -329,13 +328,13 @@ def test_ztensor_verifier_checks_ggml_blocks(model, tmp_path: Path) -> None:
         == 0
     )
     data = good.read_bytes()
-    f = zt.parse(data, len(data))
+    f = ztensor.parse(data, len(data))
 
     def rewrite(edit) -> set[str]:
         manifest = json.loads(json.dumps(f.manifest))
         edit(manifest["objects"]["token_embd.weight"])
         raw = cbor.dumps(manifest)
-        blob = data[: f.manifest_offset] + raw + struct.pack("<Q", len(raw)) + zt.MAGIC
+        blob = data[: f.manifest_offset] + raw + struct.pack("<Q", len(raw)) + ztensor.MAGIC
         return codes_of(report_of(tmp_path, blob, name="bad.zt"))
 
     assert rewrite(lambda o: None) <= {"ZT_NO_DIGEST"}
@@ -357,11 +356,11 @@ def test_dequantization_is_chunked_by_whole_blocks(model) -> None:
 
     path, expected = model
     with Source.open(str(path)) as src:
-        gf = gg.parse(src.buf, src.size)
+        gf = gguf.parse(src.buf, src.size)
         for t in gf.tensors:
             if not t.gtype.quantized:
                 continue
-            pieces = list(gg.dequantize_blocks(src.buf, t.offset, t.nbytes, t.gtype, chunk=1000))
+            pieces = list(gguf.dequantize_blocks(src.buf, t.offset, t.nbytes, t.gtype, chunk=1000))
             assert len(pieces) > 1 or t.count <= 1000 // 4
             got = np.concatenate(pieces).reshape(t.shape)
             assert np.array_equal(got, expected[t.name]), t.name
@@ -440,7 +439,7 @@ def test_inspect_summarizes_long_arrays_and_lists_tensors(model) -> None:
 def test_float32_values_are_shown_as_the_shortest_decimal(tmp_path: Path) -> None:
     """Decision: inspect shows a float32 as the shortest decimal that reads back as the same
     float32 (1e-05, not 9.999999747378752e-06); --json carries the same number."""
-    data = gc.gguf([gc.kv("a.eps", gc.F32, struct.pack("<f", 1e-5))])
+    data = ggufcraft.gguf([ggufcraft.kv("a.eps", ggufcraft.F32, struct.pack("<f", 1e-5))])
     path = tmp_path / "f.gguf"
     path.write_bytes(data)
     doc = run_cli("inspect", "--json", str(path)).json()["files"][0]
@@ -450,13 +449,13 @@ def test_float32_values_are_shown_as_the_shortest_decimal(tmp_path: Path) -> Non
 def test_control_characters_in_keys_and_strings_are_neutralized(tmp_path: Path) -> None:
     evil_key = "a.\x1b[31mred"
     evil = "x\x1b]0;pwned\x07\u202eevil\u0000"
-    data = gc.gguf(
+    data = ggufcraft.gguf(
         [
-            gc.kv_str(evil_key, "v"),
-            gc.kv_str("general.name", evil),
-            gc.kv("tokenizer.ggml.tokens", gc.ARR, gc.arr_str([evil, "ok"])),
+            ggufcraft.kv_str(evil_key, "v"),
+            ggufcraft.kv_str("general.name", evil),
+            ggufcraft.kv("tokenizer.ggml.tokens", ggufcraft.ARR, ggufcraft.arr_str([evil, "ok"])),
         ],
-        [gc.tensor_info("t\x1b[2J", [2], 0, 0)],
+        [ggufcraft.tensor_info("t\x1b[2J", [2], 0, 0)],
         struct.pack("<2f", 1, 2),
     )
     path = tmp_path / "evil.gguf"
@@ -478,17 +477,30 @@ def test_control_characters_in_keys_and_strings_are_neutralized(tmp_path: Path) 
 def small_model() -> bytes:
     """A hand-built model: strings, arrays of every kind, two aligned tensors."""
     kvs = [
-        gc.kv_str("general.architecture", "llama"),
-        gc.kv_u32("general.alignment", 32),
-        gc.kv("tokenizer.ggml.tokens", gc.ARR, gc.arr_str(["<s>", "a", "b", "ab"])),
-        gc.kv("tokenizer.ggml.scores", gc.ARR, gc.arr_num(gc.F32, "f", [0, -1, -2, -3])),
-        gc.kv("tokenizer.ggml.token_type", gc.ARR, gc.arr_num(gc.I32, "i", [3, 1, 1, 1])),
-        gc.kv_u32("tokenizer.ggml.bos_token_id", 0),
-        gc.kv_bool("tokenizer.ggml.add_bos_token", 1),
+        ggufcraft.kv_str("general.architecture", "llama"),
+        ggufcraft.kv_u32("general.alignment", 32),
+        ggufcraft.kv(
+            "tokenizer.ggml.tokens", ggufcraft.ARR, ggufcraft.arr_str(["<s>", "a", "b", "ab"])
+        ),
+        ggufcraft.kv(
+            "tokenizer.ggml.scores",
+            ggufcraft.ARR,
+            ggufcraft.arr_num(ggufcraft.F32, "f", [0, -1, -2, -3]),
+        ),
+        ggufcraft.kv(
+            "tokenizer.ggml.token_type",
+            ggufcraft.ARR,
+            ggufcraft.arr_num(ggufcraft.I32, "i", [3, 1, 1, 1]),
+        ),
+        ggufcraft.kv_u32("tokenizer.ggml.bos_token_id", 0),
+        ggufcraft.kv_bool("tokenizer.ggml.add_bos_token", 1),
     ]
-    infos = [gc.tensor_info("token_embd.weight", [2, 4], 0, 0), gc.tensor_info("b", [3], 1, 32)]
+    infos = [
+        ggufcraft.tensor_info("token_embd.weight", [2, 4], 0, 0),
+        ggufcraft.tensor_info("b", [3], 1, 32),
+    ]
     data = struct.pack("<8f", *range(8)) + bytes(0) + struct.pack("<3e", 1, 2, 3) + bytes(26)
-    return gc.gguf(kvs, infos, data)
+    return ggufcraft.gguf(kvs, infos, data)
 
 
 def test_the_small_model_is_clean() -> None:
@@ -527,153 +539,219 @@ HUGE = 1 << 63
 
 def hostile_files() -> dict[str, tuple[bytes, str]]:
     """name -> (bytes, the code that must be reported)."""
-    tok = gc.kv("tokenizer.ggml.tokens", gc.ARR, gc.arr_str(["a", "b"]))
+    tok = ggufcraft.kv("tokenizer.ggml.tokens", ggufcraft.ARR, ggufcraft.arr_str(["a", "b"]))
     head = b"GGUF" + struct.pack("<I", 3)
     out = {
-        "tensor count 2**63": (gc.gguf([tok], tensor_count=HUGE), "GGUF_COUNT"),
-        "kv count 2**63": (gc.gguf([tok], kv_count=HUGE), "GGUF_COUNT"),
+        "tensor count 2**63": (ggufcraft.gguf([tok], tensor_count=HUGE), "GGUF_COUNT"),
+        "kv count 2**63": (ggufcraft.gguf([tok], kv_count=HUGE), "GGUF_COUNT"),
         "kv count 2**64-1": (head + struct.pack("<QQ", 0, 2**64 - 1), "GGUF_COUNT"),
         "string array of 2**63": (
-            gc.gguf([gc.kv("x.y", gc.ARR, struct.pack("<IQ", gc.STR, HUGE))]),
+            ggufcraft.gguf(
+                [ggufcraft.kv("x.y", ggufcraft.ARR, struct.pack("<IQ", ggufcraft.STR, HUGE))]
+            ),
             "GGUF_COUNT",
         ),
         "u8 array of 2**63": (
-            gc.gguf([gc.kv("x.y", gc.ARR, struct.pack("<IQ", gc.U8, HUGE))]),
+            ggufcraft.gguf(
+                [ggufcraft.kv("x.y", ggufcraft.ARR, struct.pack("<IQ", ggufcraft.U8, HUGE))]
+            ),
             "GGUF_TRUNCATED",
         ),
         "f64 array of 2**61": (
-            gc.gguf([gc.kv("x.y", gc.ARR, struct.pack("<IQ", gc.F64, 1 << 61))]),
+            ggufcraft.gguf(
+                [ggufcraft.kv("x.y", ggufcraft.ARR, struct.pack("<IQ", ggufcraft.F64, 1 << 61))]
+            ),
             "GGUF_TRUNCATED",
         ),
         "nested array of 2**63": (
-            gc.gguf([gc.kv("x.y", gc.ARR, struct.pack("<IQ", gc.ARR, HUGE))]),
+            ggufcraft.gguf(
+                [ggufcraft.kv("x.y", ggufcraft.ARR, struct.pack("<IQ", ggufcraft.ARR, HUGE))]
+            ),
             "GGUF_COUNT",
         ),
         "nested arrays 100 deep": (
-            gc.gguf([gc.kv("x.y", gc.ARR, struct.pack("<IQ", gc.ARR, 1) * 100)]),
+            ggufcraft.gguf(
+                [ggufcraft.kv("x.y", ggufcraft.ARR, struct.pack("<IQ", ggufcraft.ARR, 1) * 100)]
+            ),
             "GGUF_COUNT",
         ),
         "string length past EOF": (
-            gc.gguf([gc.kv("x.y", gc.STR, struct.pack("<Q", 10**6))]),
+            ggufcraft.gguf([ggufcraft.kv("x.y", ggufcraft.STR, struct.pack("<Q", 10**6))]),
             "GGUF_TRUNCATED",
         ),
         "string length 2**64-1": (
-            gc.gguf([gc.kv("x.y", gc.STR, struct.pack("<Q", 2**64 - 1))]),
+            ggufcraft.gguf([ggufcraft.kv("x.y", ggufcraft.STR, struct.pack("<Q", 2**64 - 1))]),
             "GGUF_TRUNCATED",
         ),
         "key length 2**63": (head + struct.pack("<QQQ", 0, 1, HUGE) + bytes(16), "GGUF_TRUNCATED"),
         "token string past EOF": (
-            gc.gguf(
+            ggufcraft.gguf(
                 [
-                    gc.kv(
+                    ggufcraft.kv(
                         "tokenizer.ggml.tokens",
-                        gc.ARR,
-                        struct.pack("<IQ", gc.STR, 2) + gc.s("a") + struct.pack("<Q", 999),
+                        ggufcraft.ARR,
+                        struct.pack("<IQ", ggufcraft.STR, 2)
+                        + ggufcraft.s("a")
+                        + struct.pack("<Q", 999),
                     )
                 ]
             ),
             "GGUF_TRUNCATED",
         ),
-        "unknown value type": (gc.gguf([gc.kv("x.y", 13, b"\x00" * 8)]), "GGUF_VALUE_TYPE"),
+        "unknown value type": (
+            ggufcraft.gguf([ggufcraft.kv("x.y", 13, b"\x00" * 8)]),
+            "GGUF_VALUE_TYPE",
+        ),
         "unknown array item type": (
-            gc.gguf([gc.kv("x.y", gc.ARR, struct.pack("<IQ", 99, 1))]),
+            ggufcraft.gguf([ggufcraft.kv("x.y", ggufcraft.ARR, struct.pack("<IQ", 99, 1))]),
             "GGUF_VALUE_TYPE",
         ),
         "n_dims 2**32-1": (
-            gc.gguf([tok], [gc.s("t") + struct.pack("<I", 2**32 - 1) + bytes(64)]),
+            ggufcraft.gguf([tok], [ggufcraft.s("t") + struct.pack("<I", 2**32 - 1) + bytes(64)]),
             "GGUF_COUNT",
         ),
         "5 dimensions": (
-            gc.gguf([tok], [gc.tensor_info("t", [1, 1, 1, 1, 1], 0, 0)], bytes(32)),
+            ggufcraft.gguf([tok], [ggufcraft.tensor_info("t", [1, 1, 1, 1, 1], 0, 0)], bytes(32)),
             "GGUF_TENSOR_SHAPE",
         ),
         "dimension 2**63": (
-            gc.gguf([tok], [gc.tensor_info("t", [HUGE, 1], 0, 0)], bytes(32)),
+            ggufcraft.gguf([tok], [ggufcraft.tensor_info("t", [HUGE, 1], 0, 0)], bytes(32)),
             "GGUF_TENSOR_SHAPE",
         ),
         "2**63 elements": (
-            gc.gguf([tok], [gc.tensor_info("t", [1 << 32, 1 << 31], 0, 0)], bytes(32)),
+            ggufcraft.gguf(
+                [tok], [ggufcraft.tensor_info("t", [1 << 32, 1 << 31], 0, 0)], bytes(32)
+            ),
             "GGUF_TENSOR_SHAPE",
         ),
         "row not whole blocks": (
-            gc.gguf([tok], [gc.tensor_info("t", [33], 8, 0)], bytes(64)),
+            ggufcraft.gguf([tok], [ggufcraft.tensor_info("t", [33], 8, 0)], bytes(64)),
             "GGUF_TENSOR_SHAPE",
         ),
         "unknown ggml type": (
-            gc.gguf([tok], [gc.tensor_info("t", [4], 4, 0)], bytes(32)),
+            ggufcraft.gguf([tok], [ggufcraft.tensor_info("t", [4], 4, 0)], bytes(32)),
             "GGUF_TENSOR_TYPE",
         ),
         "tensor offset past EOF": (
-            gc.gguf([tok], [gc.tensor_info("t", [8], 0, 1 << 40)], bytes(32)),
+            ggufcraft.gguf([tok], [ggufcraft.tensor_info("t", [8], 0, 1 << 40)], bytes(32)),
             "GGUF_TENSOR_BOUNDS",
         ),
         "tensor offset 2**64-32": (
-            gc.gguf([tok], [gc.tensor_info("t", [8], 0, 2**64 - 32)], bytes(32)),
+            ggufcraft.gguf([tok], [ggufcraft.tensor_info("t", [8], 0, 2**64 - 32)], bytes(32)),
             "GGUF_TENSOR_BOUNDS",
         ),
         "tensor runs past EOF": (  # a cut file: its one root cause
-            gc.gguf([tok], [gc.tensor_info("t", [64], 0, 0)], bytes(32)),
+            ggufcraft.gguf([tok], [ggufcraft.tensor_info("t", [64], 0, 0)], bytes(32)),
             "GGUF_TRUNCATED",
         ),
         "misaligned tensor": (
-            gc.gguf([tok], [gc.tensor_info("t", [2], 0, 4)], bytes(64)),
+            ggufcraft.gguf([tok], [ggufcraft.tensor_info("t", [2], 0, 4)], bytes(64)),
             "GGUF_TENSOR_ALIGN",
         ),
         "overlapping tensors": (
-            gc.gguf(
+            ggufcraft.gguf(
                 [tok],
-                [gc.tensor_info("a", [16], 0, 0), gc.tensor_info("b", [16], 0, 32)],
+                [ggufcraft.tensor_info("a", [16], 0, 0), ggufcraft.tensor_info("b", [16], 0, 32)],
                 bytes(128),
             ),
             "GGUF_TENSOR_OVERLAP",
         ),
-        "alignment 0": (gc.gguf([gc.kv_u32("general.alignment", 0)]), "GGUF_ALIGNMENT"),
-        "alignment 48": (gc.gguf([gc.kv_u32("general.alignment", 48)]), "GGUF_ALIGNMENT"),
+        "alignment 0": (
+            ggufcraft.gguf([ggufcraft.kv_u32("general.alignment", 0)]),
+            "GGUF_ALIGNMENT",
+        ),
+        "alignment 48": (
+            ggufcraft.gguf([ggufcraft.kv_u32("general.alignment", 48)]),
+            "GGUF_ALIGNMENT",
+        ),
         "alignment as u64": (
-            gc.gguf([gc.kv("general.alignment", gc.U64, struct.pack("<Q", 32))]),
+            ggufcraft.gguf(
+                [ggufcraft.kv("general.alignment", ggufcraft.U64, struct.pack("<Q", 32))]
+            ),
             "GGUF_ALIGNMENT",
         ),
         "version 1": (b"GGUF" + struct.pack("<IIi", 1, 0, 0), "GGUF_VERSION"),
         "version 4": (b"GGUF" + struct.pack("<IQQ", 4, 0, 0), "GGUF_VERSION"),
         "big-endian": (b"GGUF" + struct.pack(">IQQ", 3, 0, 1) + bytes(40), "GGUF_BYTE_ORDER"),
-        "duplicate key": (gc.gguf([tok, tok]), "GGUF_DUP_KEY"),
+        "duplicate key": (ggufcraft.gguf([tok, tok]), "GGUF_DUP_KEY"),
         "duplicate tensor": (
-            gc.gguf(
-                [tok], [gc.tensor_info("t", [8], 0, 0), gc.tensor_info("t", [8], 0, 32)], bytes(64)
+            ggufcraft.gguf(
+                [tok],
+                [ggufcraft.tensor_info("t", [8], 0, 0), ggufcraft.tensor_info("t", [8], 0, 32)],
+                bytes(64),
             ),
             "GGUF_TENSOR_NAME",
         ),
         "tensor name of 64 bytes": (
-            gc.gguf([tok], [gc.tensor_info("n" * 64, [8], 0, 0)], bytes(32)),
+            ggufcraft.gguf([tok], [ggufcraft.tensor_info("n" * 64, [8], 0, 0)], bytes(32)),
             "GGUF_TENSOR_NAME",
         ),
-        "bool 2": (gc.gguf([gc.kv_bool("x.y", 2)]), "GGUF_BOOL"),
+        "bool 2": (ggufcraft.gguf([ggufcraft.kv_bool("x.y", 2)]), "GGUF_BOOL"),
         "bool array with 7": (
-            gc.gguf([gc.kv("x.y", gc.ARR, struct.pack("<IQ", gc.BOOL, 3) + b"\x01\x00\x07")]),
+            ggufcraft.gguf(
+                [
+                    ggufcraft.kv(
+                        "x.y",
+                        ggufcraft.ARR,
+                        struct.pack("<IQ", ggufcraft.BOOL, 3) + b"\x01\x00\x07",
+                    )
+                ]
+            ),
             "GGUF_BOOL",
         ),
         "scores of another length": (
-            gc.gguf([tok, gc.kv("tokenizer.ggml.scores", gc.ARR, gc.arr_num(gc.F32, "f", [0]))]),
+            ggufcraft.gguf(
+                [
+                    tok,
+                    ggufcraft.kv(
+                        "tokenizer.ggml.scores",
+                        ggufcraft.ARR,
+                        ggufcraft.arr_num(ggufcraft.F32, "f", [0]),
+                    ),
+                ]
+            ),
             "GGUF_TOKENIZER",
         ),
         "token types as floats": (
-            gc.gguf(
-                [tok, gc.kv("tokenizer.ggml.token_type", gc.ARR, gc.arr_num(gc.F32, "f", [1, 1]))]
+            ggufcraft.gguf(
+                [
+                    tok,
+                    ggufcraft.kv(
+                        "tokenizer.ggml.token_type",
+                        ggufcraft.ARR,
+                        ggufcraft.arr_num(ggufcraft.F32, "f", [1, 1]),
+                    ),
+                ]
             ),
             "GGUF_TOKENIZER",
         ),
         "token type 9": (
-            gc.gguf(
-                [tok, gc.kv("tokenizer.ggml.token_type", gc.ARR, gc.arr_num(gc.I32, "i", [1, 9]))]
+            ggufcraft.gguf(
+                [
+                    tok,
+                    ggufcraft.kv(
+                        "tokenizer.ggml.token_type",
+                        ggufcraft.ARR,
+                        ggufcraft.arr_num(ggufcraft.I32, "i", [1, 9]),
+                    ),
+                ]
             ),
             "GGUF_TOKENIZER",
         ),
         "eos id out of range": (
-            gc.gguf([tok, gc.kv_u32("tokenizer.ggml.eos_token_id", 2)]),
+            ggufcraft.gguf([tok, ggufcraft.kv_u32("tokenizer.ggml.eos_token_id", 2)]),
             "GGUF_TOKENIZER",
         ),
         "tokens not strings": (
-            gc.gguf([gc.kv("tokenizer.ggml.tokens", gc.ARR, gc.arr_num(gc.U8, "B", [1]))]),
+            ggufcraft.gguf(
+                [
+                    ggufcraft.kv(
+                        "tokenizer.ggml.tokens",
+                        ggufcraft.ARR,
+                        ggufcraft.arr_num(ggufcraft.U8, "B", [1]),
+                    )
+                ]
+            ),
             "GGUF_TOKENIZER",
         ),
     }
@@ -708,19 +786,23 @@ def test_limits_are_refused_before_the_bytes_left(tmp_path: Path, monkeypatch) -
     cases = {
         "kv_count": head + struct.pack("<QQ", 0, (1 << 16) + 1) + pad,
         "tensor_count": head + struct.pack("<QQ", (1 << 18) + 1, 0) + pad,
-        "string items": gc.gguf([gc.kv("x.y", gc.ARR, struct.pack("<IQ", gc.STR, (1 << 24) + 1))]),
-        "nested items": gc.gguf([gc.kv("x.y", gc.ARR, struct.pack("<IQ", gc.ARR, (1 << 16) + 1))]),
+        "string items": ggufcraft.gguf(
+            [ggufcraft.kv("x.y", ggufcraft.ARR, struct.pack("<IQ", ggufcraft.STR, (1 << 24) + 1))]
+        ),
+        "nested items": ggufcraft.gguf(
+            [ggufcraft.kv("x.y", ggufcraft.ARR, struct.pack("<IQ", ggufcraft.ARR, (1 << 16) + 1))]
+        ),
     }
     for what, data in cases.items():
         report = report_of(tmp_path, data)
         assert [f.code for f in report.findings] == ["GGUF_COUNT"], what
         assert "matrixctl reads at most" in report.findings[0].message, what
     # The item budgets hold for all arrays together (scaled down here: 100 strings).
-    monkeypatch.setattr(gg, "MAX_STRING_ITEMS", 100)
-    two = gc.gguf(
+    monkeypatch.setattr(gguf, "MAX_STRING_ITEMS", 100)
+    two = ggufcraft.gguf(
         [
-            gc.kv("x.a", gc.ARR, gc.arr_str(["s"] * 60)),
-            gc.kv("x.b", gc.ARR, gc.arr_str(["s"] * 41)),
+            ggufcraft.kv("x.a", ggufcraft.ARR, ggufcraft.arr_str(["s"] * 60)),
+            ggufcraft.kv("x.b", ggufcraft.ARR, ggufcraft.arr_str(["s"] * 41)),
         ]
     )
     report = report_of(tmp_path, two)
@@ -742,31 +824,51 @@ def test_warnings_layout_trailing_padding_nested_keys(tmp_path: Path) -> None:
     """Decision: a gap or reordering between tensors (llama.cpp refuses it), bytes after the
     last tensor, non-zero padding, arrays of arrays and keys that are not lower_snake_case are
     warnings: the file can still be read exactly."""
-    tok = gc.kv("tokenizer.ggml.tokens", gc.ARR, gc.arr_str(["a"]))
-    gap = gc.gguf([tok], [gc.tensor_info("a", [8], 0, 64)], bytes(96))
+    tok = ggufcraft.kv("tokenizer.ggml.tokens", ggufcraft.ARR, ggufcraft.arr_str(["a"]))
+    gap = ggufcraft.gguf([tok], [ggufcraft.tensor_info("a", [8], 0, 64)], bytes(96))
     assert codes_of(report_of(tmp_path, gap)) == {"GGUF_LAYOUT"}
-    trailing = gc.gguf([tok], [gc.tensor_info("a", [8], 0, 0)], bytes(32) + b"junk" * 16)
+    trailing = ggufcraft.gguf(
+        [tok], [ggufcraft.tensor_info("a", [8], 0, 0)], bytes(32) + b"junk" * 16
+    )
     assert codes_of(report_of(tmp_path, trailing)) == {"GGUF_TRAILING"}
-    dirty = bytearray(gc.gguf([tok], [gc.tensor_info("a", [7], 0, 0)], bytes(32)))
+    dirty = bytearray(ggufcraft.gguf([tok], [ggufcraft.tensor_info("a", [7], 0, 0)], bytes(32)))
     dirty[-1] = 0xAA  # padding after the 28-byte tensor
     report = report_of(tmp_path, bytes(dirty))
     assert codes_of(report) == {"GGUF_PADDING"} and report.ok()
     assert codes_of(report_of(tmp_path, bytes(dirty), scan=False)) == set()
-    nested = gc.gguf([gc.kv("x.y", gc.ARR, struct.pack("<IQ", gc.ARR, 1) + gc.arr_str(["a"]))])
+    nested = ggufcraft.gguf(
+        [
+            ggufcraft.kv(
+                "x.y",
+                ggufcraft.ARR,
+                struct.pack("<IQ", ggufcraft.ARR, 1) + ggufcraft.arr_str(["a"]),
+            )
+        ]
+    )
     report = report_of(tmp_path, nested)
     assert codes_of(report) == {"GGUF_NESTED_ARRAY"} and report.ok()
     assert not report.ok(strict=True)
-    keys = gc.gguf([gc.kv_u32("General.Alignment2", 1), gc.kv_u32("", 1), gc.kv_u32("a..b", 1)])
+    keys = ggufcraft.gguf(
+        [
+            ggufcraft.kv_u32("General.Alignment2", 1),
+            ggufcraft.kv_u32("", 1),
+            ggufcraft.kv_u32("a..b", 1),
+        ]
+    )
     assert [f.code for f in report_of(tmp_path, keys).findings] == ["GGUF_KEY"] * 3
 
 
 def test_strings_that_are_not_utf8_are_kept_and_warned(tmp_path: Path) -> None:
     """Decision: the spec says strings are UTF-8; one that is not is a warning and is kept as
     raw bytes (a byte-level vocabulary may hold such tokens)."""
-    data = gc.gguf(
+    data = ggufcraft.gguf(
         [
-            gc.kv_str("general.name", b"caf\xe9"),
-            gc.kv("tokenizer.ggml.tokens", gc.ARR, gc.arr_str([b"ok", b"\xff\xfe", b"\x80"])),
+            ggufcraft.kv_str("general.name", b"caf\xe9"),
+            ggufcraft.kv(
+                "tokenizer.ggml.tokens",
+                ggufcraft.ARR,
+                ggufcraft.arr_str([b"ok", b"\xff\xfe", b"\x80"]),
+            ),
         ]
     )
     report = report_of(tmp_path, data)
@@ -776,8 +878,10 @@ def test_strings_that_are_not_utf8_are_kept_and_warned(tmp_path: Path) -> None:
 
 
 def test_token_embd_rows_must_match_the_vocabulary(tmp_path: Path) -> None:
-    tok = gc.kv("tokenizer.ggml.tokens", gc.ARR, gc.arr_str(["a", "b", "c"]))
-    data = gc.gguf([tok], [gc.tensor_info("token_embd.weight", [4, 2], 0, 0)], bytes(32))
+    tok = ggufcraft.kv("tokenizer.ggml.tokens", ggufcraft.ARR, ggufcraft.arr_str(["a", "b", "c"]))
+    data = ggufcraft.gguf(
+        [tok], [ggufcraft.tensor_info("token_embd.weight", [4, 2], 0, 0)], bytes(32)
+    )
     report = report_of(tmp_path, data)
     assert codes_of(report) == {"GGUF_VOCAB_EMBD"} and report.ok()
 

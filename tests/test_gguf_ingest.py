@@ -13,11 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies
 
 from matrixctl.tokenizers import pi
-from tests import ggufcraft as gc
+from tests import ggufcraft
 from tests.conftest import FIXTURES, run_cli
 
 GGUF_DIR = FIXTURES / "gguf"
@@ -55,15 +54,21 @@ def tiny_vocab_gguf(**kw) -> bytes:
     tokens += ["▁the".encode(), "▁quick".encode(), b"s", "▁".encode()]
     types = [2, 3, 3, *[6] * 256, 1, 1, 1, 1]
     kvs = [
-        gc.kv_str("general.architecture", "llama"),
-        gc.kv_str("tokenizer.ggml.model", "llama"),
-        gc.kv("tokenizer.ggml.tokens", gc.ARR, gc.arr_str(kw.get("tokens", tokens))),
-        gc.kv("tokenizer.ggml.token_type", gc.ARR, gc.arr_num(gc.I32, "i", kw.get("types", types))),
-        gc.kv_u32("tokenizer.ggml.bos_token_id", 1),
-        gc.kv_u32("tokenizer.ggml.eos_token_id", 2),
-        gc.kv_u32("tokenizer.ggml.unknown_token_id", 0),
+        ggufcraft.kv_str("general.architecture", "llama"),
+        ggufcraft.kv_str("tokenizer.ggml.model", "llama"),
+        ggufcraft.kv(
+            "tokenizer.ggml.tokens", ggufcraft.ARR, ggufcraft.arr_str(kw.get("tokens", tokens))
+        ),
+        ggufcraft.kv(
+            "tokenizer.ggml.token_type",
+            ggufcraft.ARR,
+            ggufcraft.arr_num(ggufcraft.I32, "i", kw.get("types", types)),
+        ),
+        ggufcraft.kv_u32("tokenizer.ggml.bos_token_id", 1),
+        ggufcraft.kv_u32("tokenizer.ggml.eos_token_id", 2),
+        ggufcraft.kv_u32("tokenizer.ggml.unknown_token_id", 0),
     ]
-    return gc.gguf(kvs, pad=False)
+    return ggufcraft.gguf(kvs, pad=False)
 
 
 # Typed by hand from docs/formats/gguf.md ("The symbol map") and pi-symbol-map.md.
@@ -124,7 +129,7 @@ def test_gguf_tokenizer_sidecar_keeps_the_rest(tmp_path: Path) -> None:
     """Decision: scores, token types, merges, flags and every other tokenizer.* key go to
     gguf_tokenizer.json, float32 values as the doubles they equal exactly."""
     model = tmp_path / "m.gguf"
-    gc.write_model(model, extra=False)
+    ggufcraft.write_model(model, extra=False)
     out = tmp_path / "out"
     assert run_cli("ingest", "gguf", str(model), "-o", str(out)).code == 0
     side = json.loads((out / "gguf_tokenizer.json").read_text("utf-8"))
@@ -188,7 +193,7 @@ def test_marking_recorded_for_each_fixture(maps) -> None:
 
 @pytest.mark.parametrize("name", ["llama-spm", "gpt-2"])
 @settings(max_examples=60, deadline=None)
-@given(text=st.text(st.characters(blacklist_categories=["Cs"]), max_size=40))
+@given(text=strategies.text(strategies.characters(blacklist_categories=["Cs"]), max_size=40))
 def test_decode_inverts_encode(maps, name: str, text: str) -> None:
     """With byte fallback (SentencePiece) or the byte alphabet (byte-level), decoding gives the
     text back exactly, literal ▁ and Ġ included."""
@@ -199,8 +204,8 @@ def test_decode_inverts_encode(maps, name: str, text: str) -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(
-    text=st.text(st.sampled_from("ab ▁é\n日x"), max_size=60),
-    cuts=st.lists(st.integers(0, 60), max_size=4),
+    text=strategies.text(strategies.sampled_from("ab ▁é\n日x"), max_size=60),
+    cuts=strategies.lists(strategies.integers(0, 60), max_size=4),
 )
 def test_streaming_with_a_prefix_space_equals_whole(maps, text: str, cuts: list[int]) -> None:
     """Decision: the prefix space is added once per document, whatever the pieces."""
@@ -294,13 +299,13 @@ def test_tokens_that_cannot_be_matched_become_special(tmp_path: Path) -> None:
     an incomplete <0xNN> run is no byte fallback."""
     tokens = [b"<s>", b"</s>", "▁a".encode(), b" a", b"", b"\xff\xfe", b"b", b"<0x00>"]
     kvs = [
-        gc.kv_str("tokenizer.ggml.model", "llama"),
-        gc.kv("tokenizer.ggml.tokens", gc.ARR, gc.arr_str(tokens)),
-        gc.kv_u32("tokenizer.ggml.bos_token_id", 0),
-        gc.kv_u32("tokenizer.ggml.eos_token_id", 1),
+        ggufcraft.kv_str("tokenizer.ggml.model", "llama"),
+        ggufcraft.kv("tokenizer.ggml.tokens", ggufcraft.ARR, ggufcraft.arr_str(tokens)),
+        ggufcraft.kv_u32("tokenizer.ggml.bos_token_id", 0),
+        ggufcraft.kv_u32("tokenizer.ggml.eos_token_id", 1),
     ]
     model = tmp_path / "m.gguf"
-    model.write_bytes(gc.gguf(kvs, pad=False))
+    model.write_bytes(ggufcraft.gguf(kvs, pad=False))
     out = tmp_path / "out"
     run = run_cli("ingest", "gguf", str(model), "-o", str(out))
     assert run.code == 0, run.stderr
@@ -322,7 +327,7 @@ def test_tokens_that_cannot_be_matched_become_special(tmp_path: Path) -> None:
 
 def test_a_gguf_without_tokens_is_refused(tmp_path: Path) -> None:
     model = tmp_path / "m.gguf"
-    model.write_bytes(gc.gguf([gc.kv_str("general.architecture", "llama")]))
+    model.write_bytes(ggufcraft.gguf([ggufcraft.kv_str("general.architecture", "llama")]))
     run = run_cli("ingest", "gguf", str(model), "-o", str(tmp_path / "out"))
     assert run.code == 1 and "INGEST_GGUF_VOCAB" in run.stderr
     assert os.listdir(tmp_path) == ["m.gguf"]
@@ -407,11 +412,14 @@ def test_maps_without_the_extension_are_unchanged() -> None:
 @settings(max_examples=60, deadline=None)
 @given(
     # Letters only: no two texts may match the same bytes under a marking (▁ / Ġ vs space).
-    texts=st.lists(
-        st.text('ab"\\é日\n\u0001', min_size=1, max_size=5), min_size=1, max_size=20, unique=True
+    texts=strategies.lists(
+        strategies.text('ab"\\é日\n\u0001', min_size=1, max_size=5),
+        min_size=1,
+        max_size=20,
+        unique=True,
     ),
-    special=st.sets(st.integers(0, 19)),
-    marking=st.sampled_from([None, "sentencepiece", "byte_level"]),
+    special=strategies.sets(strategies.integers(0, 19)),
+    marking=strategies.sampled_from([None, "sentencepiece", "byte_level"]),
 )
 def test_canonical_bytes_fast_path_equals_json_dumps(texts, special, marking) -> None:
     symbols = tuple((i + 5, t) for i, t in enumerate(texts))
@@ -453,7 +461,7 @@ def test_byte_level_keys_follow_gpt2_alphabet() -> None:
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray]]:
     path = tmp_path_factory.mktemp("model") / "tiny.gguf"
-    return path, gc.write_model(path, extra=False, embd_type="Q4_K")
+    return path, ggufcraft.write_model(path, extra=False, embd_type="Q4_K")
 
 
 def read_embeddings(out: Path, name: str):
@@ -494,10 +502,10 @@ def test_keep_quantized_embeddings(model, tmp_path: Path) -> None:
     path, _ = model
     out = tmp_path / "out"
     assert run_cli("ingest", "gguf", str(path), "-o", str(out), "--keep-quantized").code == 0
-    from matrixctl.formats import ztensor as zt
+    from matrixctl.formats import ztensor
 
     data = (out / "token_embd.zt").read_bytes()
-    obj = zt.parse(data, len(data)).objects["token_embd.weight"]
+    obj = ztensor.parse(data, len(data)).objects["token_embd.weight"]
     packed = obj.components["packed_weight"]
     raw = GGUFReader(str(path)).tensors[0].data.tobytes()
     assert data[packed.offset : packed.end] == raw
@@ -621,7 +629,7 @@ def test_embeddings_with_other_rows_are_written_with_a_warning(tmp_path: Path) -
     """Decision: a token_embd.weight with more (padded) or fewer rows than tokens is written as
     it is, with a warning (verify of the GGUF warns too: GGUF_VOCAB_EMBD)."""
     model = tmp_path / "m.gguf"
-    gc.write_model(model, extra=False, rows=300, embd_type="F16")
+    ggufcraft.write_model(model, extra=False, rows=300, embd_type="F16")
     run = run_cli("ingest", "gguf", str(model), "-o", str(tmp_path / "out"))
     assert run.code == 0 and "not one row per token" in run.stderr
     info, _ = read_embeddings(tmp_path / "out", "token_embd.zt")
@@ -636,12 +644,12 @@ def test_an_interrupted_ingest_leaves_nothing(tmp_path: Path, monkeypatch) -> No
     stopped and joined, the temporary folder removed, no DIR appears."""
     import threading
 
-    from matrixctl.ingest import gguf as ig
+    from matrixctl.ingest import gguf as ingest_gguf
 
     model = tmp_path / "m.gguf"
-    gc.write_model(model, extra=False, rows=4096, cols=512, embd_type="Q8_0")
+    ggufcraft.write_model(model, extra=False, rows=4096, cols=512, embd_type="Q8_0")
     started = threading.Event()
-    inner = ig.EmbeddingSource.stream
+    inner = ingest_gguf.EmbeddingSource.stream
 
     def slow_stream(self, info, role="data"):
         for piece in inner(self, info, role):
@@ -652,8 +660,8 @@ def test_an_interrupted_ingest_leaves_nothing(tmp_path: Path, monkeypatch) -> No
         started.wait(10)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ig.EmbeddingSource, "stream", slow_stream)
-    monkeypatch.setattr(ig, "build_vocab", interrupted)
+    monkeypatch.setattr(ingest_gguf.EmbeddingSource, "stream", slow_stream)
+    monkeypatch.setattr(ingest_gguf, "build_vocab", interrupted)
     run = run_cli("ingest", "gguf", str(model), "-o", str(tmp_path / "out"))
     assert run.code == 130 and "interrupted" in run.stderr
     assert started.is_set()

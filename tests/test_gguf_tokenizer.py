@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from matrixctl.formats import gguf as gg
-from matrixctl.ingest import gguf as ig
-from matrixctl.ingest import gguf_tokenizer as gt
+from matrixctl.formats import gguf
+from matrixctl.ingest import gguf as ingest_gguf
+from matrixctl.ingest import gguf_tokenizer
 from matrixctl.io import Source
 from matrixctl.tokenizers import pi
 from matrixctl.tokenizers import reference as ref
-from tests import ggufcraft as gc
+from tests import ggufcraft
 from tests.conftest import FIXTURES, run_cli
 
 GGUF_DIR = FIXTURES / "gguf"
@@ -31,8 +31,8 @@ class Vocab:
 
     def __init__(self, name: str) -> None:
         self.src = Source.open(str(GGUF_DIR / f"ggml-vocab-{name}.gguf"))
-        self.gf = gg.parse_source(self.src)
-        self.plan = ig.build_vocab(self.gf, self.src.buf)
+        self.gf = gguf.parse_source(self.src)
+        self.plan = ingest_gguf.build_vocab(self.gf, self.src.buf)
         self.kind = ref.tokenizer_type(self.plan.model, self.plan.pre)
 
     def full_reference(self) -> object:
@@ -144,7 +144,7 @@ def test_gpt2_and_qwen2_pre_tokenizers_split_as_published() -> None:
         "Ελλάδα", " ٣٤", " 東京",
     ]  # fmt: skip
     # A pattern built for a text's own characters splits that text as the full one does.
-    sample = gt.sample().decode("utf-8")
+    sample = gguf_tokenizer.sample().decode("utf-8")
     for name in ref.PRE_TOKENIZERS:
         full = ref.pretokenizer(name).findall(sample)
         assert ref.pretokenizer(name, frozenset(sample)).findall(sample) == full
@@ -247,18 +247,18 @@ def test_restricted_vocabulary_gives_the_same_tokens(name: str) -> None:
     """The measurement keeps only the symbols and merges whose bytes occur in the sample; on
     the sample, π and the reference then give exactly the tokens of the whole vocabulary."""
     v = vocab(name)
-    text = gt.sample().decode("utf-8")
+    text = gguf_tokenizer.sample().decode("utf-8")
     _, spans = pi.Tokenizer(v.plan.smap).spans(text)
-    restricted = gt.pi_spans(v.plan, text)
+    restricted = gguf_tokenizer.pi_spans(v.plan, text)
     if v.kind.family == "wordpiece":
         assert [s[0] for s in restricted] == [s[0] for s in spans]
     else:
         assert restricted == spans
-    merges = gt.gguf_merges(v.gf, v.src.buf)
+    merges = gguf_tokenizer.gguf_merges(v.gf, v.src.buf)
     scores = None
     if v.kind.family == "sentencepiece":
         scores = v.gf.kvs["tokenizer.ggml.scores"].value.numpy(v.src.buf).tolist()
-    made = gt.reference_for(v.plan, v.kind, text, merges, scores)
+    made = gguf_tokenizer.reference_for(v.plan, v.kind, text, merges, scores)
     assert not isinstance(made, str)
     assert made[0].tokenize(text) == v.full_reference().tokenize(text)  # type: ignore[attr-defined]
 
@@ -282,7 +282,7 @@ def test_agreement_on_every_fixture(ingested, name: str) -> None:
     agree = tok["agreement"]
     low, high = RANGES[name]
     assert low <= agree["share"] * 100 <= high
-    raw = (Path(ig.__file__).parent.parent / "data" / "tokenizer_sample.txt").read_bytes()
+    raw = (Path(ingest_gguf.__file__).parent.parent / "data" / "tokenizer_sample.txt").read_bytes()
     import hashlib
 
     assert agree["sample_sha256"] == "sha256:" + hashlib.sha256(raw).hexdigest()
@@ -302,9 +302,9 @@ def test_wordpiece_differs_only_where_a_word_is_unknown() -> None:
     gives as [UNK] (a word with a character the vocabulary lacks): elsewhere WordPiece's
     greedy longest-match-first per word is π's longest match with the ▁ marker."""
     v = vocab("bert-bge")
-    text = gt.sample().decode("utf-8")
+    text = gguf_tokenizer.sample().decode("utf-8")
     reference = v.full_reference().tokenize(text)  # type: ignore[attr-defined]
-    got = set(gt.pi_spans(v.plan, text))
+    got = set(gguf_tokenizer.pi_spans(v.plan, text))
     unk = v.plan.special_ids["unk"]
     missed = [t for t in reference if t not in got]
     assert missed and all(t[0] == unk for t in missed)
@@ -386,15 +386,15 @@ def test_verify_checks_the_new_fields_and_accepts_old_manifests(ingested, tmp_pa
 def _vocab_gguf(model: str, *, pre: str | None = None, merges: list[str] | None = None) -> bytes:
     tokens = ["a", "b", "ab", "Ġ", "Ġa"]
     kvs = [
-        gc.kv_str("general.architecture", "x"),
-        gc.kv_str("tokenizer.ggml.model", model),
-        gc.kv("tokenizer.ggml.tokens", gc.ARR, gc.arr_str(tokens)),
+        ggufcraft.kv_str("general.architecture", "x"),
+        ggufcraft.kv_str("tokenizer.ggml.model", model),
+        ggufcraft.kv("tokenizer.ggml.tokens", ggufcraft.ARR, ggufcraft.arr_str(tokens)),
     ]
     if pre is not None:
-        kvs.append(gc.kv_str("tokenizer.ggml.pre", pre))
+        kvs.append(ggufcraft.kv_str("tokenizer.ggml.pre", pre))
     if merges is not None:
-        kvs.append(gc.kv("tokenizer.ggml.merges", gc.ARR, gc.arr_str(merges)))
-    return gc.gguf(kvs, pad=False)
+        kvs.append(ggufcraft.kv("tokenizer.ggml.merges", ggufcraft.ARR, ggufcraft.arr_str(merges)))
+    return ggufcraft.gguf(kvs, pad=False)
 
 
 @pytest.mark.parametrize(
@@ -433,13 +433,13 @@ def test_exact_agreement_is_a_note(tmp_path: Path) -> None:
     alphabet = byte_alphabet()
     tokens = [alphabet[b] for b in range(256)]
     kvs = [
-        gc.kv_str("tokenizer.ggml.model", "gpt2"),
-        gc.kv_str("tokenizer.ggml.pre", "gpt-2"),
-        gc.kv("tokenizer.ggml.tokens", gc.ARR, gc.arr_str(tokens)),
-        gc.kv("tokenizer.ggml.merges", gc.ARR, gc.arr_str(["Q Z"])),
+        ggufcraft.kv_str("tokenizer.ggml.model", "gpt2"),
+        ggufcraft.kv_str("tokenizer.ggml.pre", "gpt-2"),
+        ggufcraft.kv("tokenizer.ggml.tokens", ggufcraft.ARR, ggufcraft.arr_str(tokens)),
+        ggufcraft.kv("tokenizer.ggml.merges", ggufcraft.ARR, ggufcraft.arr_str(["Q Z"])),
     ]
     path = tmp_path / "bytes.gguf"
-    path.write_bytes(gc.gguf(kvs, pad=False))
+    path.write_bytes(ggufcraft.gguf(kvs, pad=False))
     run = run_cli("ingest", "gguf", str(path), "-o", str(tmp_path / "out"))
     assert run.code == 0, run.stderr
     assert "π tokenizes the bundled sample exactly as it does" in run.stderr
@@ -450,32 +450,44 @@ def test_exact_agreement_is_a_note(tmp_path: Path) -> None:
 
 def _hostile(model: str, tokens: list[bytes], extra: list[bytes]) -> bytes:
     kvs = [
-        gc.kv_str("tokenizer.ggml.model", model),
-        gc.kv("tokenizer.ggml.tokens", gc.ARR, gc.arr_str(tokens)),
+        ggufcraft.kv_str("tokenizer.ggml.model", model),
+        ggufcraft.kv("tokenizer.ggml.tokens", ggufcraft.ARR, ggufcraft.arr_str(tokens)),
         *extra,
     ]
-    return gc.gguf(kvs, pad=False)
+    return ggufcraft.gguf(kvs, pad=False)
 
 
 HOSTILE = {
     "scores not floats": (
         "llama",
         [b"<unk>", "▁a".encode(), b"a"],
-        [gc.kv("tokenizer.ggml.scores", gc.ARR, gc.arr_num(gc.I32, "i", [0, 1, 2]))],
+        [
+            ggufcraft.kv(
+                "tokenizer.ggml.scores",
+                ggufcraft.ARR,
+                ggufcraft.arr_num(ggufcraft.I32, "i", [0, 1, 2]),
+            )
+        ],
     ),
     "scores too few": (
         "llama",
         [b"<unk>", "▁a".encode(), b"a"],
-        [gc.kv("tokenizer.ggml.scores", gc.ARR, gc.arr_num(gc.F32, "f", [0.0]))],
+        [
+            ggufcraft.kv(
+                "tokenizer.ggml.scores", ggufcraft.ARR, ggufcraft.arr_num(ggufcraft.F32, "f", [0.0])
+            )
+        ],
     ),
     "NaN and infinite scores": (
         "llama",
         [b"<unk>", "▁".encode(), b"T", b"h", "▁T".encode(), b"Th", b"he"],
         [
-            gc.kv(
+            ggufcraft.kv(
                 "tokenizer.ggml.scores",
-                gc.ARR,
-                gc.arr_num(gc.F32, "f", [0, float("nan"), 1, 1, float("inf"), float("-inf"), 0]),
+                ggufcraft.ARR,
+                ggufcraft.arr_num(
+                    ggufcraft.F32, "f", [0, float("nan"), 1, 1, float("inf"), float("-inf"), 0]
+                ),
             )
         ],
     ),
@@ -483,9 +495,11 @@ HOSTILE = {
         "gpt2",
         [b"T", b"h", b"Th", b"\xff\xfe", b""],
         [
-            gc.kv_str("tokenizer.ggml.pre", "gpt-2"),
-            gc.kv(
-                "tokenizer.ggml.merges", gc.ARR, gc.arr_str([b"", b"T h x", b"\xff \xfe", b"T h"])
+            ggufcraft.kv_str("tokenizer.ggml.pre", "gpt-2"),
+            ggufcraft.kv(
+                "tokenizer.ggml.merges",
+                ggufcraft.ARR,
+                ggufcraft.arr_str([b"", b"T h x", b"\xff \xfe", b"T h"]),
             ),
         ],
     ),
@@ -493,8 +507,12 @@ HOSTILE = {
         "gpt2",
         [b"T", b"h"],
         [
-            gc.kv_str("tokenizer.ggml.pre", "qwen2"),
-            gc.kv("tokenizer.ggml.merges", gc.ARR, gc.arr_num(gc.I32, "i", [1, 2])),
+            ggufcraft.kv_str("tokenizer.ggml.pre", "qwen2"),
+            ggufcraft.kv(
+                "tokenizer.ggml.merges",
+                ggufcraft.ARR,
+                ggufcraft.arr_num(ggufcraft.I32, "i", [1, 2]),
+            ),
         ],
     ),
     "wordpiece without markers": ("bert", [b"[UNK]", b"the", b"##s"], []),

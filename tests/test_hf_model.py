@@ -11,8 +11,7 @@ from safetensors.numpy import load_file, save_file
 
 from matrixctl.codes import Severity
 from matrixctl.convert.tensors import open_source
-from matrixctl.formats import embd
-from matrixctl.formats import hf_model as hf
+from matrixctl.formats import embd, hf_model
 from matrixctl.validate.engine import examine
 from tests.bert_numpy import encode
 from tests.conftest import run_cli
@@ -210,34 +209,34 @@ def test_vocab_txt_is_read_as_transformers_reads_it(tmp_path: Path) -> None:
     transformers' load_vocab), id = line number; a final newline ends the last line."""
     path = tmp_path / "vocab.txt"
     path.write_bytes(b"[PAD]\na\r\n\xc3\xa9\nlast")
-    assert hf.read_vocab(str(path)) == ["[PAD]", "a\r", "é", "last"]
+    assert hf_model.read_vocab(str(path)) == ["[PAD]", "a\r", "é", "last"]
     path.write_bytes(b"x\ny\n")
-    assert hf.read_vocab(str(path)) == ["x", "y"]
+    assert hf_model.read_vocab(str(path)) == ["x", "y"]
 
 
 @pytest.mark.parametrize(
     ("change", "code"),
     [
-        (lambda m: (m / "config.json").write_text("{not json"), hf.HF_CONFIG),
-        (lambda m: (m / "config.json").write_text("[1, 2]"), hf.HF_CONFIG),
+        (lambda m: (m / "config.json").write_text("{not json"), hf_model.HF_CONFIG),
+        (lambda m: (m / "config.json").write_text("[1, 2]"), hf_model.HF_CONFIG),
         (
             lambda m: (m / "config.json").write_text(json.dumps({**CONFIG, "hidden_size": "4"})),
-            hf.HF_CONFIG,
+            hf_model.HF_CONFIG,
         ),
-        (lambda m: (m / "vocab.txt").write_bytes(b"\xff\xfe"), hf.HF_FILE),
+        (lambda m: (m / "vocab.txt").write_bytes(b"\xff\xfe"), hf_model.HF_FILE),
         (
             lambda m: (m / "config.json").write_text(json.dumps({**CONFIG, "hidden_size": 8})),
-            hf.HF_MISMATCH,
+            hf_model.HF_MISMATCH,
         ),
         (
             lambda m: (m / "config.json").write_text(json.dumps({**CONFIG, "vocab_size": 5})),
-            hf.HF_MISMATCH,
+            hf_model.HF_MISMATCH,
         ),
         (
             lambda m: (m / "config.json").write_text(
                 json.dumps({**CONFIG, "num_hidden_layers": 1})
             ),
-            hf.HF_MISMATCH,
+            hf_model.HF_MISMATCH,
         ),
         (
             lambda m: (m / "model.safetensors").write_bytes(
@@ -264,7 +263,7 @@ def test_vocab_misordered_against_tokenizer_json(model: Path) -> None:
     swapped[5], swapped[6] = swapped[6], swapped[5]
     (model / "vocab.txt").write_text("".join(t + "\n" for t in swapped))
     report = examine(str(model), scan=True)[0]
-    assert errors_of(report) == {hf.HF_TOKENIZER}
+    assert errors_of(report) == {hf_model.HF_TOKENIZER}
     assert examine(str(model), scan=False)[0].ok()  # a scan: inspect does not read it
 
 
@@ -275,10 +274,10 @@ def test_warnings_for_missing_vocabulary_and_special_tokens(model: Path) -> None
     (model / "special_tokens_map.json").write_text(json.dumps({"mask_token": "<mask>"}))
     (model / "config.json").write_text(json.dumps({**CONFIG, "pad_token_id": 1}))
     report = examine(str(model), scan=True)[0]
-    assert codes_of(report) == {hf.HF_SPECIAL} and report.ok()
+    assert codes_of(report) == {hf_model.HF_SPECIAL} and report.ok()
     (model / "vocab.txt").unlink()
     report = examine(str(model), scan=True)[0]
-    assert codes_of(report) == {hf.HF_NO_VOCAB} and report.ok()
+    assert codes_of(report) == {hf_model.HF_NO_VOCAB} and report.ok()
     out = model.parent / "nv.weights"
     result = run_cli("convert", str(model), str(out))
     assert result.code == 0 and "no vocabulary" in result.stderr
@@ -368,7 +367,7 @@ def test_sharded_index_that_disagrees_with_the_shards(model: Path, change, field
     shard_model(model)
     _rewrite_index(model, change)
     report = examine(str(model), scan=False)[0]
-    assert [(f.code, f.field) for f in report.findings] == [(hf.HF_INDEX, field)]
+    assert [(f.code, f.field) for f in report.findings] == [(hf_model.HF_INDEX, field)]
     out = model.parent / "o.weights"
     result = run_cli("convert", str(model), str(out))
     assert result.code == 1 and "HF_INDEX" in result.stderr and not out.exists()
@@ -396,5 +395,5 @@ def test_tensor_in_two_shards_is_refused(model: Path) -> None:
     extra[name] = tiny_weights()[name]
     save_file(extra, str(model / other))
     report = examine(str(model), scan=False)[0]
-    assert hf.HF_INDEX in errors_of(report)
+    assert hf_model.HF_INDEX in errors_of(report)
     assert any(f"{name!r} is in" in f.message for f in report.findings)

@@ -6,22 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies
 
-from matrixctl.ingest import extract as ex
+from matrixctl.ingest import extract
 from tests.conftest import ROOT, run_cli
 
 
 def test_deep_nesting_is_hostile_and_still_extracted() -> None:
     """Decision: nesting deeper than MAX_TREE_DEPTH (4,096) takes the streaming extractor;
     lexbor needs minutes for 200,000 levels (its time grows with the square of the depth)."""
-    n = ex.MAX_TREE_DEPTH + 1
+    n = extract.MAX_TREE_DEPTH + 1
     page = "<html><body>" + "<div>" * n + "deep &amp; down" + "</div>" * n + "</body></html>"
-    assert ex.tree_is_hostile(page)
-    assert ex.html_text(page) == "deep & down"
-    shallow = "<div>" * ex.MAX_TREE_DEPTH + "x" + "</div>" * ex.MAX_TREE_DEPTH
-    assert not ex.tree_is_hostile(shallow)
+    assert extract.tree_is_hostile(page)
+    assert extract.html_text(page) == "deep & down"
+    shallow = "<div>" * extract.MAX_TREE_DEPTH + "x" + "</div>" * extract.MAX_TREE_DEPTH
+    assert not extract.tree_is_hostile(shallow)
 
 
 @pytest.mark.parametrize(
@@ -35,8 +34,8 @@ def test_deep_nesting_is_hostile_and_still_extracted() -> None:
     ],
 )
 def test_wide_pages_are_not_hostile(page: str) -> None:
-    assert page.count("<") > ex.MAX_TREE_DEPTH
-    assert not ex.tree_is_hostile(page)
+    assert page.count("<") > extract.MAX_TREE_DEPTH
+    assert not extract.tree_is_hostile(page)
 
 
 @pytest.mark.parametrize(
@@ -50,19 +49,19 @@ def test_wide_pages_are_not_hostile(page: str) -> None:
     ],
 )
 def test_deep_pages_are_hostile(page: str) -> None:
-    assert ex.tree_is_hostile(page)
+    assert extract.tree_is_hostile(page)
 
 
 def test_too_many_tags_take_the_stream(monkeypatch: pytest.MonkeyPatch) -> None:
     """Decision: more than MAX_TREE_TAGS (500,000) "<" in one page takes the streaming
     extractor (an 8 MB page of "<p>x" builds a 650 MB lexbor tree)."""
-    monkeypatch.setattr(ex, "MAX_TREE_TAGS", 100)
+    monkeypatch.setattr(extract, "MAX_TREE_TAGS", 100)
     page = "<p>one<p>two &lt;3" * 60
-    assert ex.tree_is_hostile(page)
+    assert extract.tree_is_hostile(page)
     called = []
-    real = ex.html_text_stream
-    monkeypatch.setattr(ex, "html_text_stream", lambda t: called.append(1) or real(t))
-    assert ex.html_text(page) == "\n".join(["one", "two <3"] * 60)
+    real = extract.html_text_stream
+    monkeypatch.setattr(extract, "html_text_stream", lambda t: called.append(1) or real(t))
+    assert extract.html_text(page) == "\n".join(["one", "two <3"] * 60)
     assert called
 
 
@@ -70,7 +69,7 @@ def test_real_pages_take_the_tree() -> None:
     pages = sorted((ROOT / "fixtures" / "corpus").rglob("*.htm*"))
     assert pages
     for path in pages:
-        assert not ex.tree_is_hostile(path.read_text("utf-8", "replace")), path
+        assert not extract.tree_is_hostile(path.read_text("utf-8", "replace")), path
 
 
 # Well-formed pages: the streaming extractor and the tree walk give the same text.
@@ -78,53 +77,62 @@ INLINE = ["span", "b", "a", "em", "code"]
 NESTING = ["div", "section", "blockquote"]  # blocks that may hold blocks
 LEAF_BLOCKS = ["p", "h2"]  # blocks that hold inline content only (HTML closes them otherwise)
 SKIP = ["script", "style", "noscript", "template"]
-WORDS = st.text(alphabet="ab &<>\n\t", min_size=1, max_size=6).map(
+WORDS = strategies.text(alphabet="ab &<>\n\t", min_size=1, max_size=6).map(
     lambda t: t.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 )
 
 
-def _inline(depth: int) -> st.SearchStrategy[str]:
-    leaf = st.one_of(WORDS, st.just("<br>"), st.just("<!-- note -->"))
+def _inline(depth: int) -> strategies.SearchStrategy[str]:
+    leaf = strategies.one_of(WORDS, strategies.just("<br>"), strategies.just("<!-- note -->"))
     if depth == 0:
         return leaf
-    inner = st.lists(_inline(depth - 1), max_size=3).map("".join)
-    return st.one_of(
-        leaf, st.tuples(st.sampled_from(INLINE), inner).map(lambda p: f"<{p[0]}>{p[1]}</{p[0]}>")
+    inner = strategies.lists(_inline(depth - 1), max_size=3).map("".join)
+    return strategies.one_of(
+        leaf,
+        strategies.tuples(strategies.sampled_from(INLINE), inner).map(
+            lambda p: f"<{p[0]}>{p[1]}</{p[0]}>"
+        ),
     )
 
 
-def _tree(depth: int) -> st.SearchStrategy[str]:
+def _tree(depth: int) -> strategies.SearchStrategy[str]:
     inline = _inline(2)
     if depth == 0:
         return inline
-    inner = st.lists(_tree(depth - 1), max_size=4).map("".join)
-    runs = st.lists(inline, max_size=3).map("".join)
-    return st.one_of(
+    inner = strategies.lists(_tree(depth - 1), max_size=4).map("".join)
+    runs = strategies.lists(inline, max_size=3).map("".join)
+    return strategies.one_of(
         inline,
-        st.tuples(st.sampled_from(NESTING), inner).map(lambda p: f"<{p[0]}>{p[1]}</{p[0]}>"),
-        st.tuples(st.sampled_from(LEAF_BLOCKS), runs).map(lambda p: f"<{p[0]}>{p[1]}</{p[0]}>"),
-        st.lists(runs, min_size=1, max_size=3).map(
+        strategies.tuples(strategies.sampled_from(NESTING), inner).map(
+            lambda p: f"<{p[0]}>{p[1]}</{p[0]}>"
+        ),
+        strategies.tuples(strategies.sampled_from(LEAF_BLOCKS), runs).map(
+            lambda p: f"<{p[0]}>{p[1]}</{p[0]}>"
+        ),
+        strategies.lists(runs, min_size=1, max_size=3).map(
             lambda items: "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
         ),
-        st.tuples(st.sampled_from(SKIP), WORDS).map(lambda p: f"<{p[0]}>{p[1]}</{p[0]}>"),
+        strategies.tuples(strategies.sampled_from(SKIP), WORDS).map(
+            lambda p: f"<{p[0]}>{p[1]}</{p[0]}>"
+        ),
         runs.map(lambda t: f"<pre>{t}</pre>"),
-        st.lists(runs, min_size=1, max_size=3).map(
+        strategies.lists(runs, min_size=1, max_size=3).map(
             lambda cells: "<table><tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr></table>"
         ),
     )
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_tree(3), max_size=5).map("".join))
+@given(strategies.lists(_tree(3), max_size=5).map("".join))
 def test_stream_equals_the_walk_on_well_formed_pages(body: str) -> None:
     page = f"<html><head><title>t</title></head><body>{body}</body></html>"
-    assert ex.html_text_stream(page) == ex.html_text_walk(page)
+    assert extract.html_text_stream(page) == extract.html_text_walk(page)
 
 
 def test_a_hostile_page_is_ingested(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
-    n = ex.MAX_TREE_DEPTH * 2
+    n = extract.MAX_TREE_DEPTH * 2
     (src / "deep.html").write_text("<html><body>" + "<div>" * n + "bottom" + "</div>" * n)
     run = run_cli("ingest", "docs", str(src), "-o", str(tmp_path / "pack"), "--json")
     assert run.code == 0, run.stderr

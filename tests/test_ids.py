@@ -14,11 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies
 
-from matrixctl.formats import matrix_atom as ma
-from matrixctl.formats import token_stream as ts
+from matrixctl.formats import matrix_atom, token_stream
 from matrixctl.validate.token_stream import read_ids
 from tests.conftest import run_cli, run_sub
 
@@ -58,7 +56,7 @@ def inspect_json(*args: str) -> dict:
 
 def stream_bytes(docs: list[list[int]], dtype: str = "uint16", vocab: int = 0) -> bytes:
     out = io.BytesIO()
-    writer = ts.TokenStreamWriter(out, dtype=dtype, vocab_size=vocab)
+    writer = token_stream.TokenStreamWriter(out, dtype=dtype, vocab_size=vocab)
     for i, ids in enumerate(docs):
         writer.write(np.array(ids, dtype=np.int64))
         writer.end_document(f"d{i}")
@@ -68,7 +66,7 @@ def stream_bytes(docs: list[list[int]], dtype: str = "uint16", vocab: int = 0) -
 
 def atoms_bytes(ids: list[int], atom_size: int, dtype: str = "auto", vocab: int | None = None):
     out = io.BytesIO()
-    ma.write_atoms(
+    matrix_atom.write_atoms(
         out, np.array(ids, dtype=np.int64), atom_size=atom_size, dtype=dtype, vocab_size=vocab
     )
     return out.getvalue()
@@ -102,16 +100,16 @@ def test_encode_ids_is_one_line_per_document_that_decode_and_pack_read(tmp_path:
 
 def _stream_ids(path: Path) -> list[int]:
     data = path.read_bytes()
-    header = ts.StreamHeader.parse(data[:16])
+    header = token_stream.StreamHeader.parse(data[:16])
     out: list[int] = []
-    for ev in ts.iter_events(ts.MemReader(data, 16), header):
-        if ev.kind == ts.KIND_TOKENS:
+    for ev in token_stream.iter_events(token_stream.MemReader(data, 16), header):
+        if ev.kind == token_stream.KIND_TOKENS:
             out += ev.tokens.tolist()
     return out
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.text(max_size=60))
+@given(strategies.text(max_size=60))
 def test_encode_ids_round_trips_through_decode(smap: Path, text: str) -> None:
     import unicodedata
 
@@ -304,12 +302,12 @@ def test_truncated_stream_previews_only_what_the_file_holds(tmp_path: Path) -> N
 def test_frame_counts_beyond_the_file_never_read_outside_it() -> None:
     """Hostile counts: a TOKENS frame claiming 2**24 ids in a 40-byte file, and every cut."""
     data = bytearray(stream_bytes([[7, 8, 9]]))
-    struct.pack_into("<I", data, 16 + 4, ts.MAX_FRAME_TOKENS)
-    header = ts.StreamHeader.parse(bytes(data[:16]))
+    struct.pack_into("<I", data, 16 + 4, token_stream.MAX_FRAME_TOKENS)
+    header = token_stream.StreamHeader.parse(bytes(data[:16]))
     ids, stopped = read_ids(bytes(data), len(data), header, 0, 4096)
     assert ids[:3] == [7, 8, 9] and stopped
     good = stream_bytes([[7, 8, 9], [1] * 10], dtype="uint32")
-    header = ts.StreamHeader.parse(good[:16])
+    header = token_stream.StreamHeader.parse(good[:16])
     for cut in range(16, len(good) + 1):
         ids, _ = read_ids(good[:cut], cut, header, 0, 4096)
         assert ids == [7, 8, 9, *[1] * 10][: len(ids)]
@@ -317,15 +315,15 @@ def test_frame_counts_beyond_the_file_never_read_outside_it() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(st.lists(st.integers(0, 65535), max_size=30), max_size=4),
-    st.integers(0, 80),
-    st.integers(1, 50),
-    st.integers(0, 400),
+    strategies.lists(strategies.lists(strategies.integers(0, 65535), max_size=30), max_size=4),
+    strategies.integers(0, 80),
+    strategies.integers(1, 50),
+    strategies.integers(0, 400),
 )
 def test_stream_preview_is_the_slice_of_the_ids(docs, start, count, cut) -> None:
     data = stream_bytes(docs)
     flat = [i for d in docs for i in d]
-    header = ts.StreamHeader.parse(data[:16])
+    header = token_stream.StreamHeader.parse(data[:16])
     ids, stopped = read_ids(data, len(data), header, start, count)
     assert ids == flat[start : start + count] and stopped is None
     cut = min(cut + 16, len(data))
@@ -403,8 +401,8 @@ def test_npy_outputs_are_what_numpy_save_writes(tmp_path: Path) -> None:
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    st.lists(st.integers(0, 2**32 - 2), min_size=1, max_size=40),
-    st.integers(1, 5),
+    strategies.lists(strategies.integers(0, 2**32 - 2), min_size=1, max_size=40),
+    strategies.integers(1, 5),
 )
 def test_atoms_npy_atoms_round_trip_is_byte_identical(
     tmp_path: Path, ids: list[int], size: int
@@ -432,7 +430,10 @@ def test_atoms_npy_atoms_round_trip_is_byte_identical(
 @settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(st.lists(st.integers(0, 2**32 - 1), max_size=50), st.sampled_from(["uint16", "uint32"]))
+@given(
+    strategies.lists(strategies.integers(0, 2**32 - 1), max_size=50),
+    strategies.sampled_from(["uint16", "uint32"]),
+)
 def test_stream_npy_stream_keeps_the_ids(tmp_path: Path, ids: list[int], dtype: str) -> None:
     if dtype == "uint16":
         ids = [i % 65536 for i in ids]
@@ -442,7 +443,7 @@ def test_stream_npy_stream_keeps_the_ids(tmp_path: Path, ids: list[int], dtype: 
     assert np.load(tmp_path / "s.npy").tolist() == ids
     assert run_cli("convert", str(tmp_path / "s.npy"), str(tmp_path / "s2.mxt"), "-q").code == 0
     assert _stream_ids(tmp_path / "s2.mxt") == ids
-    header = ts.StreamHeader.parse((tmp_path / "s2.mxt").read_bytes()[:16])
+    header = token_stream.StreamHeader.parse((tmp_path / "s2.mxt").read_bytes()[:16])
     assert header.dtype == dtype
 
 
@@ -455,15 +456,17 @@ def test_npy_to_stream_is_one_document_labelled_with_the_source(tmp_path: Path) 
     assert run_cli("convert", str(tmp_path / "ids.npy"), str(out2), "-q").code == 0
     assert out1.read_bytes() == out2.read_bytes()
     data = out1.read_bytes()
-    header = ts.StreamHeader.parse(data[:16])
+    header = token_stream.StreamHeader.parse(data[:16])
     assert (header.dtype, header.vocab_size) == ("uint16", 0)  # int64 ids that fit uint16
     labels = [
-        ev.label for ev in ts.iter_events(ts.MemReader(data, 16), header) if ev.kind == ts.KIND_DOC
+        ev.label
+        for ev in token_stream.iter_events(token_stream.MemReader(data, 16), header)
+        if ev.kind == token_stream.KIND_DOC
     ]
     assert labels == [str(tmp_path / "ids.npy")]
     run = run_cli("convert", "--json", str(tmp_path / "ids.npy"), str(out1), "--vocab-size", "6")
     assert run.json()["vocab_size"] == 6
-    assert ts.StreamHeader.parse(out1.read_bytes()[:16]).vocab_size == 6
+    assert token_stream.StreamHeader.parse(out1.read_bytes()[:16]).vocab_size == 6
 
 
 def test_big_endian_and_fortran_arrays_give_the_same_ids(tmp_path: Path) -> None:
@@ -541,8 +544,10 @@ def ma_reseal(data: bytes) -> bytes:
     """Recompute both CRCs, so only the id range is wrong."""
     import zlib
 
-    h = ma.AtomHeader.parse(data[:64])
-    fixed = ma.AtomHeader(**{**h.__dict__, "payload_crc32": zlib.crc32(data[64:])}).with_crc()
+    h = matrix_atom.AtomHeader.parse(data[:64])
+    fixed = matrix_atom.AtomHeader(
+        **{**h.__dict__, "payload_crc32": zlib.crc32(data[64:])}
+    ).with_crc()
     return fixed.pack() + data[64:]
 
 
@@ -599,7 +604,9 @@ def test_ids_that_do_not_fit_the_dtype_are_refused_never_wrapped(tmp_path: Path)
     assert sorted(os.listdir(tmp_path)) == ["m.npy", "v.npy"]
     # int64 ids that need 32 bits give uint32 atoms by themselves.
     assert run_cli("convert", str(tmp_path / "m.npy"), str(tmp_path / "o.bin"), "-q").code == 0
-    assert ma.AtomHeader.parse((tmp_path / "o.bin").read_bytes()[:64]).dtype_name == "uint32"
+    assert (
+        matrix_atom.AtomHeader.parse((tmp_path / "o.bin").read_bytes()[:64]).dtype_name == "uint32"
+    )
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from matrixctl.formats import matrix_atom as ma
 from matrixctl.ingest import extract
 from matrixctl.tokenizers import pi
 from matrixctl.validate import ingest_pack as vp
+from matrixctl.validate import manifest_folder
 from matrixctl.validate.engine import examine
 from tests.conftest import ROOT, run_cli, run_sub
 
@@ -383,11 +384,11 @@ def tamper_manifest(pack: Path, **changes: object) -> None:
 @pytest.mark.parametrize(
     ("damage", "code"),
     [
-        ("atoms_byte", vp.PACK_HASH),
-        ("manifest_escape", vp.PACK_PATH_ESCAPE),
+        ("atoms_byte", manifest_folder.PACK_HASH),
+        ("manifest_escape", manifest_folder.PACK_PATH_ESCAPE),
         ("manifest_vocab", vp.PACK_MISMATCH),
-        ("missing_index", vp.PACK_MISSING),
-        ("svgt_byte", vp.PACK_HASH),
+        ("missing_index", manifest_folder.PACK_MISSING),
+        ("svgt_byte", manifest_folder.PACK_HASH),
         ("bad_version", vp.PACK_VERSION),
         ("not_json", vp.PACK_MANIFEST),
     ],
@@ -455,7 +456,7 @@ def test_symlink_artifact_leaving_the_pack_is_not_followed(tmp_path: Path) -> No
     shutil.move(str(pack / "doc_index.bin"), outside)
     os.symlink(outside, pack / "doc_index.bin")
     report, _ = examine(str(pack), scan=True)
-    assert vp.PACK_PATH_ESCAPE in codes_of(report)
+    assert manifest_folder.PACK_PATH_ESCAPE in codes_of(report)
 
 
 # The document index file ---------------------------------------------------------------------

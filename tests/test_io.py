@@ -14,7 +14,7 @@ from matrixctl import codes
 from matrixctl.errors import FormatError, InputError, OutputError
 from matrixctl.formats import registry
 from matrixctl.io import Source, atomic_output, read_exact
-from tests import golden_bytes as gb
+from tests import golden_bytes
 
 
 class ShortReader:
@@ -50,9 +50,9 @@ def test_read_exact_names_what_was_cut_and_where() -> None:
 
 def test_source_maps_files_and_handles_empty(tmp_path: Path) -> None:
     path = tmp_path / "f"
-    path.write_bytes(gb.MATRIX_ATOM)
+    path.write_bytes(golden_bytes.MATRIX_ATOM)
     with Source.open(str(path)) as src:
-        assert src.size == len(gb.MATRIX_ATOM) and src.head(8) == b"MTRXATOM"
+        assert src.size == len(golden_bytes.MATRIX_ATOM) and src.head(8) == b"MTRXATOM"
     empty = tmp_path / "e"
     empty.write_bytes(b"")
     with Source.open(str(empty)) as src:
@@ -61,7 +61,7 @@ def test_source_maps_files_and_handles_empty(tmp_path: Path) -> None:
 
 def test_source_spools_a_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
     r, w = os.pipe()
-    os.write(w, gb.SVGT)
+    os.write(w, golden_bytes.SVGT)
     os.close(w)
 
     class Stdin:
@@ -69,7 +69,7 @@ def test_source_spools_a_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr("sys.stdin", Stdin)
     with Source.open("-") as src:
-        assert src.name == "<stdin>" and bytes(src.buf[:]) == gb.SVGT
+        assert src.name == "<stdin>" and bytes(src.buf[:]) == golden_bytes.SVGT
 
 
 def test_source_errors_are_typed(tmp_path: Path) -> None:
@@ -98,11 +98,14 @@ def test_unreadable_file_is_a_permission_error(
 
 def test_sniffing_ignores_the_file_name(tmp_path: Path) -> None:
     wrong = tmp_path / "looks_like.svgt"
-    wrong.write_bytes(gb.MATRIX_ATOM)
+    wrong.write_bytes(golden_bytes.MATRIX_ATOM)
     with Source.open(str(wrong)) as src:
         assert registry.sniff(src) == "matrix-atom"
-    assert registry.sniff_bytes(gb.SVGT, len(gb.SVGT)) == "svgt"
-    assert registry.sniff_bytes(gb.TOKEN_STREAM, len(gb.TOKEN_STREAM)) == "token-stream"
+    assert registry.sniff_bytes(golden_bytes.SVGT, len(golden_bytes.SVGT)) == "svgt"
+    assert (
+        registry.sniff_bytes(golden_bytes.TOKEN_STREAM, len(golden_bytes.TOKEN_STREAM))
+        == "token-stream"
+    )
     assert registry.sniff_bytes(b"MTRXATO", 7) is None
 
 
@@ -155,11 +158,11 @@ def test_output_that_is_a_folder_is_refused(tmp_path: Path) -> None:
 def test_output_path_equal_to_input_path_is_safe(tmp_path: Path) -> None:
     """The input's mapping survives the rename, and the input is only replaced at the end."""
     path = tmp_path / "same.bin"
-    path.write_bytes(gb.MATRIX_ATOM)
+    path.write_bytes(golden_bytes.MATRIX_ATOM)
     with Source.open(str(path)) as src, atomic_output(str(path)) as fp:
-        fp.write(bytes(src.buf[: len(gb.MATRIX_ATOM)]) + b"")
-        assert path.read_bytes() == gb.MATRIX_ATOM  # untouched until commit
-    assert path.read_bytes() == gb.MATRIX_ATOM
+        fp.write(bytes(src.buf[: len(golden_bytes.MATRIX_ATOM)]) + b"")
+        assert path.read_bytes() == golden_bytes.MATRIX_ATOM  # untouched until commit
+    assert path.read_bytes() == golden_bytes.MATRIX_ATOM
 
 
 def test_a_signal_right_after_the_temporary_is_created_leaves_nothing(

@@ -11,8 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests import ggufcraft as gc
-from tests import scx_golden as g
+from tests import ggufcraft, scx_golden
 from tests.conftest import FIXTURES, GOLDEN, ROOT, Run, run_cli
 
 SCHEMAS = ROOT / "docs" / "schemas"
@@ -110,7 +109,7 @@ def files(tmp_path_factory) -> Files:
     assert run_cli("convert", str(out["npz"]), str(zst), "--compress", "zstd").code == 0
     out["zt-zstd"] = zst
     gguf = d / "tiny.gguf"
-    out.gguf_values = gc.write_model(gguf)  # the f32 values of each tensor
+    out.gguf_values = ggufcraft.write_model(gguf)  # the f32 values of each tensor
     out["gguf"] = gguf
     out["gguf-vocab"] = FIXTURES / "gguf" / "ggml-vocab-bert-bge.gguf"
     from tests.test_hf_model import make_model
@@ -316,7 +315,7 @@ def test_scx_documents(tmp_path: Path) -> None:
     again = run_cli("tokenize", "scx", "keygen", "-o", str(key), "--json")
     assert again.code == 2 and check("tokenize scx keygen", again)["error"]
     src = tmp_path / "src.json"
-    src.write_text(json.dumps(g.SOURCE))
+    src.write_text(json.dumps(scx_golden.SOURCE))
     reg = tmp_path / "reg.scxr"
     sign = run_cli("tokenize", "scx", "sign", str(src), "-o", str(reg), "--key", str(key), "--json")
     assert sign.code == 0 and check("tokenize scx sign", sign)

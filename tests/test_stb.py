@@ -12,14 +12,13 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies
 
 from matrixctl.codes import Severity
 from matrixctl.convert.tensors import open_source
 from matrixctl.formats import stb
 from matrixctl.validate.engine import examine
-from tests import golden_embd as ge
+from tests import golden_embd
 from tests.conftest import run_cli
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -44,7 +43,7 @@ def report_of(tmp_path: Path, data: bytes, name: str = "f.stb", scan: bool = Tru
     return examine(str(path), scan=scan)[0]
 
 
-def patched(fmt: str, offset: int, value: int, base: bytes = ge.STB) -> bytes:
+def patched(fmt: str, offset: int, value: int, base: bytes = golden_embd.STB) -> bytes:
     data = bytearray(base)
     struct.pack_into(fmt, data, offset, value)
     return bytes(data)
@@ -63,7 +62,7 @@ def write_tiny(tmp_path: Path, *extra: str) -> Path:
 
 
 def test_golden_file_on_disk_is_the_hand_typed_bytes() -> None:
-    assert (GOLDEN / "stb_v01_tiny.stb").read_bytes() == ge.STB
+    assert (GOLDEN / "stb_v01_tiny.stb").read_bytes() == golden_embd.STB
 
 
 def test_writer_reproduces_the_golden_file_and_sidecar(tmp_path: Path) -> None:
@@ -72,9 +71,9 @@ def test_writer_reproduces_the_golden_file_and_sidecar(tmp_path: Path) -> None:
     the source's order, and ends the file at the last tensor's last byte; names, shapes, the
     bin-file table and metadata go to the sidecar NAME.stb.json (same input, same bytes)."""
     out = write_tiny(tmp_path)
-    assert out.read_bytes() == ge.STB
+    assert out.read_bytes() == golden_embd.STB
     sidecar = tmp_path / "tiny.stb.json"
-    assert json.loads(sidecar.read_text()) == ge.STB_SIDECAR
+    assert json.loads(sidecar.read_text()) == golden_embd.STB_SIDECAR
     report = examine(str(out), scan=True)[0]
     assert report.ok(strict=True) and codes_of(report) == set()
     again = tmp_path / "again"
@@ -88,7 +87,7 @@ def test_golden_reads_back_with_and_without_sidecar(tmp_path: Path) -> None:
     rank above 3 cannot be read (its shape is in the sidecar's shape table); with the sidecar
     NAME.stb.json beside the file, names and shapes come from it."""
     lone = tmp_path / "lone.stb"
-    lone.write_bytes(ge.STB)
+    lone.write_bytes(golden_embd.STB)
     result = run_cli("convert", str(lone), str(tmp_path / "x.npz"))
     assert result.code == 1 and "STB_RANK" in result.stderr
     ok = run_cli("convert", str(lone), str(tmp_path / "x.npz"), "--exclude", "tensor_2")
@@ -104,7 +103,11 @@ def test_golden_reads_back_with_and_without_sidecar(tmp_path: Path) -> None:
         "q": ("i32", (1, 1, 1, 1), [7]),
     }
     two = tmp_path / "two.stb"
-    two.write_bytes(ge.STB[:96].replace(b"\x03\x00", b"\x02\x00", 1) + bytes(32) + ge.STB[128:256])
+    two.write_bytes(
+        golden_embd.STB[:96].replace(b"\x03\x00", b"\x02\x00", 1)
+        + bytes(32)
+        + golden_embd.STB[128:256]
+    )
     data = bytearray(two.read_bytes())
     struct.pack_into("<Q", data, 24, 256)
     struct.pack_into("<H", data, 6, 2)
@@ -316,10 +319,12 @@ def test_version_and_reserved(tmp_path: Path) -> None:
 def test_padding_and_gaps(tmp_path: Path) -> None:
     """Decision: bytes between the table and data_offset and between tensors must be zero
     (STB_PADDING); 64 or more unreferenced bytes in the data region are a warning (STB_GAP)."""
-    data = bytearray(ge.STB)
+    data = bytearray(golden_embd.STB)
     data[150] = 1
     assert stb.STB_PADDING in errors_of(report_of(tmp_path, bytes(data)))
-    moved = ge.STB[:256] + bytes(64) + ge.STB[256:]  # tensor 2 moved 64 bytes further
+    moved = (
+        golden_embd.STB[:256] + bytes(64) + golden_embd.STB[256:]
+    )  # tensor 2 moved 64 bytes further
     gap = patched("<Q", 100, 320, patched("<Q", 24, 324, moved))
     report = report_of(tmp_path, gap)
     assert stb.STB_GAP in codes_of(report) and report.ok()
@@ -327,8 +332,8 @@ def test_padding_and_gaps(tmp_path: Path) -> None:
 
 def test_truncation_at_every_length(tmp_path: Path) -> None:
     path = tmp_path / "t.stb"
-    for n in range(len(ge.STB)):
-        path.write_bytes(ge.STB[:n])
+    for n in range(len(golden_embd.STB)):
+        path.write_bytes(golden_embd.STB[:n])
         report = examine(str(path), scan=True)[0]
         assert not report.ok(), n
 
@@ -337,8 +342,8 @@ def test_every_bit_flip_is_caught_with_the_sidecar(tmp_path: Path) -> None:
     """STB has no checksum; the sidecar records each file's CRC-32, so `verify` of a file with
     its sidecar beside it catches every flipped bit."""
     out = write_tiny(tmp_path)
-    for i in range(len(ge.STB)):
-        data = bytearray(ge.STB)
+    for i in range(len(golden_embd.STB)):
+        data = bytearray(golden_embd.STB)
         data[i] ^= 1 << (i % 8)
         out.write_bytes(bytes(data))
         report = examine(str(out), scan=True)[0]
@@ -401,18 +406,18 @@ STB_DTYPES = ["f32", "f16", "i8", "i32"]
 
 @settings(max_examples=25, deadline=None)
 @given(
-    tensors=st.dictionaries(
-        st.text("abcxyz._/0123", min_size=1, max_size=8),
-        st.tuples(
-            st.sampled_from(STB_DTYPES),
-            st.lists(st.integers(0, 3), max_size=5),
-            st.binary(max_size=48),
+    tensors=strategies.dictionaries(
+        strategies.text("abcxyz._/0123", min_size=1, max_size=8),
+        strategies.tuples(
+            strategies.sampled_from(STB_DTYPES),
+            strategies.lists(strategies.integers(0, 3), max_size=5),
+            strategies.binary(max_size=48),
         ),
         min_size=1,
         max_size=6,
     ),
-    per_file=st.sampled_from([None, "1", "2", "16"]),
-    route=st.permutations([".zt", ".safetensors", ".stb.json"]),
+    per_file=strategies.sampled_from([None, "1", "2", "16"]),
+    route=strategies.permutations([".zt", ".safetensors", ".stb.json"]),
 )
 def test_round_trip_through_stb(tensors, per_file, route) -> None:
     arrays = {}
@@ -451,7 +456,7 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     assert run_cli("verify", str(out), str(out) + ".json").code == 0
     assert run_cli("inspect", "--json", str(out)).json()["files"][0]["tensors"][2]["name"] == "q"
     bad = tmp_path / "bad.stb"
-    bad.write_bytes(ge.STB[:100])
+    bad.write_bytes(golden_embd.STB[:100])
     assert run_cli("verify", str(bad)).code == 1
     assert run_cli("inspect", str(bad)).code == 1
     assert run_cli("verify", str(tmp_path / "nope.stb")).code == 2

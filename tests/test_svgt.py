@@ -13,12 +13,11 @@ import numpy as np
 import pytest
 
 from matrixctl.errors import FormatError, UsageError
-from matrixctl.formats import matrix_atom as ma
-from matrixctl.formats import svgt
+from matrixctl.formats import matrix_atom, svgt
 from matrixctl.io import Source
 from matrixctl.packing import pack_svgt
 from matrixctl.validate.engine import examine
-from tests import golden_bytes as gb
+from tests import golden_bytes
 
 
 def write(tmp_path: Path, name: str, data: bytes) -> str:
@@ -28,28 +27,28 @@ def write(tmp_path: Path, name: str, data: bytes) -> str:
 
 
 def test_golden_file_on_disk_is_the_hand_written_bytes() -> None:
-    assert (Path(__file__).parent / "golden/svgt_v1.svgt").read_bytes() == gb.SVGT
+    assert (Path(__file__).parent / "golden/svgt_v1.svgt").read_bytes() == golden_bytes.SVGT
 
 
 def test_pack_svgt_produces_the_golden_bytes(tmp_path: Path) -> None:
-    atoms = write(tmp_path, "a.bin", gb.MATRIX_ATOM)
+    atoms = write(tmp_path, "a.bin", golden_bytes.MATRIX_ATOM)
     out = tmp_path / "a.svgt"
     summary = pack_svgt(atoms, str(out), grid="2x2")
-    assert out.read_bytes() == gb.SVGT
+    assert out.read_bytes() == golden_bytes.SVGT
     assert summary["atom_count"] == 2
 
 
 def test_header_parse_matches_spec_table() -> None:
-    h = svgt.SvgtHeader.parse(gb.SVGT)
+    h = svgt.SvgtHeader.parse(golden_bytes.SVGT)
     assert (h.magic, h.version, h.header_bytes, h.rows, h.cols) == (b"SVGTENSR", 1, 32, 2, 2)
     assert (h.atom_count, h.data_offset) == (2, 32)
-    assert svgt.atoms_view(gb.SVGT, h).tolist() == [[[5, 17], [99, 0]], [[42, 0], [0, 0]]]
+    assert svgt.atoms_view(golden_bytes.SVGT, h).tolist() == [[[5, 17], [99, 0]], [[42, 0], [0, 0]]]
 
 
 def test_ids_above_65535_are_refused_not_masked(tmp_path: Path) -> None:
     """Decision: an id above 65535 is an error naming the token; nothing is written."""
     buf = io.BytesIO()
-    ma.write_atoms(buf, np.array([1, 2, 3, 70000]), atom_size=4)
+    matrix_atom.write_atoms(buf, np.array([1, 2, 3, 70000]), atom_size=4)
     atoms = write(tmp_path, "wide.bin", buf.getvalue())
     out = tmp_path / "wide.svgt"
     with pytest.raises(FormatError) as info:
@@ -60,7 +59,7 @@ def test_ids_above_65535_are_refused_not_masked(tmp_path: Path) -> None:
 
 def test_uint32_atoms_whose_ids_fit_project_fine(tmp_path: Path) -> None:
     buf = io.BytesIO()
-    ma.write_atoms(buf, np.array([1, 2, 3, 65535]), atom_size=4, dtype="uint32")
+    matrix_atom.write_atoms(buf, np.array([1, 2, 3, 65535]), atom_size=4, dtype="uint32")
     out = tmp_path / "ok.svgt"
     pack_svgt(write(tmp_path, "w.bin", buf.getvalue()), str(out), grid="1x4")
     h = svgt.SvgtHeader.parse(out.read_bytes())
@@ -68,12 +67,12 @@ def test_uint32_atoms_whose_ids_fit_project_fine(tmp_path: Path) -> None:
 
 
 def test_corrupt_atom_payload_is_caught_while_projecting(tmp_path: Path) -> None:
-    data = bytearray(gb.MATRIX_ATOM)
+    data = bytearray(golden_bytes.MATRIX_ATOM)
     data[70] ^= 0x01
     out = tmp_path / "x.svgt"
     with pytest.raises(FormatError) as info:
         pack_svgt(write(tmp_path, "bad.bin", bytes(data)), str(out), grid="2x2")
-    assert info.value.code == ma.ATOM_PAYLOAD_CRC
+    assert info.value.code == matrix_atom.ATOM_PAYLOAD_CRC
     assert not out.exists()
 
 
@@ -84,7 +83,7 @@ def test_bad_grids_are_usage_errors(grid: str, atom_size: int) -> None:
 
 
 def patch(offset: int, fmt: str, value: int) -> bytes:
-    buf = bytearray(gb.SVGT)
+    buf = bytearray(golden_bytes.SVGT)
     struct.pack_into(fmt, buf, offset, value)
     return bytes(buf)
 
@@ -99,7 +98,7 @@ def patch(offset: int, fmt: str, value: int) -> bytes:
         (patch(0x18, "<Q", 40), svgt.SVGT_DATA_OFFSET),
         (patch(0x10, "<Q", 3), svgt.SVGT_TRUNCATED),
         (patch(0x10, "<Q", 2**62), svgt.SVGT_TRUNCATED),
-        (gb.SVGT + b"\0\0", svgt.SVGT_TRAILING),
+        (golden_bytes.SVGT + b"\0\0", svgt.SVGT_TRAILING),
     ],
 )
 def test_each_header_problem_has_its_code(tmp_path: Path, data: bytes, code: str) -> None:
@@ -108,15 +107,15 @@ def test_each_header_problem_has_its_code(tmp_path: Path, data: bytes, code: str
 
 
 def test_truncation_at_every_length_is_reported(tmp_path: Path) -> None:
-    for n in range(len(gb.SVGT)):
-        report = examine(write(tmp_path, "t.svgt", gb.SVGT[:n]), scan=True)[0]
+    for n in range(len(golden_bytes.SVGT)):
+        report = examine(write(tmp_path, "t.svgt", golden_bytes.SVGT[:n]), scan=True)[0]
         assert not report.ok(), n
 
 
 def test_every_header_bit_flip_is_reported(tmp_path: Path) -> None:
     """The payload has no checksum (docs/formats/svgt.md decision 4); the header is covered."""
     for bit in range(svgt.HEADER_SIZE * 8):
-        data = bytearray(gb.SVGT)
+        data = bytearray(golden_bytes.SVGT)
         data[bit // 8] ^= 1 << (bit % 8)
         assert not examine(write(tmp_path, "f.svgt", bytes(data)), scan=True)[0].ok(), bit
 
@@ -128,7 +127,7 @@ def render(tmp_path: Path, atoms: str | None) -> str:
     from matrixctl.convert.svg import svgt_to_svg
 
     out = tmp_path / "o.svg"
-    with Source.open(write(tmp_path, "g.svgt", gb.SVGT)) as src:
+    with Source.open(write(tmp_path, "g.svgt", golden_bytes.SVGT)) as src:
         svgt_to_svg(src, str(out), {"atoms": atoms})
     return out.read_text()
 

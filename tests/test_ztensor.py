@@ -9,18 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zstandard
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies
 
 from matrixctl import cbor
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError
-from matrixctl.formats import ztensor as zt
+from matrixctl.formats import ztensor
 from matrixctl.io import Source
 from matrixctl.opening import open_checked
 from matrixctl.tensors import DTYPES, chunked
 from matrixctl.validate.engine import examine
-from tests import golden_ztensor as gz
+from tests import golden_ztensor
 from tests.ztcraft import blob_file, dense, with_manifest
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -39,7 +38,7 @@ def codes_of(report) -> set[str]:
 
 def write(tensors: list[tuple[str, np.ndarray]], **kwargs) -> bytes:
     fp = io.BytesIO()
-    w = zt.ZtWriter(fp, **kwargs)
+    w = ztensor.ZtWriter(fp, **kwargs)
     for name, arr in tensors:
         dt = next(d.name for d in DTYPES.values() if d.numeric and np.dtype(d.storage) == arr.dtype)
         w.add(name, arr.shape, "dense", [("data", dt, arr.nbytes, chunked(arr.tobytes()))])
@@ -51,7 +50,7 @@ def read_all(tmp_path: Path, data: bytes) -> dict[str, bytes]:
     path = tmp_path / "r.zt"
     path.write_bytes(data)
     with Source.open(str(path)) as src:
-        source = zt.ZtSource(src, open_checked(src, zt.FORMAT))
+        source = ztensor.ZtSource(src, open_checked(src, ztensor.FORMAT))
         return {i.name: b"".join(bytes(p) for p in source.stream(i)) for i in source.tensors()}
 
 
@@ -59,12 +58,12 @@ def read_all(tmp_path: Path, data: bytes) -> dict[str, bytes]:
 
 
 def test_golden_files_on_disk_are_the_hand_written_bytes() -> None:
-    assert (GOLDEN / "ztensor_v1_dense.zt").read_bytes() == gz.DENSE
-    assert (GOLDEN / "ztensor_v1_multi.zt").read_bytes() == gz.MULTI
+    assert (GOLDEN / "ztensor_v1_dense.zt").read_bytes() == golden_ztensor.DENSE
+    assert (GOLDEN / "ztensor_v1_multi.zt").read_bytes() == golden_ztensor.MULTI
 
 
 def test_writer_produces_the_golden_dense_file() -> None:
-    assert write([("w", np.array([1.0, 2.0], "<f4"))], digest="crc32c") == gz.DENSE
+    assert write([("w", np.array([1.0, 2.0], "<f4"))], digest="crc32c") == golden_ztensor.DENSE
 
 
 def test_writer_produces_the_golden_multi_file() -> None:
@@ -77,25 +76,25 @@ def test_writer_produces_the_golden_multi_file() -> None:
         digest=None,
         attributes={"framework": "numpy"},
     )
-    assert data == gz.MULTI
+    assert data == golden_ztensor.MULTI
 
 
 def test_golden_files_verify_clean(tmp_path: Path) -> None:
-    dense_report = report_of(tmp_path, gz.DENSE)
+    dense_report = report_of(tmp_path, golden_ztensor.DENSE)
     assert dense_report.findings == [] and dense_report.ok(strict=True)
-    multi = report_of(tmp_path, gz.MULTI, "m.zt")
-    assert [f.code for f in multi.findings] == [zt.ZT_NO_DIGEST]
+    multi = report_of(tmp_path, golden_ztensor.MULTI, "m.zt")
+    assert [f.code for f in multi.findings] == [ztensor.ZT_NO_DIGEST]
     assert multi.findings[0].severity is Severity.INFO
 
 
 def test_golden_values_read_back(tmp_path: Path) -> None:
-    got = read_all(tmp_path, gz.MULTI)
+    got = read_all(tmp_path, golden_ztensor.MULTI)
     assert got == {"b": b"\x01\x00\x01", "i": b"\xfe", "h": bytes.fromhex("01000102")}
 
 
 def test_crc32c_reference_vector() -> None:
-    assert gz.crc32c_reference(b"123456789") == 0xE3069283  # the standard check value
-    d = zt.Digester("crc32c")
+    assert golden_ztensor.crc32c_reference(b"123456789") == 0xE3069283  # the standard check value
+    d = ztensor.Digester("crc32c")
     d.update(b"123456789")
     assert d.text() == "crc32c:0xE3069283"
 
@@ -108,7 +107,7 @@ def test_digest_covers_the_stored_bytes_after_zstd(tmp_path: Path) -> None:
     ztensor 1.1.1 computes and checks it."""
     arr = np.zeros(1000, "<f4")
     data = write([("z", arr)], digest="sha256", level=3)
-    f = zt.parse(data, len(data))
+    f = ztensor.parse(data, len(data))
     c = f.objects["z"].components["data"]
     import hashlib
 
@@ -120,18 +119,18 @@ def test_digest_covers_the_stored_bytes_after_zstd(tmp_path: Path) -> None:
 def test_digest_text_forms() -> None:
     """Decision: crc32c is written `crc32c:0x` + 8 upper-case hex digits (the reference's form);
     reading accepts either case; sha256 is 64 hex digits."""
-    assert zt.parse_digest("crc32c:0x0a0B0c0D") == ("crc32c", "0A0B0C0D")
-    assert zt.same_digest("crc32c:0xabcdef01", "crc32c:0xABCDEF01")
+    assert ztensor.parse_digest("crc32c:0x0a0B0c0D") == ("crc32c", "0A0B0C0D")
+    assert ztensor.same_digest("crc32c:0xabcdef01", "crc32c:0xABCDEF01")
     for bad in ("crc32c:abcdef01", "crc32c:0x123", "sha256:00", "nocolon"):
         with pytest.raises(ValueError):
-            zt.parse_digest(bad)
-    assert zt.parse_digest("blake3:00") is None
+            ztensor.parse_digest(bad)
+    assert ztensor.parse_digest("blake3:00") is None
 
 
 def test_manifest_follows_the_last_blob_without_padding() -> None:
     """Decision: the spec's diagram has no padding before the manifest; like ztensor 1.1.1 the
     writer puts the manifest right after the last blob (the file's tail needs no alignment)."""
-    f = zt.parse(gz.DENSE, len(gz.DENSE))
+    f = ztensor.parse(golden_ztensor.DENSE, len(golden_ztensor.DENSE))
     c = f.objects["w"].components["data"]
     assert f.manifest_offset == c.end == 72
 
@@ -142,7 +141,7 @@ def test_manifest_is_deterministic_cbor() -> None:
     a = write([("x", np.ones(2, "<f4"))], attributes={"a": "1", "b": "2"})
     b = write([("x", np.ones(2, "<f4"))], attributes={"b": "2", "a": "1"})
     assert a == b
-    f = zt.parse(a, len(a))
+    f = ztensor.parse(a, len(a))
     raw = a[f.manifest_offset : f.manifest_offset + f.manifest_size]
     import cbor2
 
@@ -153,7 +152,7 @@ def test_scalar_is_an_empty_shape(tmp_path: Path) -> None:
     """Decision: a rank-0 tensor is written with shape [] (one element), as the spec's v1.0
     wording and ztensor 1.1.1's reader take it; ztensor 1.1.1's own writer turns () into [1]."""
     data = write([("s", np.array(3.5, "<f4"))])
-    assert zt.parse(data, len(data)).objects["s"].shape == ()
+    assert ztensor.parse(data, len(data)).objects["s"].shape == ()
     assert read_all(tmp_path, data) == {"s": np.float32(3.5).tobytes()}
 
 
@@ -163,7 +162,7 @@ def test_non_text_root_attributes_are_a_warning(tmp_path: Path) -> None:
     non-text metadata as JSON text."""
     data = blob_file({"x": dense([4], "f32", F32)}, attributes={"n": 1})
     report = report_of(tmp_path, data)
-    assert zt.ZT_ATTRIBUTES in codes_of(report)
+    assert ztensor.ZT_ATTRIBUTES in codes_of(report)
     assert report.ok() and not report.ok(strict=True)
 
 
@@ -172,7 +171,9 @@ def test_dtypes_unknown_to_the_reference_are_noted(tmp_path: Path) -> None:
     with an info finding: ztensor 1.1.1 knows only 13 dtypes and cannot open such files."""
     data = blob_file({"x": dense([4], "f8_e4m3", bytes(4))})
     report = report_of(tmp_path, data)
-    assert [f.code for f in report.findings if f.code != zt.ZT_NO_DIGEST] == [zt.ZT_REFERENCE_DTYPE]
+    assert [f.code for f in report.findings if f.code != ztensor.ZT_NO_DIGEST] == [
+        ztensor.ZT_REFERENCE_DTYPE
+    ]
     assert report.ok(strict=True)
 
 
@@ -186,7 +187,7 @@ def test_zero_length_components_may_share_an_offset(tmp_path: Path) -> None:
         }
     )
     report = report_of(tmp_path, data)
-    assert zt.ZT_OVERLAP not in codes_of(report) and report.ok()
+    assert ztensor.ZT_OVERLAP not in codes_of(report) and report.ok()
 
 
 def test_identical_ranges_are_an_overlap(tmp_path: Path) -> None:
@@ -196,16 +197,16 @@ def test_identical_ranges_are_an_overlap(tmp_path: Path) -> None:
     data = blob_file(
         {"a": dense([4], "f32", F32), "b": dense([4], "f32", b"", offset=64, length=16)}
     )
-    assert zt.ZT_OVERLAP in codes_of(report_of(tmp_path, data))
+    assert ztensor.ZT_OVERLAP in codes_of(report_of(tmp_path, data))
 
 
 def test_versions(tmp_path: Path) -> None:
     """Decision: major version 1 is required; a newer 1.x minor is a warning (its new fields
     are ignored); 1.0 and 1.1 are read alike."""
     newer = report_of(tmp_path, blob_file({"x": dense([4], "f32", F32)}, version="1.2.0"))
-    assert zt.ZT_VERSION_NEWER in codes_of(newer) and newer.ok()
+    assert ztensor.ZT_VERSION_NEWER in codes_of(newer) and newer.ok()
     other = report_of(tmp_path, blob_file({"x": dense([4], "f32", F32)}, version="2.0.0"))
-    assert zt.ZT_VERSION in codes_of(other) and not other.ok()
+    assert ztensor.ZT_VERSION in codes_of(other) and not other.ok()
 
 
 def test_padding_must_be_zero_and_gaps_are_warned(tmp_path: Path) -> None:
@@ -214,10 +215,10 @@ def test_padding_must_be_zero_and_gaps_are_warned(tmp_path: Path) -> None:
     padded = blob_file(
         {"a": dense([1], "u8", b"\x01"), "b": dense([1], "u8", b"\x02")}, pad_byte=0x55
     )
-    assert zt.ZT_PADDING in codes_of(report_of(tmp_path, padded))
+    assert ztensor.ZT_PADDING in codes_of(report_of(tmp_path, padded))
     gap = blob_file({"a": dense([1], "u8", bytes(64) + b"\x01", offset=128, length=1)})
     report = report_of(tmp_path, gap, "g.zt")
-    assert codes_of(report) == {zt.ZT_GAP, zt.ZT_NO_DIGEST} and report.ok()
+    assert codes_of(report) == {ztensor.ZT_GAP, ztensor.ZT_NO_DIGEST} and report.ok()
 
 
 def test_unknown_digest_algorithm_is_an_error_unless_allowed(
@@ -229,10 +230,10 @@ def test_unknown_digest_algorithm_is_an_error_unless_allowed(
     --allow-unknown-digest) relaxes it to a warning, as ztensor 1.1.1 silently skips it."""
     data = blob_file({"x": dense([4], "f32", F32, digest="blake3:00ff")})
     report = report_of(tmp_path, data)
-    assert zt.ZT_DIGEST_UNKNOWN in codes_of(report) and not report.ok()
+    assert ztensor.ZT_DIGEST_UNKNOWN in codes_of(report) and not report.ok()
     monkeypatch.setenv("MATRIXCTL_ALLOW_UNKNOWN_DIGEST", "1")
     report = report_of(tmp_path, data)
-    assert zt.ZT_DIGEST_UNKNOWN in codes_of(report) and report.ok()
+    assert ztensor.ZT_DIGEST_UNKNOWN in codes_of(report) and report.ok()
     assert not report.ok(strict=True)
 
 
@@ -243,7 +244,7 @@ def test_a_damaged_digest_key_is_an_error(tmp_path: Path) -> None:
     assert good.count(b"fdigest") == 1
     bad = good.replace(b"fdigest", b"fdigesu")
     report = report_of(tmp_path, bad)
-    assert zt.ZT_DIGEST_UNKNOWN in codes_of(report) and not report.ok()
+    assert ztensor.ZT_DIGEST_UNKNOWN in codes_of(report) and not report.ok()
 
 
 # Findings -----------------------------------------------------------------------------------
@@ -252,19 +253,19 @@ def test_a_damaged_digest_key_is_an_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("objects", "code"),
     [
-        ({"x": dense([4], "f32", F32, offset=8)}, zt.ZT_ALIGN),
-        ({"x": dense([4], "f32", F32, length=1 << 40)}, zt.ZT_BOUNDS),
-        ({"x": dense([4], "f32", F32, offset=0)}, zt.ZT_BOUNDS),
-        ({"x": dense([5], "f32", F32)}, zt.ZT_LENGTH),
-        ({"x": dense([4], "f32", F32[:15])}, zt.ZT_LENGTH),
-        ({"x": dense([4], "f32", F32, digest="crc32c:0x00000000")}, zt.ZT_DIGEST),
-        ({"x": dense([4], "f32", F32, digest="crc32c:0xZZ")}, zt.ZT_DIGEST_FORMAT),
-        ({"x": dense([2], "bool", b"\x01\x02")}, zt.ZT_BOOL),
-        ({"x": dense([4], "f99", F32)}, zt.ZT_SCHEMA),
-        ({"x": dense([4], "f32", F32, encoding="lz4")}, zt.ZT_SCHEMA),
-        ({"x": ({"shape": [-1], "format": "dense"}, {})}, zt.ZT_SCHEMA),
-        ({"x": ({"shape": [4], "format": "dense"}, {})}, zt.ZT_COMPONENTS),
-        ({"x": ({"shape": [4], "format": "mystery"}, {})}, zt.ZT_LAYOUT),
+        ({"x": dense([4], "f32", F32, offset=8)}, ztensor.ZT_ALIGN),
+        ({"x": dense([4], "f32", F32, length=1 << 40)}, ztensor.ZT_BOUNDS),
+        ({"x": dense([4], "f32", F32, offset=0)}, ztensor.ZT_BOUNDS),
+        ({"x": dense([5], "f32", F32)}, ztensor.ZT_LENGTH),
+        ({"x": dense([4], "f32", F32[:15])}, ztensor.ZT_LENGTH),
+        ({"x": dense([4], "f32", F32, digest="crc32c:0x00000000")}, ztensor.ZT_DIGEST),
+        ({"x": dense([4], "f32", F32, digest="crc32c:0xZZ")}, ztensor.ZT_DIGEST_FORMAT),
+        ({"x": dense([2], "bool", b"\x01\x02")}, ztensor.ZT_BOOL),
+        ({"x": dense([4], "f99", F32)}, ztensor.ZT_SCHEMA),
+        ({"x": dense([4], "f32", F32, encoding="lz4")}, ztensor.ZT_SCHEMA),
+        ({"x": ({"shape": [-1], "format": "dense"}, {})}, ztensor.ZT_SCHEMA),
+        ({"x": ({"shape": [4], "format": "dense"}, {})}, ztensor.ZT_COMPONENTS),
+        ({"x": ({"shape": [4], "format": "mystery"}, {})}, ztensor.ZT_LAYOUT),
         (
             {
                 "x": (
@@ -272,7 +273,7 @@ def test_a_damaged_digest_key_is_an_error(tmp_path: Path) -> None:
                     {"data": ({"dtype": "f32"}, F32), "e": ({"dtype": "u8"}, b"")},
                 )
             },
-            zt.ZT_EXTRA_COMPONENT,
+            ztensor.ZT_EXTRA_COMPONENT,
         ),
     ],
 )
@@ -308,10 +309,10 @@ def test_sparse_rules(tmp_path: Path) -> None:
     assert report_of(tmp_path, blob_file(good)).ok()
     bad = dict(good)
     bad["c"] = (good["c"][0], {**good["c"][1], "indices": ({"dtype": "u64"}, u64([0, 3]))})
-    assert zt.ZT_SPARSE in codes_of(report_of(tmp_path, blob_file(bad), "b.zt"))
+    assert ztensor.ZT_SPARSE in codes_of(report_of(tmp_path, blob_file(bad), "b.zt"))
     worse = dict(good)
     worse["o"] = (good["o"][0], {**good["o"][1], "coords": ({"dtype": "f32"}, bytes(16))})
-    assert zt.ZT_COMPONENT_DTYPE in codes_of(report_of(tmp_path, blob_file(worse), "w.zt"))
+    assert ztensor.ZT_COMPONENT_DTYPE in codes_of(report_of(tmp_path, blob_file(worse), "w.zt"))
 
 
 def test_quantized_group_sizes(tmp_path: Path) -> None:
@@ -332,15 +333,15 @@ def test_quantized_group_sizes(tmp_path: Path) -> None:
             },
         )
     }
-    assert report_of(tmp_path, blob_file(q)).findings[0].code == zt.ZT_NO_DIGEST
+    assert report_of(tmp_path, blob_file(q)).findings[0].code == ztensor.ZT_NO_DIGEST
     q["q"][1]["scales"] = ({"dtype": "f16"}, bytes(6))
-    assert zt.ZT_QUANT_SIZE in codes_of(report_of(tmp_path, blob_file(q), "q.zt"))
+    assert ztensor.ZT_QUANT_SIZE in codes_of(report_of(tmp_path, blob_file(q), "q.zt"))
 
 
 # Hostile files ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("golden", [gz.DENSE, gz.MULTI])
+@pytest.mark.parametrize("golden", [golden_ztensor.DENSE, golden_ztensor.MULTI])
 def test_truncation_at_every_length(tmp_path: Path, golden: bytes) -> None:
     path = tmp_path / "t.zt"
     for n in range(len(golden)):
@@ -357,13 +358,13 @@ def test_every_bit_flip_outside_the_manifest_is_reported(tmp_path: Path) -> None
     manifest is reported whenever it breaks the CBOR, the schema, an offset, a length or the
     digest, and never crashes the reader."""
     path = tmp_path / "flip.zt"
-    f = zt.parse(gz.DENSE, len(gz.DENSE))
+    f = ztensor.parse(golden_ztensor.DENSE, len(golden_ztensor.DENSE))
     manifest = range(f.manifest_offset, f.manifest_offset + f.manifest_size)
-    digest_at = gz.DENSE.index(gz.DENSE_DIGEST.encode()) + len("crc32c:0x")
+    digest_at = golden_ztensor.DENSE.index(golden_ztensor.DENSE_DIGEST.encode()) + len("crc32c:0x")
     unnoticed = []
-    for bit in range(len(gz.DENSE) * 8):
+    for bit in range(len(golden_ztensor.DENSE) * 8):
         pos, mask = bit // 8, 1 << (bit % 8)
-        data = bytearray(gz.DENSE)
+        data = bytearray(golden_ztensor.DENSE)
         data[pos] ^= mask
         path.write_bytes(bytes(data))
         report = examine(str(path), scan=True)[0]
@@ -372,17 +373,17 @@ def test_every_bit_flip_outside_the_manifest_is_reported(tmp_path: Path) -> None
             assert pos in manifest, f"flip of bit {bit % 8} in byte {pos} went unnoticed"
     hex_case = [p for p in unnoticed if digest_at <= p < digest_at + 8]
     assert len(unnoticed) < len(manifest) * 2  # most manifest flips are caught too
-    assert all(chr(gz.DENSE[p]).isalpha() for p in hex_case)
+    assert all(chr(golden_ztensor.DENSE[p]).isalpha() for p in hex_case)
 
 
 def test_huge_manifest_size_is_refused_before_reading(tmp_path: Path) -> None:
-    body = bytearray(gz.DENSE)
+    body = bytearray(golden_ztensor.DENSE)
     struct.pack_into("<Q", body, len(body) - 16, (1 << 30) + 1)
     report = report_of(tmp_path, bytes(body))
-    assert [f.code for f in report.findings] == [zt.ZT_MANIFEST_SIZE]
+    assert [f.code for f in report.findings] == [ztensor.ZT_MANIFEST_SIZE]
     assert "1 GiB" in report.findings[0].message
     struct.pack_into("<Q", body, len(body) - 16, 1 << 63)
-    assert codes_of(report_of(tmp_path, bytes(body))) == {zt.ZT_MANIFEST_SIZE}
+    assert codes_of(report_of(tmp_path, bytes(body))) == {ztensor.ZT_MANIFEST_SIZE}
 
 
 @pytest.mark.parametrize(
@@ -401,7 +402,7 @@ def test_hostile_cbor_is_refused(tmp_path: Path, raw: bytes) -> None:
     beyond 64 and more than 16M items, and checks every count against the bytes left; it
     accepts indefinite lengths (RFC 7049, which the spec cites)."""
     report = report_of(tmp_path, with_manifest(raw))
-    assert codes_of(report) <= {zt.ZT_CBOR, zt.ZT_SCHEMA} and not report.ok()
+    assert codes_of(report) <= {ztensor.ZT_CBOR, ztensor.ZT_SCHEMA} and not report.ok()
 
 
 def test_manifest_schema_errors(tmp_path: Path) -> None:
@@ -409,7 +410,7 @@ def test_manifest_schema_errors(tmp_path: Path) -> None:
 
     for root in ([1, 2], {"objects": {}}, {"version": "1.1.0"}, {"version": 1, "objects": {}}):
         report = report_of(tmp_path, with_manifest(cbor2.dumps(root)))
-        assert codes_of(report) == {zt.ZT_SCHEMA}, root
+        assert codes_of(report) == {ztensor.ZT_SCHEMA}, root
 
 
 def test_zstd_bomb_stops_at_the_shape_cap(tmp_path: Path) -> None:
@@ -421,44 +422,44 @@ def test_zstd_bomb_stops_at_the_shape_cap(tmp_path: Path) -> None:
     assert len(bomb) < 10_000
     data = blob_file({"x": dense([1000], "f32", bomb, encoding="zstd")})
     report = report_of(tmp_path, data)
-    assert zt.ZT_ZSTD_SIZE in codes_of(report)
+    assert ztensor.ZT_ZSTD_SIZE in codes_of(report)
     with_size = zstandard.ZstdCompressor(level=1).compress(bytes(1 << 20))
     data = blob_file({"x": dense([1000], "f32", with_size, encoding="zstd")})
-    assert zt.ZT_ZSTD_SIZE in codes_of(report_of(tmp_path, data, "s.zt", scan=False))
+    assert ztensor.ZT_ZSTD_SIZE in codes_of(report_of(tmp_path, data, "s.zt", scan=False))
 
 
 def test_a_shape_no_zstd_data_can_fill_is_refused_without_decoding(tmp_path: Path) -> None:
     tiny = zstandard.ZstdCompressor().compress(bytes(64))
     data = blob_file({"x": dense([1 << 40], "f32", tiny, encoding="zstd")})
     report = report_of(tmp_path, data)
-    hit = [f for f in report.findings if f.code == zt.ZT_ZSTD_SIZE]
+    hit = [f for f in report.findings if f.code == ztensor.ZT_ZSTD_SIZE]
     assert hit and "32768" in hit[0].message
 
 
 def test_corrupt_zstd(tmp_path: Path) -> None:
     data = blob_file({"x": dense([4], "f32", b"\x28\xb5\x2f\xfd" + b"\xff" * 12, encoding="zstd")})
     report = report_of(tmp_path, data)
-    assert codes_of(report) & {zt.ZT_ZSTD, zt.ZT_ZSTD_SIZE} and not report.ok()
+    assert codes_of(report) & {ztensor.ZT_ZSTD, ztensor.ZT_ZSTD_SIZE} and not report.ok()
 
 
 def test_footer_magic_missing(tmp_path: Path) -> None:
-    report = report_of(tmp_path, gz.DENSE[:-1] + b"X")
-    assert codes_of(report) == {zt.ZT_FOOTER_MAGIC}
+    report = report_of(tmp_path, golden_ztensor.DENSE[:-1] + b"X")
+    assert codes_of(report) == {ztensor.ZT_FOOTER_MAGIC}
 
 
 def test_source_refuses_a_damaged_digest_before_handing_out_bytes(tmp_path: Path) -> None:
     """Decision: the digest is checked before the first byte leaves the source: making the
     stream reads nothing, its first read (or kernel copy) raises ZT_DIGEST."""
-    data = bytearray(gz.DENSE)
+    data = bytearray(golden_ztensor.DENSE)
     data[64] ^= 1
     path = tmp_path / "d.zt"
     path.write_bytes(bytes(data))
     with Source.open(str(path)) as src:
-        source = zt.ZtSource(src, open_checked(src, zt.FORMAT))
+        source = ztensor.ZtSource(src, open_checked(src, ztensor.FORMAT))
         stream = source.stream(source.tensors()[0])
         with pytest.raises(FormatError) as info:
             next(iter(stream))
-    assert info.value.code == zt.ZT_DIGEST
+    assert info.value.code == ztensor.ZT_DIGEST
 
 
 # Round trips --------------------------------------------------------------------------------
@@ -468,22 +469,22 @@ NUMERIC = [d.name for d in DTYPES.values()]
 
 @settings(max_examples=40, deadline=None)
 @given(
-    tensors=st.lists(
-        st.tuples(
-            st.sampled_from(NUMERIC),
-            st.lists(st.integers(0, 5), max_size=3),
-            st.binary(min_size=0, max_size=64),
+    tensors=strategies.lists(
+        strategies.tuples(
+            strategies.sampled_from(NUMERIC),
+            strategies.lists(strategies.integers(0, 5), max_size=3),
+            strategies.binary(min_size=0, max_size=64),
         ),
         max_size=4,
     ),
-    level=st.sampled_from([None, 1, 3]),
-    digest=st.sampled_from([None, "crc32c", "sha256"]),
+    level=strategies.sampled_from([None, 1, 3]),
+    digest=strategies.sampled_from([None, "crc32c", "sha256"]),
 )
 def test_round_trip_property(tensors, level, digest) -> None:
     import tempfile
 
     fp = io.BytesIO()
-    w = zt.ZtWriter(fp, digest=digest, level=level)
+    w = ztensor.ZtWriter(fp, digest=digest, level=level)
     expected = {}
     for i, (dtype, shape, seed) in enumerate(tensors):
         n = int(np.prod(shape)) * DTYPES[dtype].itemsize
@@ -533,16 +534,16 @@ def test_truncated_zstd_is_caught_even_where_the_size_is_not_exact(tmp_path: Pat
         )
     }
     report = report_of(tmp_path, blob_file(sparse))
-    assert zt.ZT_ZSTD in codes_of(report) and not report.ok()
+    assert ztensor.ZT_ZSTD in codes_of(report) and not report.ok()
     with pytest.raises(ValueError, match="truncated"):
-        zt.zstd_frames(values)
+        ztensor.zstd_frames(values)
 
 
 def test_digests_are_on_by_default() -> None:
     """Decision: digests are on by default, crc32c: what ztensor 1.1.1 writes and checks, at
     ~13 GiB/s (sha256, ~1.3 GiB/s here, is `--digest sha256`)."""
     data = write([("x", np.ones(3, "<f4"))])
-    f = zt.parse(data, len(data))
+    f = ztensor.parse(data, len(data))
     assert f.objects["x"].components["data"].digest.startswith("crc32c:0x")
 
 
@@ -553,23 +554,25 @@ def test_unknown_layouts_are_checked_but_not_converted(tmp_path: Path) -> None:
         {"x": ({"shape": [4], "format": "mystery"}, {"blob": ({"dtype": "u8"}, bytes(4))})}
     )
     report = report_of(tmp_path, data)
-    assert zt.ZT_LAYOUT in codes_of(report) and report.ok()
+    assert ztensor.ZT_LAYOUT in codes_of(report) and report.ok()
     path = tmp_path / "m.zt"
     path.write_bytes(data)
     with Source.open(str(path)) as src, pytest.raises(FormatError) as info:
-        zt.ZtSource(src, open_checked(src, zt.FORMAT))
-    assert info.value.code == zt.ZT_LAYOUT
+        ztensor.ZtSource(src, open_checked(src, ztensor.FORMAT))
+    assert info.value.code == ztensor.ZT_LAYOUT
 
 
 def test_blob_order_is_kept(tmp_path: Path) -> None:
     """Decision: the manifest's objects map is sorted by name (deterministic CBOR), so the
     reader orders tensors by blob offset; convert writes them in that order, keeping reads
     sequential and a file's layout."""
-    data = gz.MULTI
+    data = golden_ztensor.MULTI
     path = tmp_path / "m.zt"
     path.write_bytes(data)
     with Source.open(str(path)) as src:
-        assert [i.name for i in zt.ZtSource(src, open_checked(src, zt.FORMAT)).tensors()] == [
+        assert [
+            i.name for i in ztensor.ZtSource(src, open_checked(src, ztensor.FORMAT)).tensors()
+        ] == [
             "b",
             "i",
             "h",
@@ -594,20 +597,20 @@ def test_background_writes_give_the_same_bytes_and_respect_piece_order() -> None
     big = rng.standard_normal(3 * MIB // 4 + 17).astype(np.float32)
     tensors = [("a", big), ("b", big[:1000].copy()), ("c", big[::-1].copy())]
     plain = write(tensors)
-    old = zt.BACKGROUND_MIN
+    old = ztensor.BACKGROUND_MIN
     try:
-        zt.BACKGROUND_MIN = 1 << 62  # every write direct
+        ztensor.BACKGROUND_MIN = 1 << 62  # every write direct
         assert write(tensors) == plain
     finally:
-        zt.BACKGROUND_MIN = old
+        ztensor.BACKGROUND_MIN = old
     for overlap in (True, False):
         fp = _Recording()
-        w = zt.ZtWriter(fp, overlap_pieces=overlap)
+        w = ztensor.ZtWriter(fp, overlap_pieces=overlap)
         seen: list[tuple[int, int]] = []
 
         def pieces(
             arr: np.ndarray,
-            w: zt.ZtWriter = w,
+            w: ztensor.ZtWriter = w,
             fp: _Recording = fp,
             seen: list[tuple[int, int]] = seen,
         ):
@@ -636,7 +639,7 @@ def test_an_error_mid_tensor_waits_for_queued_writes() -> None:
         raise RuntimeError("source went away")
 
     fp = io.BytesIO()
-    w = zt.ZtWriter(fp)
+    w = ztensor.ZtWriter(fp)
     with pytest.raises(RuntimeError, match="source went away"):
         w.add("x", (4 * MIB,), "dense", [("data", "u8", 4 * MIB, failing())])
     assert w._bg is None

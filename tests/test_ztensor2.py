@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from matrixctl import cbor
-from tests import zt2craft as zc
+from tests import zt2craft
 from tests.conftest import Run, run_cli
 
 
@@ -31,8 +31,8 @@ def findings(result: Run) -> list[dict[str, Any]]:
     return found
 
 
-@pytest.mark.parametrize("case", zc.CASES, ids=[c.id for c in zc.CASES])
-def test_conformance(tmp_path: Path, case: zc.Case) -> None:
+@pytest.mark.parametrize("case", zt2craft.CASES, ids=[c.id for c in zt2craft.CASES])
+def test_conformance(tmp_path: Path, case: zt2craft.Case) -> None:
     path = tmp_path / f"{case.id}.zt"
     path.write_bytes(case.build())
     inspect = run_cli("inspect", "--json", str(path))
@@ -59,13 +59,15 @@ def test_conformance(tmp_path: Path, case: zc.Case) -> None:
 def test_conformance_set_has_one_case_per_code() -> None:
     """Every error code of the format that a reader raises has a must-reject file."""
     from matrixctl import codes
-    from matrixctl.formats import ztensor2 as z2
+    from matrixctl.formats import ztensor2
 
     raised = {
-        c.code for c in codes.CODES.values() if c.group == z2.FORMAT and c.severity.value == "error"
+        c.code
+        for c in codes.CODES.values()
+        if c.group == ztensor2.FORMAT and c.severity.value == "error"
     }
     not_files = {"ZT2_WRITE", "ZT2_NOT_READ", "ZT2_UNSUPPORTED"}
-    covered = {c.code for c in zc.CASES if c.code}
+    covered = {c.code for c in zt2craft.CASES if c.code}
     assert raised - not_files <= covered, raised - not_files - covered
 
 
@@ -73,12 +75,12 @@ def test_valid_files_read_back_exact_arrays(tmp_path: Path) -> None:
     from matrixctl.convert.tensors import open_source
 
     path = tmp_path / "a.zt"
-    path.write_bytes(zc.appended())
+    path.write_bytes(zt2craft.appended())
     with open_source(str(path)) as src:
         infos = {i.name: i for i in src.tensors()}
         assert np.array_equal(src.array(infos["w"]), np.arange(6, dtype="<f4"))
         assert np.array_equal(src.array(infos["z"]), np.array([7, 8], dtype="<f4"))
-    path.write_bytes(zc.zstd_file(bytes(range(256)) * 9000, frame=100_000))
+    path.write_bytes(zt2craft.zstd_file(bytes(range(256)) * 9000, frame=100_000))
     with open_source(str(path)) as src:
         (info,) = src.tensors()
         assert src.array(info).tobytes() == bytes(range(256)) * 9000
@@ -87,11 +89,13 @@ def test_valid_files_read_back_exact_arrays(tmp_path: Path) -> None:
 def test_appended_file_earlier_generation_checked(tmp_path: Path) -> None:
     """Decision (docs/formats/ztensor2.md, amendments): verify finds an earlier generation by
     its footer magic and a matching manifest hash, and checks it as a file ending there."""
-    data = bytearray(zc.appended())
-    first = zc.base()
+    data = bytearray(zt2craft.appended())
+    first = zt2craft.base()
     # Break the first generation's object (a shape whose size disagrees), re-hashing it so its
     # footer still points at a manifest whose hash matches.
-    raw = cbor.dumps({"objects": {"w": zc.dense([2, 2], zc.part(zc.F32, zc.A))}})
+    raw = cbor.dumps(
+        {"objects": {"w": zt2craft.dense([2, 2], zt2craft.part(zt2craft.F32, zt2craft.A))}}
+    )
     moff = struct.unpack("<Q", first[-40:-32])[0]
     old = bytes(first[moff:-40])
     assert len(raw) == len(old)
@@ -114,7 +118,7 @@ def test_hostile_manifests_stay_bounded(tmp_path: Path) -> None:
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     for case in ("blob-2-62", "blob-escapes", "cbor-depth-10000", "blob-partial-overlap"):
-        build = next(c for c in zc.CASES if c.id == case).build
+        build = next(c for c in zt2craft.CASES if c.id == case).build
         path = tmp_path / f"{case}.zt"
         path.write_bytes(build())
         assert run_cli("verify", str(path)).code == 1
@@ -152,10 +156,10 @@ def test_writer_canonical_bytes_typed_from_the_spec(tmp_path: Path) -> None:
     save_file({"b": a, "a": a.copy()}, str(src))
     out = tmp_path / "o.zt"
     assert run_cli("convert", str(src), str(out), "--zt-version", "2").code == 0
-    digest = zc.xxh(a.tobytes())
+    digest = zt2craft.xxh(a.tobytes())
     part = {"dtype": "f32", "blob": [65536, 24], "digest": digest}
     objs = {n: {"shape": [2, 3], "layout": "dense", "parts": {"data": part}} for n in "ab"}
-    want = zc.make({65536: a.tobytes()}, {"objects": objs}, manifest_offset=131072)
+    want = zt2craft.make({65536: a.tobytes()}, {"objects": objs}, manifest_offset=131072)
     assert out.read_bytes() == want
 
 
@@ -184,10 +188,10 @@ def test_default_version_follows_the_input(tmp_path: Path) -> None:
     """Decision (docs/formats/ztensor2.md, default version): `.zt` output is v1.1 unless the
     input is zTensor 2 or --zt-version 2 is given."""
     v2 = tmp_path / "a.zt"
-    v2.write_bytes(zc.base())
+    v2.write_bytes(zt2craft.base())
     out = tmp_path / "b.zt"
     assert run_cli("convert", str(v2), str(out)).code == 0
-    assert out.read_bytes()[:8] == zc.MAGIC
+    assert out.read_bytes()[:8] == zt2craft.MAGIC
     assert run_cli("convert", str(v2), str(out), "--zt-version", "1").code == 0
     assert out.read_bytes()[:8] == b"ZTEN1000"
     npy = tmp_path / "c.npy"
@@ -200,32 +204,32 @@ def test_default_version_follows_the_input(tmp_path: Path) -> None:
 
 def test_inspect_rows_have_the_unified_shape(tmp_path: Path) -> None:
     path = tmp_path / "a.zt"
-    path.write_bytes(zc.csr())
+    path.write_bytes(zt2craft.csr())
     rows = described(run_cli("inspect", "--json", str(path)))["tensors"]
     assert set(rows[0]) == {"name", "dtype", "shape", "offset", "nbytes", "extra"}
     assert rows[0]["offset"] is None and rows[0]["extra"]["layout"] == "zt.sparse_csr/1"
-    path.write_bytes(zc.base())
+    path.write_bytes(zt2craft.base())
     (row,) = described(run_cli("inspect", "--json", str(path)))["tensors"]
     assert (row["dtype"], row["offset"], row["nbytes"]) == ("f32", 4096, 24)
 
 
 def test_unknown_layout_is_refused_by_convert_only(tmp_path: Path) -> None:
     path = tmp_path / "a.zt"
-    path.write_bytes(next(c for c in zc.CASES if c.id == "valid-unknown-layout").build())
+    path.write_bytes(next(c for c in zt2craft.CASES if c.id == "valid-unknown-layout").build())
     assert run_cli("verify", str(path)).code == 0
     result = run_cli("convert", str(path), str(tmp_path / "o.safetensors"))
     assert result.code == 1 and "acme.thing/1" in result.stderr
     # zTensor 2 output carries it as it is: same layout, parts and bytes.
     out = tmp_path / "o.zt"
     assert run_cli("convert", str(path), str(out)).code == 0
-    assert out.read_bytes() == zc.make(
-        {65536: zc.f32(1)},
+    assert out.read_bytes() == zt2craft.make(
+        {65536: zt2craft.f32(1)},
         {
             "objects": {
                 "t": {
                     "shape": [4],
                     "layout": "acme.thing/1",
-                    "parts": {"x": zc.part(zc.f32(1), 65536)},
+                    "parts": {"x": zt2craft.part(zt2craft.f32(1), 65536)},
                 }
             }
         },
@@ -235,7 +239,7 @@ def test_unknown_layout_is_refused_by_convert_only(tmp_path: Path) -> None:
 
 def test_gguf_profile_round_trips_through_zt_v1_and_v2(tmp_path: Path) -> None:
     path = tmp_path / "g.zt"
-    path.write_bytes(zc.gguf_q8())
+    path.write_bytes(zt2craft.gguf_q8())
     v1 = tmp_path / "g1.zt"
     back = tmp_path / "g2.zt"
     assert run_cli("convert", str(path), str(v1), "--zt-version", "1").code == 0
@@ -247,7 +251,7 @@ def test_gguf_profile_round_trips_through_zt_v1_and_v2(tmp_path: Path) -> None:
 
 def test_describe_is_json(tmp_path: Path) -> None:
     path = tmp_path / "a.zt"
-    path.write_bytes(zc.base(attributes={"b": b"\x01"}))
+    path.write_bytes(zt2craft.base(attributes={"b": b"\x01"}))
     result = run_cli("inspect", "--json", str(path))
     assert result.code == 0
     json.loads(result.stdout)
@@ -262,7 +266,11 @@ def test_mutated_manifests_with_a_matching_hash_never_crash(tmp_path: Path) -> N
     import xxhash
 
     rng = random.Random("zt2-manifest")
-    originals = [zc.base(attributes={"a": [1, 2.5, "x"]}), zc.csr(), zc.zstd_file(bytes(3000))]
+    originals = [
+        zt2craft.base(attributes={"a": [1, 2.5, "x"]}),
+        zt2craft.csr(),
+        zt2craft.zstd_file(bytes(3000)),
+    ]
     path = tmp_path / "m.zt"
     for original in originals:
         moff, mlen = struct.unpack("<QQ", original[-40:-24])
@@ -274,7 +282,7 @@ def test_mutated_manifests_with_a_matching_hash_never_crash(tmp_path: Path) -> N
             footer = struct.pack(
                 "<QQQII", moff, len(raw), xxhash.xxh3_64_intdigest(bytes(raw)), 2, 0
             )
-            path.write_bytes(original[:moff] + bytes(raw) + footer + zc.MAGIC)
+            path.write_bytes(original[:moff] + bytes(raw) + footer + zt2craft.MAGIC)
             for args in (["verify", str(path)], ["convert", str(path), str(tmp_path / "o.npz")]):
                 result = run_cli(*args)
                 assert result.code in (0, 1, 2), (args, result.stderr)
@@ -285,14 +293,14 @@ def test_doc_lists_every_conformance_case() -> None:
     from tests.conftest import ROOT
 
     doc = (ROOT / "docs" / "formats" / "ztensor2.md").read_text()
-    missing = [c.id for c in zc.CASES if f"| `{c.id}` |" not in doc]
+    missing = [c.id for c in zt2craft.CASES if f"| `{c.id}` |" not in doc]
     assert not missing
 
 
 def test_nonzero_padding_is_a_warning(tmp_path: Path) -> None:
     """Decision (docs/formats/ztensor2.md, padding): readers MAY ignore padding; verify names
     the first nonzero byte as a warning, wherever the gap is (before the first blob too)."""
-    data = bytearray(zc.base())
+    data = bytearray(zt2craft.base())
     data[100] = 0x5A
     path = tmp_path / "p.zt"
     path.write_bytes(bytes(data))
@@ -303,7 +311,7 @@ def test_nonzero_padding_is_a_warning(tmp_path: Path) -> None:
 
 
 def test_truncation_at_every_length_is_refused(tmp_path: Path) -> None:
-    data = zc.base()
+    data = zt2craft.base()
     path = tmp_path / "t.zt"
     for n in [*range(0, 60), *range(len(data) - 300, len(data))]:
         path.write_bytes(data[:n])
@@ -315,7 +323,7 @@ def test_truncation_at_every_length_is_refused(tmp_path: Path) -> None:
 def test_every_meaningful_byte_flipped_is_found(tmp_path: Path) -> None:
     """A flip in the magic, the blob, the manifest or the footer (all but the reserved field
     and padding) is an error finding: magics, digests over the data, the manifest hash."""
-    data = zc.base()
+    data = zt2craft.base()
     moff = struct.unpack("<Q", data[-40:-32])[0]
     meaningful = [*range(8), *range(4096, 4096 + 24), *range(moff, len(data))]
     reserved = range(len(data) - 12, len(data) - 8)
@@ -333,26 +341,29 @@ def test_every_meaningful_byte_flipped_is_found(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_round_trip_property(tmp_path: Path) -> None:
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
+    from hypothesis import given, settings, strategies
     from hypothesis.extra.numpy import arrays as np_arrays
 
     from matrixctl.convert.tensors import open_source
     from matrixctl.formats.ztensor2 import save_file
 
-    dtypes = st.sampled_from(["<f4", "<f2", "<f8", "<i8", "<i4", "i1", "u1", "<u2", "?", "<c8"])
-    shapes = st.lists(st.integers(0, 5), min_size=0, max_size=3).map(tuple)
+    dtypes = strategies.sampled_from(
+        ["<f4", "<f2", "<f8", "<i8", "<i4", "i1", "u1", "<u2", "?", "<c8"]
+    )
+    shapes = strategies.lists(strategies.integers(0, 5), min_size=0, max_size=3).map(tuple)
     # Names are Unicode text: no NUL, no lone surrogates (save_file refuses those, see below).
-    names = st.text(
-        st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
+    names = strategies.text(
+        strategies.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
         min_size=1,
         max_size=8,
     )
-    tensors = st.dictionaries(names, dtypes.flatmap(lambda d: np_arrays(d, shapes)), max_size=4)
+    tensors = strategies.dictionaries(
+        names, dtypes.flatmap(lambda d: np_arrays(d, shapes)), max_size=4
+    )
     counter = iter(range(10**6))
 
     @settings(max_examples=25, deadline=None)
-    @given(tensors, st.booleans())
+    @given(tensors, strategies.booleans())
     def check(arrays: dict[str, np.ndarray], zstd: bool) -> None:
         path = tmp_path / f"{next(counter)}.zt"
         save_file(arrays, str(path), compress="zstd" if zstd else None)

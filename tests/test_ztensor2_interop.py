@@ -79,7 +79,7 @@ print(json.dumps(doc))
 
 def our_parts(path: Path) -> dict[str, dict[str, tuple[str, str | None, bytes]]]:
     """Every part as matrixctl reads it (decoded, digest-checked)."""
-    from matrixctl.formats import ztensor2 as z2
+    from matrixctl.formats import ztensor2
     from matrixctl.io import Source
     from matrixctl.validate import ztensor2 as handler
 
@@ -88,7 +88,11 @@ def our_parts(path: Path) -> dict[str, dict[str, tuple[str, str | None, bytes]]]
         s = handler.load(src)
         for o in s.zt.objects.values():
             out[o.name] = {
-                role: (p.dtype, p.type, b"".join(bytes(x) for x in z2.stream_part(src.buf, p)))
+                role: (
+                    p.dtype,
+                    p.type,
+                    b"".join(bytes(x) for x in ztensor2.stream_part(src.buf, p)),
+                )
                 for role, p in o.parts.items()
             }
     return out
@@ -280,10 +284,10 @@ def test_matrixctl_files_read_by_the_reference(tmp_path: Path) -> None:
     # A sparse tensor and GGUF blocks, through v1 zTensor into v2.
     st = tmp_path / "s.safetensors"
     save_file({"x": np.zeros(2, dtype="<f4")}, str(st))
-    from tests import zt2craft as zc
+    from tests import zt2craft
 
     src = tmp_path / "sp.zt"
-    src.write_bytes(zc.csr())
+    src.write_bytes(zt2craft.csr())
     out = tmp_path / "sp2.zt"
     assert run_cli("convert", str(src), str(out), "--zt-version", "2").code == 0
     assert ref_dump(out)["tensors"]["t"]["layout"] == "zt.sparse_csr/1"  # type: ignore[index]

@@ -12,7 +12,7 @@ import pytest
 
 from matrixctl.convert.tensors import open_source
 from matrixctl.errors import FormatError
-from matrixctl.formats import ztensor2 as z2
+from matrixctl.formats import ztensor2
 from matrixctl.validate.engine import examine
 from tests.zt2craft import MAGIC, A, dense, make, part, xxh
 
@@ -21,7 +21,7 @@ def _file(tmp_path: Path) -> tuple[Path, np.ndarray]:
     rng = np.random.default_rng(7)
     arr = (rng.integers(0, 64, (3 << 20) // 4 + 123) * 0.5).astype(np.float32)  # 4 frames
     path = tmp_path / "z.zt"
-    z2.save_file({"w": arr}, str(path), compress="zstd")
+    ztensor2.save_file({"w": arr}, str(path), compress="zstd")
     return path, arr
 
 
@@ -29,7 +29,7 @@ def _frames(path: Path) -> tuple[int, list[tuple[int, int, int]]]:
     with open_source(str(path)) as src:
         part = src.zt.objects["w"].parts["data"]  # type: ignore[attr-defined]
         blob = bytes(src.src.buf[part.offset : part.end])  # type: ignore[attr-defined]
-    return part.offset, z2.seek_table(blob)
+    return part.offset, ztensor2.seek_table(blob)
 
 
 def _read(path: Path, verify: bool = False) -> np.ndarray:
@@ -61,7 +61,7 @@ def test_damaged_frame_checksum_is_refused(tmp_path: Path) -> None:
     _damage(path, base + pos + size - 2)  # inside frame 2's content checksum
     with pytest.raises(FormatError) as err:
         _read(path)
-    assert err.value.code == z2.ZT2_ZSTD
+    assert err.value.code == ztensor2.ZT2_ZSTD
     assert "frame 2" in str(err.value)
 
 
@@ -71,7 +71,7 @@ def test_damaged_frame_magic_is_refused(tmp_path: Path) -> None:
     _damage(path, base + frames[1][0])
     with pytest.raises(FormatError) as err:
         _read(path)
-    assert err.value.code == z2.ZT2_ZSTD
+    assert err.value.code == ztensor2.ZT2_ZSTD
     assert "frame 1" in str(err.value)
 
 
@@ -125,21 +125,21 @@ def test_verify_reads_parts_in_a_shard_beside_the_root(tmp_path: Path) -> None:
     report, _ = examine(str(path), scan=True)
     assert report.ok()
     assert "shard files: identity and part data" in report.checks
-    messages = [f.message for f in report.findings if f.code == z2.ZT2_SHARD_EXTERNAL]
+    messages = [f.message for f in report.findings if f.code == ztensor2.ZT2_SHARD_EXTERNAL]
     assert not any("not found" in m for m in messages)
 
 
 def test_damaged_part_in_a_shard_is_found(tmp_path: Path) -> None:
     path = _sharded(tmp_path, _data_shard(SHARD_DATA), data_digest="xxh3:0000000000000000")
-    assert z2.ZT2_DIGEST in _codes(path)
-    assert z2.ZT2_DIGEST not in _codes(path, scan=False)  # inspect does not read shards
+    assert ztensor2.ZT2_DIGEST in _codes(path)
+    assert ztensor2.ZT2_DIGEST not in _codes(path, scan=False)  # inspect does not read shards
 
 
 def test_shard_identity_ladder(tmp_path: Path) -> None:
     good = _data_shard(SHARD_DATA)
-    assert z2.ZT2_SHARD in _codes(_sharded(tmp_path, good, size=len(good) + 1))
-    assert z2.ZT2_DIGEST in _codes(_sharded(tmp_path, good, digest="xxh3:0000000000000000"))
-    assert z2.ZT2_MAGIC in _codes(_sharded(tmp_path, good[:-8] + b"NOTMAGIC"))
+    assert ztensor2.ZT2_SHARD in _codes(_sharded(tmp_path, good, size=len(good) + 1))
+    assert ztensor2.ZT2_DIGEST in _codes(_sharded(tmp_path, good, digest="xxh3:0000000000000000"))
+    assert ztensor2.ZT2_MAGIC in _codes(_sharded(tmp_path, good[:-8] + b"NOTMAGIC"))
 
 
 def test_missing_shard_is_a_warning(tmp_path: Path) -> None:
@@ -148,6 +148,6 @@ def test_missing_shard_is_a_warning(tmp_path: Path) -> None:
     report, _ = examine(str(path), scan=True)
     assert report.ok()
     assert any(
-        f.code == z2.ZT2_SHARD_EXTERNAL and "model-00001.zt not found" in f.message
+        f.code == ztensor2.ZT2_SHARD_EXTERNAL and "model-00001.zt not found" in f.message
         for f in report.findings
     )

@@ -16,7 +16,7 @@ import pytest
 import ztensor
 from ztensor import ffi, lib
 
-from matrixctl.formats import ztensor as zt
+from matrixctl.formats import ztensor as ztensor_v1
 from matrixctl.io import Source
 from matrixctl.opening import open_checked
 from matrixctl.validate.engine import examine
@@ -54,7 +54,7 @@ def sample(dtype: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
 
 def matrixctl_tensors(path: Path) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
     with Source.open(str(path)) as src:
-        source = zt.ZtSource(src, open_checked(src, zt.FORMAT))
+        source = ztensor_v1.ZtSource(src, open_checked(src, ztensor_v1.FORMAT))
         return {
             i.name: (i.dtype, i.shape, b"".join(bytes(p) for p in source.stream(i)))
             for i in source.tensors()
@@ -197,7 +197,7 @@ def test_metadata_written_by_matrixctl_opens_in_ztensor(tmp_path: Path) -> None:
     save_file({"x": np.ones(2, np.float32)}, str(src), metadata={"format": "pt", "step": "10"})
     out = tmp_path / "m.zt"
     assert run_cli("convert", str(src), str(out)).code == 0
-    f = zt.parse(out.read_bytes(), out.stat().st_size)
+    f = ztensor_v1.parse(out.read_bytes(), out.stat().st_size)
     assert f.attributes == {"format": "pt", "step": "10"}
     with ztensor.Reader(str(out)) as r:
         assert r.tensor_names == ["x"]

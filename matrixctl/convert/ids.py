@@ -27,9 +27,7 @@ from typing import TYPE_CHECKING, Any
 from matrixctl import codes
 from matrixctl.convert import Result
 from matrixctl.errors import FormatError, UsageError
-from matrixctl.formats import matrix_atom as ma
-from matrixctl.formats import npy
-from matrixctl.formats import token_stream as ts
+from matrixctl.formats import matrix_atom, npy, token_stream
 from matrixctl.io import Source, atomic_output
 
 if TYPE_CHECKING:
@@ -64,22 +62,22 @@ def stream_to_npy(src: Source, dst_path: str, options: dict[str, Any]) -> Result
 
     from matrixctl.opening import open_checked
 
-    subject = open_checked(src, ts.FORMAT)
-    header: ts.StreamHeader = subject.header
+    subject = open_checked(src, token_stream.FORMAT)
+    header: token_stream.StreamHeader = subject.header
     dtype = ID_DTYPES[header.dtype]
     docs = 0
     count = 0
     with atomic_output(dst_path, what="a .npy file") as out:
         head = npy.header_bytes(dtype, (0,))
         out.write(head)
-        reader = ts.MemReader(src.buf, ts.HEADER_SIZE)
+        reader = token_stream.MemReader(src.buf, token_stream.HEADER_SIZE)
         try:
-            for event in ts.iter_events(reader, header):
-                if event.kind == ts.KIND_TOKENS:
+            for event in token_stream.iter_events(reader, header):
+                if event.kind == token_stream.KIND_TOKENS:
                     ids: np.ndarray = event.tokens
                     out.write(np.ascontiguousarray(ids).data.cast("B"))
                     count += ids.size
-                elif event.kind == ts.KIND_DOC:
+                elif event.kind == token_stream.KIND_DOC:
                     docs += 1
         except FormatError as err:
             raise err.with_path(src.name) from None
@@ -110,12 +108,14 @@ def atoms_to_npy(src: Source, dst_path: str, options: dict[str, Any]) -> Result:
     from matrixctl.crc import crc32
     from matrixctl.opening import open_checked
 
-    subject = open_checked(src, ma.FORMAT)
-    h: ma.AtomHeader = subject.header
+    subject = open_checked(src, matrix_atom.FORMAT)
+    h: matrix_atom.AtomHeader = subject.header
     name = h.dtype_name
     if name is None or not subject.payload_ok:  # the structural rules report these first
-        raise FormatError(ma.ATOM_TRUNCATED, "header and file size disagree", path=src.name)
-    tokens = ma.token_view(src.buf, h)
+        raise FormatError(
+            matrix_atom.ATOM_TRUNCATED, "header and file size disagree", path=src.name
+        )
+    tokens = matrix_atom.token_view(src.buf, h)
     shape = (h.atom_count, h.atom_size)
     crc = 0
     with atomic_output(dst_path, what="a .npy file") as out:
@@ -127,7 +127,7 @@ def atoms_to_npy(src: Source, dst_path: str, options: dict[str, Any]) -> Result:
             if hi >= h.vocab_size:
                 bad = start + int(np.argmax(part >= h.vocab_size))
                 raise FormatError(
-                    ma.ATOM_ID_RANGE,
+                    matrix_atom.ATOM_ID_RANGE,
                     f"token {bad} (id {int(tokens[bad])}) is not below vocab_size "
                     f"{h.vocab_size}; nothing was written",
                     path=src.name,
@@ -139,11 +139,11 @@ def atoms_to_npy(src: Source, dst_path: str, options: dict[str, Any]) -> Result:
             out.write(data)
         if crc != h.payload_crc32:
             raise FormatError(
-                ma.ATOM_PAYLOAD_CRC,
+                matrix_atom.ATOM_PAYLOAD_CRC,
                 f"the atoms' payload CRC-32 is 0x{crc:08x}, the header says "
                 f"0x{h.payload_crc32:08x}; nothing was written",
                 path=src.name,
-                offset=ma.FIELDS["payload_crc32"][0],
+                offset=matrix_atom.FIELDS["payload_crc32"][0],
                 field="payload_crc32",
             )
     notes = [
@@ -151,7 +151,7 @@ def atoms_to_npy(src: Source, dst_path: str, options: dict[str, Any]) -> Result:
         f"{h.vocab_size} when converting back"
     ]
     if h.flags:
-        notes.append(f"{src.name}: flags {', '.join(ma.flag_names(h.flags))} are not kept")
+        notes.append(f"{src.name}: flags {', '.join(matrix_atom.flag_names(h.flags))} are not kept")
     summary = {
         "dtype": name,
         "shape": list(shape),
@@ -220,7 +220,7 @@ class _NpyIds:
         for chunk in self.chunks():
             if chunk.size:
                 hi = max(hi, int(chunk.max()))
-        return "uint16" if hi < ma.UINT16_LIMIT else "uint32"
+        return "uint16" if hi < matrix_atom.UINT16_LIMIT else "uint32"
 
 
 def _id_options(options: dict[str, Any]) -> tuple[str | None, int | None]:
@@ -234,8 +234,10 @@ def _id_options(options: dict[str, Any]) -> tuple[str | None, int | None]:
         dtype = {"u16": "uint16", "u32": "uint32"}.get(values[0].strip().lower())
         dtype = dtype or values[0].strip().lower()
     vocab = options.get("vocab_size")
-    if vocab is not None and not 1 <= vocab < ma.UINT32_LIMIT:
-        raise UsageError(f"--vocab-size must be between 1 and {ma.UINT32_LIMIT - 1}, got {vocab}")
+    if vocab is not None and not 1 <= vocab < matrix_atom.UINT32_LIMIT:
+        raise UsageError(
+            f"--vocab-size must be between 1 and {matrix_atom.UINT32_LIMIT - 1}, got {vocab}"
+        )
     return dtype, vocab
 
 
@@ -246,7 +248,7 @@ def _check_signed(chunk: np.ndarray, first: int, name: str) -> None:
     if chunk.dtype.kind == "i" and chunk.size and int(chunk.min()) < 0:
         bad = int(np.argmax(chunk < 0))
         raise FormatError(
-            ts.TOKS_ID_RANGE,
+            token_stream.TOKS_ID_RANGE,
             f"token {first + bad} (id {int(chunk[bad])}) is negative",
             path=name,
             field=f"token[{first + bad}]",
@@ -259,7 +261,7 @@ def npy_to_stream(src: Source, dst_path: str, options: dict[str, Any]) -> Result
     arr = _NpyIds(src, 1, "a token stream")
     dtype = arr.id_dtype(requested)
     with atomic_output(dst_path, what="a token stream") as out:
-        writer = ts.TokenStreamWriter(out, dtype=dtype, vocab_size=vocab or 0)
+        writer = token_stream.TokenStreamWriter(out, dtype=dtype, vocab_size=vocab or 0)
         try:
             for chunk in arr.chunks():
                 _check_signed(chunk, writer.tokens, src.name)
@@ -283,17 +285,17 @@ def npy_to_atoms(src: Source, dst_path: str, options: dict[str, Any]) -> Result:
     requested, vocab = _id_options(options)
     arr = _NpyIds(src, 2, "MATRIX-ATOM")
     atom_size = arr.h.shape[1]
-    if atom_size < 1 or atom_size >= ma.UINT32_LIMIT:
+    if atom_size < 1 or atom_size >= matrix_atom.UINT32_LIMIT:
         raise FormatError(
             IDS_NPY_SHAPE,
             f"the array's shape is {list(arr.h.shape)}: atom_size (the second axis) must be "
-            f"between 1 and {ma.UINT32_LIMIT - 1}",
+            f"between 1 and {matrix_atom.UINT32_LIMIT - 1}",
             path=src.name,
             field="shape",
         )
     dtype = arr.id_dtype(requested)
     with atomic_output(dst_path, what="a MATRIX-ATOM file") as out:
-        writer = ma.AtomWriter(out, atom_size=atom_size, dtype=dtype, vocab_size=vocab)
+        writer = matrix_atom.AtomWriter(out, atom_size=atom_size, dtype=dtype, vocab_size=vocab)
         try:
             for chunk in arr.chunks():
                 _check_signed(chunk, writer.tokens, src.name)

@@ -81,12 +81,11 @@ class Roles:
 def pack_roles(path: str, atom_count: int, atom_size: int) -> tuple[Roles, str | None]:
     """The roles from the ingest pack around `path`, if it is one's projection; else empty
     roles and, when a pack was there but unreadable, a note saying why."""
-    from matrixctl.formats import doc_index as di
-    from matrixctl.formats import ingest_pack as ip
+    from matrixctl.formats import doc_index, ingest_pack
     from matrixctl.packing import open_valid
 
     folder = os.path.dirname(os.path.abspath(path)) if path != "-" else None
-    manifest_path = os.path.join(folder, ip.MANIFEST) if folder else None
+    manifest_path = os.path.join(folder, ingest_pack.MANIFEST) if folder else None
     if manifest_path is None or not os.path.isfile(manifest_path):
         return Roles(), None
     try:
@@ -99,9 +98,9 @@ def pack_roles(path: str, atom_count: int, atom_size: int) -> tuple[Roles, str |
         index_name = doc.get("doc_index")
         if not isinstance(tokens, int) or not isinstance(index_name, str) or "/" in index_name:
             raise ValueError("the manifest lacks tokens or doc_index")
-        src, index = open_valid(os.path.join(folder or "", index_name), di.FORMAT)
+        src, index = open_valid(os.path.join(folder or "", index_name), doc_index.FORMAT)
         with src:
-            offsets = di.records_view(src.buf, index.header)["token_offset"].tolist()
+            offsets = doc_index.records_view(src.buf, index.header)["token_offset"].tolist()
     except (OSError, ValueError, MatrixError) as exc:
         reason = exc.message if isinstance(exc, MatrixError) else str(exc)
         return Roles(), f"the ingest pack beside it cannot be read ({reason}): no role marks"

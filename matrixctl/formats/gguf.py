@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from matrixctl import codes
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError
+from matrixctl.findings import Problem
 from matrixctl.tensors import (
     CHUNK_BYTES,
     Component,
@@ -446,14 +447,6 @@ class GgufTensor:
     @property
     def field(self) -> str:
         return f"tensors[{self.index}]"
-
-
-@dataclass
-class Problem:
-    code: str
-    message: str
-    offset: int | None = None
-    field: str | None = None
 
 
 @dataclass

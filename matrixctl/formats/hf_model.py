@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from matrixctl import codes
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, MatrixError
+from matrixctl.findings import Problem
 from matrixctl.formats import embd
 from matrixctl.tensors import TensorInfo, TensorSource
 
@@ -157,7 +158,7 @@ class HfModel:
     special: dict[str, int] = field(default_factory=dict)
     special_text: dict[str, str] = field(default_factory=dict)
     extras: dict[str, str] = field(default_factory=dict)  # pooling, normalize, ...
-    problems: list[tuple[str, str, str]] = field(default_factory=list)  # code, message, field
+    problems: list[Problem] = field(default_factory=list)
 
     def close(self) -> None:
         for shard in self.weights:
@@ -271,7 +272,9 @@ def _extras(model: HfModel) -> None:
             else:
                 docs[name] = read_json(path, name)
         except (FormatError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-            model.problems.append((HF_FILE, f"{what} ({name}) cannot be used: {exc}", name))
+            model.problems.append(
+                Problem(HF_FILE, f"{what} ({name}) cannot be used: {exc}", field=name)
+            )
     pooling = docs.get(POOLING)
     if isinstance(pooling, dict):
         modes = [mode for key, mode in POOLING_MODES.items() if pooling.get(key) is True]
@@ -365,22 +368,26 @@ def load(path: str) -> HfModel:
             kind = (int, float) if key == "layer_norm_eps" else (int,)
             if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
                 model.problems.append(
-                    (HF_CONFIG, f"config.json {key} is {value!r:.30}, not a number", key)
+                    Problem(
+                        HF_CONFIG, f"config.json {key} is {value!r:.30}, not a number", field=key
+                    )
                 )
         vocab = model.file(VOCAB)
         if os.path.isfile(vocab):
             try:
                 model.tokens = read_vocab(vocab)
             except FormatError as err:
-                model.problems.append((err.code, err.message, VOCAB))
+                model.problems.append(Problem(err.code, err.message, field=VOCAB))
         else:
             model.problems.append(
-                (HF_NO_VOCAB, "no vocab.txt: the vocabulary cannot be carried over", VOCAB)
+                Problem(
+                    HF_NO_VOCAB, "no vocab.txt: the vocabulary cannot be carried over", field=VOCAB
+                )
             )
         try:
             model.special_text = _special_strings(model)
         except FormatError as err:
-            model.problems.append((err.code, err.message, SPECIAL_MAP))
+            model.problems.append(Problem(err.code, err.message, field=SPECIAL_MAP))
             model.special_text = dict(embd.BERT_SPECIAL_TOKENS)
         if model.tokens is not None:
             first: dict[str, int] = {}

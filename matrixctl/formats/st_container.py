@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from matrixctl import codes
 from matrixctl.errors import FormatError
+from matrixctl.findings import Problem
 from matrixctl.tensors import (
     DTYPES,
     Outputs,
@@ -162,7 +163,7 @@ class StFile:
     header_size: int
     metadata: dict[str, Any]
     tensors: list[StTensor]  # sorted by begin
-    problems: list[tuple[str, str, str | None]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
 
     @property
     def data_start(self) -> int:
@@ -232,7 +233,11 @@ def parse(buf: Any, size: int) -> StFile:
     st = StFile(size, n, {}, [])
     meta = header.pop(METADATA_KEY, {})
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
-        st.problems.append((ST_METADATA, "__metadata__ must map text to text", METADATA_KEY))
+        st.problems.append(
+            Problem(
+                ST_METADATA, "__metadata__ must map text to text", offset=PREFIX, field=METADATA_KEY
+            )
+        )
     else:
         st.metadata = meta
     for name, entry in header.items():
@@ -246,20 +251,30 @@ def parse(buf: Any, size: int) -> StFile:
 def _entry(st: StFile, name: str, entry: Any) -> StTensor | None:
     where = f"header/{name}"
     if not isinstance(entry, dict):
-        st.problems.append((ST_SCHEMA, f"{name}: entry is not an object", where))
+        st.problems.append(
+            Problem(ST_SCHEMA, f"{name}: entry is not an object", offset=PREFIX, field=where)
+        )
         return None
     st_dtype = entry.get("dtype")
     shape = entry.get("shape")
     offsets = entry.get("data_offsets")
     if not isinstance(st_dtype, str):
-        st.problems.append((ST_SCHEMA, f"{name}: dtype (text) is required", f"{where}/dtype"))
+        st.problems.append(
+            Problem(
+                ST_SCHEMA,
+                f"{name}: dtype (text) is required",
+                offset=PREFIX,
+                field=f"{where}/dtype",
+            )
+        )
         return None
     if st_dtype not in BY_NAME:
         st.problems.append(
-            (
+            Problem(
                 ST_DTYPE,
                 f"{name}: dtype {st_dtype!r:.30} is not one matrixctl reads",
-                f"{where}/dtype",
+                offset=PREFIX,
+                field=f"{where}/dtype",
             )
         )
         return None
@@ -270,7 +285,12 @@ def _entry(st: StFile, name: str, entry: Any) -> StTensor | None:
         or element_count(shape) >= 1 << 64
     ):
         st.problems.append(
-            (ST_SCHEMA, f"{name}: shape must be a list of non-negative integers", f"{where}/shape")
+            Problem(
+                ST_SCHEMA,
+                f"{name}: shape must be a list of non-negative integers",
+                offset=PREFIX,
+                field=f"{where}/shape",
+            )
         )
         return None
     if (
@@ -279,7 +299,12 @@ def _entry(st: StFile, name: str, entry: Any) -> StTensor | None:
         or not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offsets)
     ):
         st.problems.append(
-            (ST_SCHEMA, f"{name}: data_offsets must be [begin, end]", f"{where}/data_offsets")
+            Problem(
+                ST_SCHEMA,
+                f"{name}: data_offsets must be [begin, end]",
+                offset=PREFIX,
+                field=f"{where}/data_offsets",
+            )
         )
         return None
     return StTensor(

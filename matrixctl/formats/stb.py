@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from matrixctl import codes, crc
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, UsageError
+from matrixctl.findings import Problem
 from matrixctl.tensors import (
     DTYPES,
     Outputs,
@@ -261,15 +262,6 @@ class Entry:
         return tuple(self.dims[: self.rank]) if self.rank <= DIRECT_RANK else None
 
 
-@dataclass(frozen=True)
-class Problem:
-    rule: str
-    code: str
-    message: str
-    offset: int | None = None
-    field: str | None = None
-
-
 @dataclass
 class StbFile:
     size: int
@@ -288,7 +280,7 @@ class StbFile:
         )
 
     def add(self, rule: str, code: str, message: str, offset: int | None, where: str) -> None:
-        self.problems.append(Problem(rule, code, message, offset, where))
+        self.problems.append(Problem(code, message, offset, where, rule))
 
 
 R_HEADER = "header (rules 1-3)"
@@ -758,7 +750,7 @@ class _StbReader(TensorSource):
 
 def check_crc(src: Source, entry: BinFile) -> None:
     """The file's CRC-32 against the sidecar's record (one pass, mapped pages dropped)."""
-    from matrixctl.formats.embd import crc_range
+    from matrixctl.tensors import crc_range
 
     got = crc_range(src.buf, 0, src.size)
     if got != entry.crc32:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from matrixctl import cbor, codes, crc
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, UsageError
+from matrixctl.findings import Problem
 from matrixctl.io import BackgroundWriter
 from matrixctl.tensors import (
     CHUNK_BYTES,
@@ -274,15 +275,6 @@ class ZtObject:
 
 
 @dataclass
-class Problem:
-    """A schema problem found while parsing; the handler reports it as a finding."""
-
-    code: str
-    message: str
-    field: str | None = None
-
-
-@dataclass
 class ZtFile:
     size: int
     manifest_offset: int
@@ -387,7 +379,7 @@ def parse(buf: Any, size: int) -> ZtFile:
     attributes = root.get("attributes", {})
     zt = ZtFile(size, moff, msize, root, version, {}, {})
     if not isinstance(attributes, dict):
-        zt.problems.append(Problem(ZT_SCHEMA, "root 'attributes' is not a map", "attributes"))
+        zt.problems.append(Problem(ZT_SCHEMA, "root 'attributes' is not a map", field="attributes"))
     else:
         zt.attributes = attributes
     parsed: list[ZtObject] = []
@@ -404,7 +396,7 @@ def parse(buf: Any, size: int) -> ZtFile:
 def _parse_object(name: str, obj: Any, problems: list[Problem]) -> ZtObject | None:
     where = f"objects/{name}"
     if not isinstance(obj, dict):
-        problems.append(Problem(ZT_SCHEMA, f"object {name!r} is not a map", where))
+        problems.append(Problem(ZT_SCHEMA, f"object {name!r} is not a map", field=where))
         return None
     shape = obj.get("shape")
     if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
@@ -412,7 +404,7 @@ def _parse_object(name: str, obj: Any, problems: list[Problem]) -> ZtObject | No
             Problem(
                 ZT_SCHEMA,
                 f"object {name!r}: shape must be an array of unsigned integers, got {shape!r:.60}",
-                f"{where}/shape",
+                field=f"{where}/shape",
             )
         )
         return None
@@ -421,27 +413,35 @@ def _parse_object(name: str, obj: Any, problems: list[Problem]) -> ZtObject | No
             Problem(
                 ZT_SCHEMA,
                 f"object {name!r}: shape {shape!r:.80} has rank above 64 or 2**64+ elements",
-                f"{where}/shape",
+                field=f"{where}/shape",
             )
         )
         return None
     layout = obj.get("format")
     if not isinstance(layout, str):
         problems.append(
-            Problem(ZT_SCHEMA, f"object {name!r}: 'format' (text) is required", f"{where}/format")
+            Problem(
+                ZT_SCHEMA, f"object {name!r}: 'format' (text) is required", field=f"{where}/format"
+            )
         )
         return None
     attributes = obj.get("attributes", {})
     if not isinstance(attributes, dict):
         problems.append(
-            Problem(ZT_SCHEMA, f"object {name!r}: 'attributes' is not a map", f"{where}/attributes")
+            Problem(
+                ZT_SCHEMA,
+                f"object {name!r}: 'attributes' is not a map",
+                field=f"{where}/attributes",
+            )
         )
         return None
     comps = obj.get("components")
     if not isinstance(comps, dict):
         problems.append(
             Problem(
-                ZT_SCHEMA, f"object {name!r}: 'components' (map) is required", f"{where}/components"
+                ZT_SCHEMA,
+                f"object {name!r}: 'components' (map) is required",
+                field=f"{where}/components",
             )
         )
         return None
@@ -475,7 +475,7 @@ def _parse_component(
 ) -> ZtComponent | None:
     where = f"objects/{name}/components/{role}"
     if not isinstance(comp, dict):
-        problems.append(Problem(ZT_SCHEMA, f"{name}/{role}: component is not a map", where))
+        problems.append(Problem(ZT_SCHEMA, f"{name}/{role}: component is not a map", field=where))
         return None
     dtype = comp.get("dtype")
     if not isinstance(dtype, str) or dtype not in DTYPES:
@@ -484,7 +484,7 @@ def _parse_component(
                 ZT_SCHEMA,
                 f"{name}/{role}: dtype {dtype!r:.40} is not one the spec lists "
                 f"({', '.join(DTYPES)})",
-                f"{where}/dtype",
+                field=f"{where}/dtype",
             )
         )
         return None
@@ -495,7 +495,7 @@ def _parse_component(
                     ZT_SCHEMA,
                     f"{name}/{role}: {key} must be an unsigned 64-bit integer, got "
                     f"{comp.get(key)!r:.40}",
-                    f"{where}/{key}",
+                    field=f"{where}/{key}",
                 )
             )
             return None
@@ -505,7 +505,7 @@ def _parse_component(
             Problem(
                 ZT_SCHEMA,
                 f"{name}/{role}: encoding {encoding!r:.40} is not raw or zstd",
-                f"{where}/encoding",
+                field=f"{where}/encoding",
             )
         )
         return None
@@ -518,11 +518,13 @@ def _parse_component(
                     ZT_DIGEST_UNKNOWN,
                     f"{name}/{role}: key {damaged!r} looks like a damaged 'digest' key; the "
                     "component cannot be verified",
-                    f"{where}/{damaged}",
+                    field=f"{where}/{damaged}",
                 )
             )
     if digest is not None and not isinstance(digest, str):
-        problems.append(Problem(ZT_SCHEMA, f"{name}/{role}: digest is not text", f"{where}/digest"))
+        problems.append(
+            Problem(ZT_SCHEMA, f"{name}/{role}: digest is not text", field=f"{where}/digest")
+        )
         return None
     return ZtComponent(name, role, dtype, comp["offset"], comp["length"], encoding, digest, where)
 

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from matrixctl import cbor, codes
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, UsageError
+from matrixctl.findings import Problem
 from matrixctl.tensors import (
     CHUNK_BYTES,
     DTYPES,
@@ -369,14 +370,6 @@ class Obj:
 
 
 @dataclass
-class Problem:
-    code: str
-    message: str
-    field: str | None = None
-    offset: int | None = None
-
-
-@dataclass
 class Zt2File:
     size: int
     footer: Footer
@@ -537,7 +530,7 @@ def parse(buf: Any, size: int, *, end: int | None = None) -> Zt2File:
     probs = zt.problems
 
     def bad(code: str, message: str, where: str) -> None:
-        probs.append(Problem(code, message, where, at))
+        probs.append(Problem(code, message, at, where))
 
     objects = root.get("objects")
     if not isinstance(objects, dict):
@@ -745,31 +738,31 @@ def _uattr(attrs: Mapping[str, Any], key: str) -> int | None:
     return v if _uint(v) else None
 
 
-def layout_problems(o: Obj) -> Iterator[tuple[str, str, str]]:
-    """(code, message, field) for every metadata rule of the object's layout that fails
+def layout_problems(o: Obj) -> Iterator[Problem]:
+    """A problem for every metadata rule of the object's layout that fails
     (spec 5.1 and the profiles); nothing for an unknown layout (reported elsewhere)."""
     w = o.field
     parts = o.parts
     roles = set(parts)
 
-    def need(*want: str, optional: tuple[str, ...] = ()) -> Iterator[tuple[str, str, str]]:
+    def need(*want: str, optional: tuple[str, ...] = ()) -> Iterator[Problem]:
         missing = [r for r in want if r not in roles]
         extra = sorted(roles - set(want) - set(optional))
         if missing or extra:
-            yield (
+            yield Problem(
                 ZT2_PARTS,
                 f"{o.name}: layout {o.layout} has parts {', '.join(want)}"
                 + (f"; missing {', '.join(missing)}" if missing else "")
                 + (f"; unexpected {', '.join(extra)}" if extra else ""),
-                f"{w}/parts",
+                field=f"{w}/parts",
             )
 
-    def size_eq(p: Part, want: int, why: str) -> Iterator[tuple[str, str, str]]:
+    def size_eq(p: Part, want: int, why: str) -> Iterator[Problem]:
         if p.decoded_size != want:
-            yield (
+            yield Problem(
                 ZT2_SIZE,
                 f"{o.name}/{p.role}: decoded size {p.decoded_size:,}, {why} give {want:,}",
-                f"{p.field}/blob" if p.encoding is None else f"{p.field}/decoded_length",
+                field=f"{p.field}/blob" if p.encoding is None else f"{p.field}/decoded_length",
             )
 
     unknown_type = [p for p in parts.values() if p.type is not None and p.type not in LOGICAL]
@@ -789,10 +782,10 @@ def layout_problems(o: Obj) -> Iterator[tuple[str, str, str]]:
         problems = list(need("values", "indices", "indptr"))
         if len(o.shape) != 2:
             problems.append(
-                (
+                Problem(
                     ZT2_PROFILE,
                     f"{o.name}: {CSR} needs rank 2, shape is {list(o.shape)}",
-                    f"{w}/shape",
+                    field=f"{w}/shape",
                 )
             )
         if problems:
@@ -800,25 +793,25 @@ def layout_problems(o: Obj) -> Iterator[tuple[str, str, str]]:
             return
         ind, ptr, val = parts["indices"], parts["indptr"], parts["values"]
         if ind.dtype not in ("u32", "u64") or ind.type is not None:
-            yield (
+            yield Problem(
                 ZT2_PROFILE,
                 f"{o.name}/indices: dtype must be u32 or u64 without a logical type",
-                f"{ind.field}/dtype",
+                field=f"{ind.field}/dtype",
             )
             return
         if ptr.dtype != ind.dtype or ptr.type is not None:
-            yield (
+            yield Problem(
                 ZT2_PROFILE,
                 f"{o.name}/indptr: dtype must equal indices' ({ind.dtype}) without a logical type",
-                f"{ptr.field}/dtype",
+                field=f"{ptr.field}/dtype",
             )
             return
         width = STORAGE[ind.dtype]
         if ind.decoded_size % width:
-            yield (
+            yield Problem(
                 ZT2_SIZE,
                 f"{o.name}/indices: {ind.decoded_size:,} bytes is not whole {ind.dtype} elements",
-                f"{ind.field}/blob",
+                field=f"{ind.field}/blob",
             )
             return
         nnz = ind.decoded_size // width
@@ -828,25 +821,27 @@ def layout_problems(o: Obj) -> Iterator[tuple[str, str, str]]:
     if o.layout == COO:
         problems = list(need("values", "coords"))
         if not o.shape:
-            problems.append((ZT2_PROFILE, f"{o.name}: {COO} needs rank >= 1", f"{w}/shape"))
+            problems.append(
+                Problem(ZT2_PROFILE, f"{o.name}: {COO} needs rank >= 1", field=f"{w}/shape")
+            )
         if problems:
             yield from problems
             return
         co, val = parts["coords"], parts["values"]
         if co.dtype not in ("u32", "u64") or co.type is not None:
-            yield (
+            yield Problem(
                 ZT2_PROFILE,
                 f"{o.name}/coords: dtype must be u32 or u64 without a logical type",
-                f"{co.field}/dtype",
+                field=f"{co.field}/dtype",
             )
             return
         unit = STORAGE[co.dtype] * len(o.shape)
         if co.decoded_size % unit:
-            yield (
+            yield Problem(
                 ZT2_SIZE,
                 f"{o.name}/coords: {co.decoded_size:,} bytes is not a multiple of {unit} "
                 f"({len(o.shape)} dims of {co.dtype})",
-                f"{co.field}/blob",
+                field=f"{co.field}/blob",
             )
             return
         nnz = co.decoded_size // unit
@@ -860,26 +855,26 @@ def layout_problems(o: Obj) -> Iterator[tuple[str, str, str]]:
             return
         d = parts["data"]
         if d.dtype != "u8" or d.type is not None:
-            yield (
+            yield Problem(
                 ZT2_PROFILE,
                 f"{o.name}/data: {o.layout} data is u8 without a logical type",
-                f"{d.field}/dtype",
+                field=f"{d.field}/dtype",
             )
             return
         epb, bb = _uattr(o.attributes, "elems_per_block"), _uattr(o.attributes, "block_bytes")
         if not epb or not bb:
-            yield (
+            yield Problem(
                 ZT2_PROFILE,
                 f"{o.name}: elems_per_block and block_bytes (uint >= 1) are required",
-                f"{w}/attributes",
+                field=f"{w}/attributes",
             )
             return
         if o.count % epb or (o.shape and o.shape[-1] % epb):
-            yield (
+            yield Problem(
                 ZT2_PROFILE,
                 f"{o.name}: elems_per_block {epb} does not divide the element count or the last "
                 f"dimension of {list(o.shape)}",
-                f"{w}/attributes/elems_per_block",
+                field=f"{w}/attributes/elems_per_block",
             )
             return
         yield from size_eq(d, o.count // epb * bb, f"{o.count // epb} blocks of {bb} bytes")
@@ -891,7 +886,7 @@ def layout_problems(o: Obj) -> Iterator[tuple[str, str, str]]:
         yield from _quant_problems(o, need)
 
 
-def _mx_problems(o: Obj, need: Any) -> Iterator[tuple[str, str, str]]:
+def _mx_problems(o: Obj, need: Any) -> Iterator[Problem]:
     w = o.field
     problems = list(need("data", "scales"))
     if problems:
@@ -900,13 +895,15 @@ def _mx_problems(o: Obj, need: Any) -> Iterator[tuple[str, str, str]]:
     d, s = o.parts["data"], o.parts["scales"]
     a = o.attributes
     if s.dtype != "u8" or s.type != "f8_e8m0":
-        yield (ZT2_PROFILE, f"{o.name}/scales: must be u8 with type f8_e8m0", f"{s.field}/type")
+        yield Problem(
+            ZT2_PROFILE, f"{o.name}/scales: must be u8 with type f8_e8m0", field=f"{s.field}/type"
+        )
         return
     if a.get("scale_form") != "e8m0_exponent":
-        yield (
+        yield Problem(
             ZT2_PROFILE,
             f"{o.name}: scale_form must be 'e8m0_exponent'",
-            f"{w}/attributes/scale_form",
+            field=f"{w}/attributes/scale_form",
         )
         return
     if (d.dtype, d.type) not in (
@@ -915,57 +912,57 @@ def _mx_problems(o: Obj, need: Any) -> Iterator[tuple[str, str, str]]:
         ("u8", "f8_e5m2"),
         ("i8", None),
     ):
-        yield (
+        yield Problem(
             ZT2_PROFILE,
             f"{o.name}/data: {d.dtype}/{d.type} is not an MX element type",
-            f"{d.field}/type",
+            field=f"{d.field}/type",
         )
         return
     if not o.shape:
-        yield (ZT2_PROFILE, f"{o.name}: {MX} needs rank >= 1", f"{w}/shape")
+        yield Problem(ZT2_PROFILE, f"{o.name}: {MX} needs rank >= 1", field=f"{w}/shape")
         return
     axis = a.get("axis", len(o.shape) - 1)
     if not _uint(axis) or axis >= len(o.shape):
-        yield (
+        yield Problem(
             ZT2_PROFILE,
             f"{o.name}: axis {axis!r:.20} is not below rank {len(o.shape)}",
-            f"{w}/attributes/axis",
+            field=f"{w}/attributes/axis",
         )
         return
     bs = _uattr(a, "block_size")
     if bs is None or bs < 2 or o.shape[axis] % bs:
-        yield (
+        yield Problem(
             ZT2_PROFILE,
             f"{o.name}: block_size {a.get('block_size')!r:.20} must be >= 2 and divide "
             f"shape[{axis}] = {o.shape[axis]}",
-            f"{w}/attributes/block_size",
+            field=f"{w}/attributes/block_size",
         )
         return
     yield from _size(o, d, type_size(d, o.count) or 0, f"{o.count} elements of {d.type or d.dtype}")
     yield from _size(o, s, o.count // bs, f"{o.count // bs} blocks")
 
 
-def _size(o: Obj, p: Part, want: int, why: str) -> Iterator[tuple[str, str, str]]:
+def _size(o: Obj, p: Part, want: int, why: str) -> Iterator[Problem]:
     if p.decoded_size != want:
-        yield (
+        yield Problem(
             ZT2_SIZE,
             f"{o.name}/{p.role}: decoded size {p.decoded_size:,}, {why} give {want:,}",
-            f"{p.field}/blob" if p.encoding is None else f"{p.field}/decoded_length",
+            field=f"{p.field}/blob" if p.encoding is None else f"{p.field}/decoded_length",
         )
 
 
 _WORDS = {"u8": 1, "u16": 2, "u32": 4, "u64": 8}
 
 
-def _quant_problems(o: Obj, need: Any) -> Iterator[tuple[str, str, str]]:
+def _quant_problems(o: Obj, need: Any) -> Iterator[Problem]:
     w = o.field
     a = o.attributes
     zp = a.get("zero_point")
     if not isinstance(zp, dict) or zp.get("form") not in ("none", "implied", "tensor"):
-        yield (
+        yield Problem(
             ZT2_PROFILE,
             f"{o.name}: zero_point.form must be none, implied or tensor",
-            f"{w}/attributes/zero_point",
+            field=f"{w}/attributes/zero_point",
         )
         return
     form = zp["form"]
@@ -974,17 +971,17 @@ def _quant_problems(o: Obj, need: Any) -> Iterator[tuple[str, str, str]]:
         yield from problems
         return
     if form == "implied" and type(zp.get("value")) is not int:
-        yield (
+        yield Problem(
             ZT2_PROFILE,
             f"{o.name}: zero_point.value (int) is required for form implied",
-            f"{w}/attributes/zero_point/value",
+            field=f"{w}/attributes/zero_point/value",
         )
         return
     if form == "tensor" and zp.get("packing") not in ("same_as_data", "plain"):
-        yield (
+        yield Problem(
             ZT2_PROFILE,
             f"{o.name}: zero_point.packing must be same_as_data or plain",
-            f"{w}/attributes/zero_point/packing",
+            field=f"{w}/attributes/zero_point/packing",
         )
         return
     pk = a.get("packing")
@@ -993,37 +990,37 @@ def _quant_problems(o: Obj, need: Any) -> Iterator[tuple[str, str, str]]:
         or pk.get("word") not in _WORDS
         or pk.get("order") not in ("lsb_first", "msb_first")
     ):
-        yield (
+        yield Problem(
             ZT2_PROFILE,
             f"{o.name}: packing needs word (u8/u16/u32/u64) and order (lsb_first/msb_first)",
-            f"{w}/attributes/packing",
+            field=f"{w}/attributes/packing",
         )
         return
     word = pk["word"]
     wbytes = _WORDS[word]
     bits = _uattr(a, "bits")
     if bits not in (2, 3, 4, 5, 6, 8) or (8 * wbytes) % bits:
-        yield (
+        yield Problem(
             ZT2_PROFILE,
             f"{o.name}: bits {a.get('bits')!r:.20} must be 2, 3, 4, 5, 6 or 8 and divide the "
             f"{8 * wbytes}-bit word",
-            f"{w}/attributes/bits",
+            field=f"{w}/attributes/bits",
         )
         return
     per_word = 8 * wbytes // bits
     if pk.get("per_word") != per_word:
-        yield (
+        yield Problem(
             ZT2_PROFILE,
             f"{o.name}: packing.per_word {pk.get('per_word')!r:.20} must be {per_word}",
-            f"{w}/attributes/packing/per_word",
+            field=f"{w}/attributes/packing/per_word",
         )
         return
     d, s = o.parts["data"], o.parts["scales"]
     if d.type is not None or d.dtype.lstrip("i").lstrip("u") != word[1:] or d.dtype[0] not in "iu":
-        yield (
+        yield Problem(
             ZT2_PROFILE,
             f"{o.name}/data: dtype {d.dtype} does not match packing.word {word}",
-            f"{d.field}/dtype",
+            field=f"{d.field}/dtype",
         )
         return
     sf = a.get("scale_form")
@@ -1032,43 +1029,43 @@ def _quant_problems(o: Obj, need: Any) -> Iterator[tuple[str, str, str]]:
     elif sf == "e8m0_exponent":
         ok = s.dtype == "u8" and s.type == "f8_e8m0"
     else:
-        yield (
+        yield Problem(
             ZT2_PROFILE,
             f"{o.name}: scale_form {sf!r:.30} is not f32_factors, f16_factors or e8m0_exponent",
-            f"{w}/attributes/scale_form",
+            field=f"{w}/attributes/scale_form",
         )
         return
     if not ok:
-        yield (
+        yield Problem(
             ZT2_PROFILE,
             f"{o.name}/scales: {s.dtype}/{s.type} does not fit scale_form {sf}",
-            f"{s.field}/dtype",
+            field=f"{s.field}/dtype",
         )
         return
     axis, gs = _uattr(a, "axis"), _uattr(a, "group_size")
     if axis is None or axis >= len(o.shape):
-        yield (
+        yield Problem(
             ZT2_PROFILE,
             f"{o.name}: axis {a.get('axis')!r:.20} is not below rank {len(o.shape)}",
-            f"{w}/attributes/axis",
+            field=f"{w}/attributes/axis",
         )
         return
     along = o.shape[axis]
     if gs is None or (gs and along % gs):
-        yield (
+        yield Problem(
             ZT2_PROFILE,
             f"{o.name}: group_size {a.get('group_size')!r:.20} must divide shape[{axis}] = {along}",
-            f"{w}/attributes/group_size",
+            field=f"{w}/attributes/group_size",
         )
         return
     groups = along if gs == 0 else along // gs
     lanes = o.count // along if along else 0
     codes_n = o.count
     if codes_n % per_word:
-        yield (
+        yield Problem(
             ZT2_SIZE,
             f"{o.name}/data: {codes_n} codes are not whole {word} words of {per_word}",
-            f"{d.field}/blob",
+            field=f"{d.field}/blob",
         )
         return
     yield from _size(o, d, codes_n // per_word * wbytes, f"{codes_n} codes, {per_word} per {word}")

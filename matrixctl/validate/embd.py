@@ -11,14 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from matrixctl.findings import Finding, finding
+from matrixctl.findings import Finding, finding, findings_of, has_error
 from matrixctl.formats import embd
 from matrixctl.io import Source
 from matrixctl.tensors import human_bytes, tensor_row
-from matrixctl.validate.engine import rule
+from matrixctl.validate.engine import cut_short, first_nonzero, problem_rule, rule
 
 FMT = embd.FORMAT
-PAD_CHUNK = 1 << 20
 
 
 class EmbdSubject:
@@ -26,17 +25,8 @@ class EmbdSubject:
         self.src = src
         self.embd = parsed
 
-    def problems(self, rule_name: str) -> Iterator[Finding]:
-        for p in self.embd.problems:
-            if p.rule == rule_name:
-                yield finding(p.code, p.message, offset=p.offset, field=p.field)
-
     def broken(self, *rules: str) -> bool:
-        from matrixctl.codes import Severity, severity_of
-
-        return any(
-            p.rule in rules and severity_of(p.code) is Severity.ERROR for p in self.embd.problems
-        )
+        return has_error(self.embd.problems, *rules)
 
 
 def load(src: Source) -> EmbdSubject:
@@ -101,29 +91,18 @@ def describe(s: EmbdSubject) -> dict[str, Any]:
 @rule(FMT, "file length against total_file_size", cause=True)
 def check_length(s: EmbdSubject) -> Iterator[Finding]:
     """Root cause of a cut file (the header rule repeats EMBD_FILE_SIZE: not counted)."""
-    size, want = s.embd.size, s.embd.header.total_file_size
-    if size < want:
-        yield finding(
-            embd.EMBD_FILE_SIZE,
-            f"file is {size:,} bytes; total_file_size says {want:,} (cut at byte {size:,})",
-            offset=size,
-            field="total_file_size",
-        )
+    yield from cut_short(
+        embd.EMBD_FILE_SIZE, s.embd.size, s.embd.header.total_file_size, "total_file_size"
+    )
 
 
-@rule(FMT, embd.R_HEADER)
-def check_header(s: EmbdSubject) -> Iterator[Finding]:
-    yield from s.problems(embd.R_HEADER)
-
-
-@rule(FMT, embd.R_SECTIONS)
-def check_sections(s: EmbdSubject) -> Iterator[Finding]:
-    yield from s.problems(embd.R_SECTIONS)
+problem_rule(FMT, embd.R_HEADER, lambda s: s.embd.problems)
+problem_rule(FMT, embd.R_SECTIONS, lambda s: s.embd.problems)
 
 
 @rule(FMT, embd.R_META)
 def check_metadata(s: EmbdSubject) -> Iterator[Finding]:
-    yield from s.problems(embd.R_META)
+    yield from findings_of(s.embd.problems, embd.R_META)
     f = s.embd
     if not any(name == "metadata" for name, _, _ in f.sections) or s.broken(embd.R_META):
         return
@@ -132,19 +111,8 @@ def check_metadata(s: EmbdSubject) -> Iterator[Finding]:
         yield finding(code, message, offset=where, field=f"metadata/{key}")
 
 
-@rule(FMT, embd.R_VOCAB)
-def check_vocab(s: EmbdSubject) -> Iterator[Finding]:
-    yield from s.problems(embd.R_VOCAB)
-
-
-@rule(FMT, embd.R_INDEX)
-def check_index(s: EmbdSubject) -> Iterator[Finding]:
-    yield from s.problems(embd.R_INDEX)
-
-
-@rule(FMT, embd.R_DATA)
-def check_data(s: EmbdSubject) -> Iterator[Finding]:
-    yield from s.problems(embd.R_DATA)
+for _name in (embd.R_VOCAB, embd.R_INDEX, embd.R_DATA):
+    problem_rule(FMT, _name, lambda s: s.embd.problems)
 
 
 @rule(FMT, "metadata agrees with the vocabulary and the tensors")
@@ -213,15 +181,11 @@ def check_padding(s: EmbdSubject) -> Iterator[Finding]:
                 offset=start,
                 field="padding",
             )
-        for pos in range(start, end, PAD_CHUNK):
-            piece = bytes(buf[pos : min(end, pos + PAD_CHUNK)])
-            stripped = piece.lstrip(b"\x00")
-            if stripped:
-                at = pos + len(piece) - len(stripped)
-                yield finding(
-                    embd.EMBD_PADDING,
-                    f"padding byte at {at:,} is 0x{stripped[0]:02x}, not 0x00",
-                    offset=at,
-                    field="padding",
-                )
-                break
+        at = first_nonzero(buf, start, end)
+        if at is not None:
+            yield finding(
+                embd.EMBD_PADDING,
+                f"padding byte at {at:,} is 0x{buf[at]:02x}, not 0x00",
+                offset=at,
+                field="padding",
+            )

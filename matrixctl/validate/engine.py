@@ -18,14 +18,14 @@ import contextlib
 import contextvars
 import importlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from matrixctl import codes
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, InputError, MatrixError
-from matrixctl.findings import FileReport, Finding, finding, from_error
+from matrixctl.findings import FileReport, Finding, Problem, finding, findings_of, from_error
 from matrixctl.io import Folder
 
 RuleFn = Callable[[Any], Iterable[Finding]]
@@ -77,6 +77,37 @@ def rule(
         return fn
 
     return register
+
+
+def problem_rule(fmt: str, name: str, problems: Callable[[Any], Iterable[Problem]]) -> None:
+    """Register the rule `name` of `fmt` that reports the problems its codec's parser recorded
+    under that rule name (`problems(subject)` gives them all)."""
+    rule(fmt, name)(lambda subject: findings_of(problems(subject), name))
+
+
+def cut_short(code: str, size: int, want: int, field: str) -> Iterator[Finding]:
+    """A cause rule's finding when the file (`size` bytes) is shorter than the length its
+    header's `field` declares (`want`)."""
+    if size < want:
+        yield finding(
+            code,
+            f"file is {size:,} bytes; {field} says {want:,} (cut at byte {size:,})",
+            offset=size,
+            field=field,
+        )
+
+
+def first_nonzero(buf: Any, start: int, end: int, chunk: int = 1 << 20) -> int | None:
+    """The offset of the first byte of `buf[start:end]` that is not 0x00, or None when every
+    byte is zero. Each chunk is compared whole with zeros (memcmp speed); only a chunk that
+    differs is searched."""
+    end = min(end, len(buf))
+    zeros = bytes(min(chunk, max(0, end - start)))
+    for pos in range(start, end, chunk):
+        piece = bytes(buf[pos : min(end, pos + chunk)])
+        if piece != zeros[: len(piece)]:
+            return pos + len(piece) - len(piece.lstrip(b"\x00"))
+    return None
 
 
 def rules_for(fmt: str) -> list[Rule]:

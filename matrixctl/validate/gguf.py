@@ -12,13 +12,13 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-from matrixctl.findings import Finding, finding
-from matrixctl.formats import gguf as gg
+from matrixctl.findings import Finding, finding, findings_of
+from matrixctl.formats import gguf
 from matrixctl.io import Source
 from matrixctl.tensors import human_bytes, tensor_row
-from matrixctl.validate.engine import rule, shown
+from matrixctl.validate.engine import first_nonzero, rule, shown
 
-FMT = gg.FORMAT
+FMT = gguf.FORMAT
 PREVIEW = 6  # array items shown by inspect
 STRING_PREVIEW = 160  # characters of a string value shown by inspect
 SCAN_CHUNK = 8 << 20
@@ -45,12 +45,12 @@ TOKEN_TYPES = {1: "normal", 2: "unknown", 3: "control", 4: "user_defined", 5: "u
 
 
 class GgufSubject:
-    def __init__(self, src: Source, gf: gg.GgufFile) -> None:
+    def __init__(self, src: Source, gf: gguf.GgufFile) -> None:
         self.src = src
         self.gf = gf
         self.buf = src.buf
 
-    def readable(self) -> list[gg.GgufTensor]:
+    def readable(self) -> list[gguf.GgufTensor]:
         """Tensors whose bytes can be located and sized: known type, valid shape, aligned
         offset, inside the file (the data rules report the others)."""
         gf = self.gf
@@ -66,24 +66,26 @@ class GgufSubject:
 
 
 def load(src: Source) -> GgufSubject:
-    return GgufSubject(src, gg.parse(src.buf, src.size))
+    return GgufSubject(src, gguf.parse(src.buf, src.size))
 
 
-def _value_text(s: GgufSubject, kv: gg.GgufKV) -> Any:
+def _value_text(s: GgufSubject, kv: gguf.GgufKV) -> Any:
     value = kv.value
     full = shown(PREVIEW) is None
     if isinstance(value, bytes):
-        return gg.show_bytes(value, None if full else STRING_PREVIEW)
-    if isinstance(value, gg.GgufArray):
+        return gguf.show_bytes(value, None if full else STRING_PREVIEW)
+    if isinstance(value, gguf.GgufArray):
         # The first PREVIEW real items; the row's `count` and `shown` say how many there are.
         head = value.head(s.buf, value.count if full else PREVIEW)
-        if value.item_type == gg.FLOAT32:
-            head = [gg.short_f32(v) for v in head]
-        return [gg.show_bytes(v, None if full else 40) if isinstance(v, bytes) else v for v in head]
-    if kv.vtype == gg.BOOL:
+        if value.item_type == gguf.FLOAT32:
+            head = [gguf.short_f32(v) for v in head]
+        return [
+            gguf.show_bytes(v, None if full else 40) if isinstance(v, bytes) else v for v in head
+        ]
+    if kv.vtype == gguf.BOOL:
         return bool(value) if value in (0, 1) else f"0x{value:02x} (invalid bool)"
-    if kv.vtype == gg.FLOAT32:
-        return gg.short_f32(value)
+    if kv.vtype == gguf.FLOAT32:
+        return gguf.short_f32(value)
     return value
 
 
@@ -100,22 +102,22 @@ def describe(s: GgufSubject) -> dict[str, Any]:
     }
     arch = gf.text("general.architecture")
     if arch is not None:
-        out["architecture"] = gg.neutral(arch, 80)
+        out["architecture"] = gguf.neutral(arch, 80)
     name = gf.text("general.name")
     if name is not None:
-        out["name"] = gg.neutral(name, 80)
+        out["name"] = gguf.neutral(name, 80)
     tok = tokenizer_summary(s)
     if tok:
         out["tokenizer"] = tok
     rows = []
     for kv in gf.kvs.values():
         value = _value_text(s, kv)
-        is_array = isinstance(kv.value, gg.GgufArray)
+        is_array = isinstance(kv.value, gguf.GgufArray)
         rows.append(
             {
-                "key": gg.neutral(kv.name, 120),
+                "key": gguf.neutral(kv.name, 120),
                 "type": kv.type_name,
-                "count": kv.value.count if isinstance(kv.value, gg.GgufArray) else None,
+                "count": kv.value.count if isinstance(kv.value, gguf.GgufArray) else None,
                 "shown": len(value) if is_array else None,
                 "value": value,
             }
@@ -130,7 +132,7 @@ def describe(s: GgufSubject) -> dict[str, Any]:
         out["types"] = dict(sorted(types.items(), key=lambda kv: (-kv[1], kv[0])))
         out["tensors"] = [
             tensor_row(
-                gg.neutral(t.name, 120),
+                gguf.neutral(t.name, 120),
                 (t.gtype.dtype or t.gtype.name) if t.gtype else None,
                 t.shape,
                 t.offset,
@@ -148,16 +150,16 @@ def tokenizer_summary(s: GgufSubject) -> dict[str, Any]:
     out: dict[str, Any] = {}
     model = gf.text("tokenizer.ggml.model")
     if model is not None:
-        out["model"] = gg.neutral(model, 40)
+        out["model"] = gguf.neutral(model, 40)
     pre = gf.text("tokenizer.ggml.pre")
     if pre is not None:
-        out["pre"] = gg.neutral(pre, 40)
-    if isinstance(tokens, gg.GgufArray):
+        out["pre"] = gguf.neutral(pre, 40)
+    if isinstance(tokens, gguf.GgufArray):
         out["tokens"] = tokens.count
         out["token_dtype"] = "uint16" if tokens.count <= 1 << 16 else "uint32"
     for key, short in SPECIALS.items():
         kv = gf.kvs.get(f"tokenizer.ggml.{key}")
-        if kv is not None and kv.vtype in gg.INTEGER_TYPES:
+        if kv is not None and kv.vtype in gguf.INTEGER_TYPES:
             out[short] = kv.value
     return out
 
@@ -167,8 +169,7 @@ def tokenizer_summary(s: GgufSubject) -> dict[str, Any]:
 
 @rule(FMT, "header, metadata and tensor table")
 def check_table(s: GgufSubject) -> Iterator[Finding]:
-    for p in s.gf.problems:
-        yield finding(p.code, p.message, offset=p.offset, field=p.field)
+    yield from findings_of(s.gf.problems)
 
 
 @rule(FMT, "file size", cause=True)
@@ -188,7 +189,7 @@ def check_size(s: GgufSubject) -> Iterator[Finding]:
     expected = gf.data_offset + last.rel_offset + last.nbytes
     if gf.size < expected:
         yield finding(
-            gg.GGUF_TRUNCATED,
+            gguf.GGUF_TRUNCATED,
             f"file is {gf.size:,} bytes; its {len(gf.tensors)} tensor(s) need {expected:,} "
             f"(cut at byte {gf.size:,})",
             offset=gf.size,
@@ -203,7 +204,7 @@ def check_data(s: GgufSubject) -> Iterator[Finding]:
         return  # reported by the table rule: the data section cannot be located
     if gf.tensors and gf.data_offset > gf.size:
         yield finding(
-            gg.GGUF_TENSOR_BOUNDS,
+            gguf.GGUF_TENSOR_BOUNDS,
             f"the data section would start at {gf.data_offset:,}, past the end of the "
             f"{gf.size:,}-byte file, but the file lists {len(gf.tensors)} tensor(s)",
             offset=gf.size,
@@ -215,7 +216,7 @@ def check_data(s: GgufSubject) -> Iterator[Finding]:
         assert t.nbytes is not None
         if t.rel_offset % gf.alignment:
             yield finding(
-                gg.GGUF_TENSOR_ALIGN,
+                gguf.GGUF_TENSOR_ALIGN,
                 f"tensor {t.name!r:.60} starts at data offset {t.rel_offset:,}, not a multiple "
                 f"of the alignment {gf.alignment}",
                 offset=t.info_offset,
@@ -223,18 +224,18 @@ def check_data(s: GgufSubject) -> Iterator[Finding]:
             )
         if t.offset + t.nbytes > gf.size:
             yield finding(
-                gg.GGUF_TENSOR_BOUNDS,
+                gguf.GGUF_TENSOR_BOUNDS,
                 f"tensor {t.name!r:.60} ({t.type_name}, {t.nbytes:,} bytes) runs to "
                 f"{t.offset + t.nbytes:,}, past the end of the {gf.size:,}-byte file",
                 offset=t.info_offset,
                 field=f"{t.field}.offset",
             )
     ok = [t for t in s.readable() if t.nbytes]
-    prev: gg.GgufTensor | None = None
+    prev: gguf.GgufTensor | None = None
     for t in sorted(ok, key=lambda t: (t.offset, t.end)):
         if prev is not None and t.offset < prev.end:
             yield finding(
-                gg.GGUF_TENSOR_OVERLAP,
+                gguf.GGUF_TENSOR_OVERLAP,
                 f"tensor {t.name!r:.60} (bytes {t.offset:,}..{t.end:,}) overlaps "
                 f"{prev.name!r:.60} (bytes {prev.offset:,}..{prev.end:,})",
                 offset=t.info_offset,
@@ -249,7 +250,7 @@ def check_data(s: GgufSubject) -> Iterator[Finding]:
         assert t.nbytes is not None
         if t.rel_offset != expected:
             yield finding(
-                gg.GGUF_LAYOUT,
+                gguf.GGUF_LAYOUT,
                 f"tensor {t.name!r:.60} is at data offset {t.rel_offset:,}; stored back to back "
                 f"in table order it would be at {expected:,} (llama.cpp refuses such a file)",
                 offset=t.info_offset,
@@ -261,7 +262,7 @@ def check_data(s: GgufSubject) -> Iterator[Finding]:
         end = gf.data_offset + expected
         if gf.tensors and gf.size > end:
             yield finding(
-                gg.GGUF_TRAILING,
+                gguf.GGUF_TRAILING,
                 f"{gf.size - end:,} bytes after the last tensor's padding (from {end:,}) belong "
                 "to no tensor",
                 offset=end,
@@ -276,30 +277,30 @@ def check_tokenizer(s: GgufSubject) -> Iterator[Finding]:
     if tokens_kv is None:
         return
     tokens = tokens_kv.value
-    if not isinstance(tokens, gg.GgufArray) or tokens.item_type != gg.STRING:
+    if not isinstance(tokens, gguf.GgufArray) or tokens.item_type != gguf.STRING:
         yield finding(
-            gg.GGUF_TOKENIZER,
+            gguf.GGUF_TOKENIZER,
             f"{TOKENS} is a {tokens_kv.type_name}, not an array of strings",
             offset=tokens_kv.offset,
             field=TOKENS,
         )
         return
     n = tokens.count
-    for key, want in ((SCORES, gg.FLOAT32), (TOKEN_TYPE, gg.INT32)):
+    for key, want in ((SCORES, gguf.FLOAT32), (TOKEN_TYPE, gguf.INT32)):
         kv = gf.kvs.get(key)
         if kv is None:
             continue
         value = kv.value
-        if not isinstance(value, gg.GgufArray) or value.item_type != want:
+        if not isinstance(value, gguf.GgufArray) or value.item_type != want:
             yield finding(
-                gg.GGUF_TOKENIZER,
-                f"{key} is a {kv.type_name}, not an array of {gg.TYPE_NAMES[want]}",
+                gguf.GGUF_TOKENIZER,
+                f"{key} is a {kv.type_name}, not an array of {gguf.TYPE_NAMES[want]}",
                 offset=kv.offset,
                 field=key,
             )
         elif value.count != n:
             yield finding(
-                gg.GGUF_TOKENIZER,
+                gguf.GGUF_TOKENIZER,
                 f"{key} has {value.count:,} items for {n:,} tokens",
                 offset=kv.offset,
                 field=key,
@@ -308,16 +309,16 @@ def check_tokenizer(s: GgufSubject) -> Iterator[Finding]:
         kv = gf.kvs.get(f"tokenizer.ggml.{key}")
         if kv is None:
             continue
-        if kv.vtype not in gg.INTEGER_TYPES:
+        if kv.vtype not in gguf.INTEGER_TYPES:
             yield finding(
-                gg.GGUF_TOKENIZER,
+                gguf.GGUF_TOKENIZER,
                 f"{kv.name} is a {kv.type_name}, not an integer token id",
                 offset=kv.offset,
                 field=kv.name,
             )
         elif not 0 <= kv.value < n:
             yield finding(
-                gg.GGUF_TOKENIZER,
+                gguf.GGUF_TOKENIZER,
                 f"{kv.name} is {kv.value:,}, outside the {n:,} tokens",
                 offset=kv.value_offset,
                 field=kv.name,
@@ -325,7 +326,7 @@ def check_tokenizer(s: GgufSubject) -> Iterator[Finding]:
     embd = next((t for t in gf.tensors if t.name == "token_embd.weight"), None)
     if embd is not None and len(embd.dims) == 2 and embd.dims[1] != n:
         yield finding(
-            gg.GGUF_VOCAB_EMBD,
+            gguf.GGUF_VOCAB_EMBD,
             f"token_embd.weight has {embd.dims[1]:,} rows for {n:,} tokens",
             offset=embd.info_offset,
             field=embd.field,
@@ -337,8 +338,6 @@ def check_tokenizer(s: GgufSubject) -> Iterator[Finding]:
 
 @rule(FMT, "padding bytes are zero", scan=True)
 def check_padding(s: GgufSubject) -> Iterator[Finding]:
-    import numpy as np
-
     gf = s.gf
     if not gf.alignment_ok:
         return
@@ -361,21 +360,14 @@ def check_padding(s: GgufSubject) -> Iterator[Finding]:
             )
         )
     for start, stop in spans:
-        for pos in range(start, stop, SCAN_CHUNK):
-            block = np.frombuffer(
-                s.buf, dtype=np.uint8, count=min(stop, pos + SCAN_CHUNK) - pos, offset=pos
+        first = first_nonzero(s.buf, start, stop, SCAN_CHUNK)
+        if first is not None:
+            yield finding(
+                gguf.GGUF_PADDING,
+                f"padding byte at {first:,} is 0x{s.buf[first]:02x} (padding {start:,}..{stop:,})",
+                offset=first,
+                field="padding",
             )
-            nz = np.flatnonzero(block)
-            if nz.size:
-                first = pos + int(nz[0])
-                yield finding(
-                    gg.GGUF_PADDING,
-                    f"padding byte at {first:,} is 0x{int(block[nz[0]]):02x} (padding "
-                    f"{start:,}..{stop:,})",
-                    offset=first,
-                    field="padding",
-                )
-                break
 
 
 @rule(FMT, "strings are UTF-8", scan=True)
@@ -387,13 +379,13 @@ def check_utf8(s: GgufSubject) -> Iterator[Finding]:
                 value.decode("utf-8")
             except UnicodeDecodeError as exc:
                 yield finding(
-                    gg.GGUF_UTF8,
-                    f"{gg.neutral(kv.name, 80)}: the string is not UTF-8 at byte {exc.start} "
+                    gguf.GGUF_UTF8,
+                    f"{gguf.neutral(kv.name, 80)}: the string is not UTF-8 at byte {exc.start} "
                     "(kept as raw bytes)",
                     offset=kv.value_offset + 8 + exc.start,
                     field=kv.name,
                 )
-        elif isinstance(value, gg.GgufArray) and value.item_type == gg.STRING:
+        elif isinstance(value, gguf.GgufArray) and value.item_type == gguf.STRING:
             bad = 0
             first: tuple[int, int] | None = None
             for i, raw in enumerate(value.strings(s.buf)):
@@ -407,9 +399,9 @@ def check_utf8(s: GgufSubject) -> Iterator[Finding]:
                             first = (i, value.starts[i])
             if first is not None:
                 yield finding(
-                    gg.GGUF_UTF8,
-                    f"{gg.neutral(kv.name, 80)}: {bad:,} of {value.count:,} strings are not UTF-8, "
-                    f"first item {first[0]:,} (kept as raw bytes)",
+                    gguf.GGUF_UTF8,
+                    f"{gguf.neutral(kv.name, 80)}: {bad:,} of {value.count:,} strings are not "
+                    f"UTF-8, first item {first[0]:,} (kept as raw bytes)",
                     offset=first[1],
                     field=f"{kv.name}[{first[0]}]",
                 )
@@ -421,25 +413,25 @@ def check_values(s: GgufSubject) -> Iterator[Finding]:
 
     for kv in s.gf.kvs.values():
         value = kv.value
-        if not isinstance(value, gg.GgufArray):
+        if not isinstance(value, gguf.GgufArray):
             continue
-        if value.item_type == gg.BOOL and value.count:
+        if value.item_type == gguf.BOOL and value.count:
             bad = np.flatnonzero(value.numpy(s.buf) > 1)
             if bad.size:
                 i = int(bad[0])
                 yield finding(
-                    gg.GGUF_BOOL,
-                    f"{gg.neutral(kv.name, 80)}: item {i:,} is not 0 or 1 ({bad.size:,} such)",
+                    gguf.GGUF_BOOL,
+                    f"{gguf.neutral(kv.name, 80)}: item {i:,} is not 0 or 1 ({bad.size:,} such)",
                     offset=value.offset + i,
                     field=f"{kv.name}[{i}]",
                 )
-        if kv.name == TOKEN_TYPE and value.item_type == gg.INT32 and value.count:
+        if kv.name == TOKEN_TYPE and value.item_type == gguf.INT32 and value.count:
             types = value.numpy(s.buf)
             bad = np.flatnonzero((types < 1) | (types > 6))
             if bad.size:
                 i = int(bad[0])
                 yield finding(
-                    gg.GGUF_TOKENIZER,
+                    gguf.GGUF_TOKENIZER,
                     f"{TOKEN_TYPE}[{i}] is {int(types[i])}, not a token type (1-6: "
                     f"{', '.join(TOKEN_TYPES.values())}); {bad.size:,} such",
                     offset=value.offset + 4 * i,

@@ -11,26 +11,28 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from matrixctl import codes
 from matrixctl.errors import FormatError
 from matrixctl.findings import Finding, finding
-from matrixctl.formats import gguf_ingest as gi
+from matrixctl.formats import gguf_ingest
 from matrixctl.validate.engine import rule
-from matrixctl.validate.ingest_pack import (
+from matrixctl.validate.ingest_pack import PACK_MISMATCH
+from matrixctl.validate.manifest_folder import (
     PACK_ARTIFACT,
-    PACK_HASH,
-    PACK_MISMATCH,
-    PACK_MISSING,
-    PACK_PATH_ESCAPE,
-    PACK_SIZE,
+    ManifestFolder,
+    admit,
+    describe_files,
+    hashes,
+    load_folder,
+    member_findings,
+    presence,
+    regular,
 )
 
-FMT = gi.FORMAT
+FMT = gguf_ingest.FORMAT
 MAX_MANIFEST = 16 << 20
 MAX_SIDECAR = 256 << 20
 GGUF_MANIFEST = codes.define(
@@ -54,58 +56,12 @@ FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 
 
-@dataclass
-class FolderSubject:
-    path: str
-    manifest: dict[str, Any] | None
-    findings: list[Finding] = field(default_factory=list)
-    safe: dict[str, str] = field(default_factory=dict)
-
-    def file(self, name: Any) -> str | None:
-        return self.safe.get(name) if isinstance(name, str) else None
-
-
-def _inside(folder: str, name: str) -> str | None:
-    """The path of `name` if it is a plain file name inside `folder` (no separators, no link
-    leading out)."""
-    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
-        return None
-    full = os.path.join(folder, name)
-    if os.path.dirname(os.path.realpath(full)) != os.path.realpath(folder):
-        return None
-    return full
-
-
-def load_dir(path: str) -> FolderSubject:
-    mpath = os.path.join(path, gi.MANIFEST)
-    try:
-        st = os.stat(mpath)
-        if st.st_size > MAX_MANIFEST:
-            raise FormatError(
-                GGUF_MANIFEST, f"manifest is {st.st_size} bytes, limit {MAX_MANIFEST}"
-            )
-        with open(mpath, "rb") as fp:
-            raw = fp.read(MAX_MANIFEST + 1)
-    except OSError as exc:
-        raise FormatError(GGUF_MANIFEST, f"cannot read {gi.MANIFEST}: {exc.strerror}") from None
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise FormatError(GGUF_MANIFEST, f"{gi.MANIFEST} is not UTF-8 JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise FormatError(GGUF_MANIFEST, f"{gi.MANIFEST} is not a JSON object")
-    subject = FolderSubject(path, doc)
-    out = subject.findings
-    for key, typ in FIELDS.items():
-        value = doc.get(key)
-        if not isinstance(value, typ) or isinstance(value, bool):
-            out.append(
-                finding(GGUF_MANIFEST, f"field {key!r} is missing or not a {typ}", field=key)
-            )
-    if out:
-        subject.manifest = None
+def load_dir(path: str) -> ManifestFolder:
+    subject = load_folder(path, gguf_ingest.MANIFEST, MAX_MANIFEST, GGUF_MANIFEST, FIELDS)
+    doc, out = subject.manifest, subject.findings
+    if doc is None:
         return subject
-    if doc["version"] != gi.MANIFEST_VERSION or doc["kind"] != "gguf":
+    if doc["version"] != gguf_ingest.MANIFEST_VERSION or doc["kind"] != "gguf":
         out.append(
             finding(
                 GGUF_MANIFEST,
@@ -123,17 +79,7 @@ def load_dir(path: str) -> FolderSubject:
         if not isinstance(name, str):
             out.append(finding(GGUF_MANIFEST, f"{where} is not a file name", field=where))
             continue
-        inside = _inside(path, name)
-        if inside is None:
-            out.append(
-                finding(
-                    PACK_PATH_ESCAPE,
-                    f"{where} names {name!r}, which is not a file inside the folder; not opened",
-                    field=where,
-                )
-            )
-        else:
-            subject.safe[name] = inside
+        admit(subject, where, name, "folder")
         if not where.startswith("files.") and name not in doc["files"]:
             out.append(
                 finding(GGUF_MANIFEST, f"{where} {name!r} has no entry in files", field=where)
@@ -141,7 +87,7 @@ def load_dir(path: str) -> FolderSubject:
     return subject
 
 
-def describe(s: FolderSubject) -> dict[str, Any]:
+def describe(s: ManifestFolder) -> dict[str, Any]:
     m = s.manifest or {}
     out: dict[str, Any] = {}
     src = m.get("source")
@@ -167,25 +113,14 @@ def describe(s: FolderSubject) -> dict[str, Any]:
         out["embeddings"] = {
             k: embd.get(k) for k in ("file", "format", "shape", "dtype", "source_type", "stored")
         }
-    files = m.get("files")
-    if isinstance(files, dict):
-        out["files"] = [
-            {"file": k, "bytes": v.get("bytes"), "sha256": str(v.get("sha256", ""))[:23] + "..."}
-            for k, v in files.items()
-            if isinstance(v, dict)
-        ]
+    files = describe_files(m)
+    if files is not None:
+        out["files"] = files
     return out
 
 
-def _regular(path: str | None) -> bool:
-    try:
-        return path is not None and stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
 @rule(FMT, "manifest fields, file names")
-def check_manifest(s: FolderSubject) -> Iterator[Finding]:
+def check_manifest(s: ManifestFolder) -> Iterator[Finding]:
     yield from s.findings
 
 
@@ -193,7 +128,7 @@ AGREEMENT_COUNTS = ("reference_tokens", "pi_tokens", "matched")
 
 
 @rule(FMT, "tokenizer type and agreement")
-def check_tokenizer_type(s: FolderSubject) -> Iterator[Finding]:
+def check_tokenizer_type(s: ManifestFolder) -> Iterator[Finding]:
     """The optional `tokenizer.type` and `tokenizer.agreement` (docs/formats/gguf.md): the type
     follows from the manifest's model and pre; the agreement's share from its counts."""
     from matrixctl.tokenizers import reference as ref
@@ -259,78 +194,29 @@ def check_tokenizer_type(s: FolderSubject) -> Iterator[Finding]:
 
 
 @rule(FMT, "files present with recorded sizes")
-def check_present(s: FolderSubject) -> Iterator[Finding]:
-    m = s.manifest
-    if m is None:
-        return
-    for name, rec in m["files"].items():
-        path = s.file(name)
-        if path is None:
-            continue
-        try:
-            st = os.lstat(path)
-        except OSError:
-            yield finding(PACK_MISSING, f"{name} is missing", field=f"files.{name}")
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            yield finding(PACK_MISSING, f"{name} is not a regular file", field=f"files.{name}")
-        elif not isinstance(rec, dict) or rec.get("bytes") != st.st_size:
-            got = rec.get("bytes") if isinstance(rec, dict) else rec
-            yield finding(
-                PACK_SIZE,
-                f"{name} is {st.st_size} bytes, the manifest says {got!r:.40}",
-                field=f"files.{name}.bytes",
-            )
+def check_present(s: ManifestFolder) -> Iterator[Finding]:
+    yield from (f for f, _ in presence(s, records=True))
 
 
 @rule(FMT, "sha256 of every file", scan=True)
-def check_hashes(s: FolderSubject) -> Iterator[Finding]:
-    from matrixctl.io import sha256_file
-
-    m = s.manifest
-    if m is None:
-        return
-    for name, rec in m["files"].items():
-        path = s.file(name)
-        if not _regular(path) or not isinstance(rec, dict):
-            continue
-        assert path is not None
-        got = sha256_file(path)
-        if got != rec.get("sha256"):
-            yield finding(
-                PACK_HASH,
-                f"{name}: SHA-256 is {got}, the manifest says {rec.get('sha256')}",
-                field=f"files.{name}.sha256",
-            )
+def check_hashes(s: ManifestFolder) -> Iterator[Finding]:
+    yield from hashes(s)
 
 
 @rule(FMT, "each file's own checks", scan=True)
-def check_files(s: FolderSubject) -> Iterator[Finding]:
-    from matrixctl.validate.engine import examine
-
+def check_files(s: ManifestFolder) -> Iterator[Finding]:
     m = s.manifest
     if m is None:
         return
     for name in (m["tokenizer"].get("file"), (m.get("embeddings") or {}).get("file")):
         path = s.file(name)
-        if not _regular(path):
-            continue
-        assert path is not None
-        report, _ = examine(path, scan=True)
-        for f in report.findings:
-            if f.severity is codes.Severity.INFO:
-                continue
-            yield finding(
-                PACK_ARTIFACT if f.severity is codes.Severity.ERROR else f.code,
-                f"{name}: [{f.code}] {f.message}",
-                offset=f.offset,
-                field=f"{name}:{f.field}" if f.field else name,
-                severity=f.severity,
-            )
+        if regular(path):
+            assert path is not None
+            yield from member_findings(path, str(name))
 
 
 @rule(FMT, "consistency: map, tokenizer sidecar, embeddings", scan=True)
-def check_consistency(s: FolderSubject) -> Iterator[Finding]:
+def check_consistency(s: ManifestFolder) -> Iterator[Finding]:
     from matrixctl.tokenizers import pi
 
     m = s.manifest
@@ -338,7 +224,7 @@ def check_consistency(s: FolderSubject) -> Iterator[Finding]:
         return
     tok = m["tokenizer"]
     path = s.file(tok.get("file"))
-    if not _regular(path):
+    if not regular(path):
         return
     assert path is not None
     with open(path, "rb") as fp:
@@ -369,9 +255,9 @@ def check_consistency(s: FolderSubject) -> Iterator[Finding]:
         yield from _embeddings(s, embd, smap.vocab_size)
 
 
-def _sidecar(s: FolderSubject, tok: dict[str, Any], vocab: int) -> Iterator[Finding]:
+def _sidecar(s: ManifestFolder, tok: dict[str, Any], vocab: int) -> Iterator[Finding]:
     path = s.file(tok.get("sidecar"))
-    if not _regular(path):
+    if not regular(path):
         return
     assert path is not None
     try:
@@ -403,17 +289,17 @@ def _sidecar(s: FolderSubject, tok: dict[str, Any], vocab: int) -> Iterator[Find
             )
 
 
-def _agreement(s: FolderSubject, tok: dict[str, Any], smap: Any) -> Iterator[Finding]:
+def _agreement(s: ManifestFolder, tok: dict[str, Any], smap: Any) -> Iterator[Finding]:
     """Measure the agreement again, from the map and the sidecar's merges or scores, and
     compare it with tokenizer.agreement (when the manifest has one, on the bundled sample)."""
-    from matrixctl.ingest import gguf as ig
-    from matrixctl.ingest import gguf_tokenizer as gt
+    from matrixctl.ingest import gguf as ingest_gguf
+    from matrixctl.ingest import gguf_tokenizer
     from matrixctl.tokenizers import reference as ref
 
     recorded = tok.get("agreement")
     if not isinstance(recorded, dict) or not isinstance(tok.get("type"), str):
         return
-    if recorded.get("sample_sha256") != gt.sample_sha256():
+    if recorded.get("sample_sha256") != gguf_tokenizer.sample_sha256():
         yield finding(
             GGUF_AGREEMENT_SAMPLE,
             f"tokenizer.agreement was measured on a sample with "
@@ -423,7 +309,7 @@ def _agreement(s: FolderSubject, tok: dict[str, Any], smap: Any) -> Iterator[Fin
         )
         return
     path = s.file(tok.get("sidecar"))
-    if not _regular(path) or path is None or os.path.getsize(path) > MAX_SIDECAR:
+    if not regular(path) or path is None or os.path.getsize(path) > MAX_SIDECAR:
         return
     try:
         with open(path, "rb") as fp:
@@ -450,16 +336,16 @@ def _agreement(s: FolderSubject, tok: dict[str, Any], smap: Any) -> Iterator[Fin
     if smap.byte_fallback and smap.byte_base_id is not None:
         for b in range(256):
             texts[smap.byte_base_id + b] = f"<0x{b:02X}>"
-    plan = ig.VocabPlan(
+    plan = ingest_gguf.VocabPlan(
         smap,
         model if isinstance(model, str) else None,
         pre if isinstance(pre, str) else None,
         smap.vocab_size,
         {k: v for k, v in special_ids.items() if isinstance(v, int)},
         texts=texts,
-        keys=ig.keys_of(texts, smap.space_marking),
+        keys=ingest_gguf.keys_of(texts, smap.space_marking),
     )
-    again = gt.measure_with(
+    again = gguf_tokenizer.measure_with(
         plan,
         kind,
         [m.encode("utf-8") for m in merges] if merges is not None else None,
@@ -477,11 +363,11 @@ def _agreement(s: FolderSubject, tok: dict[str, Any], smap: Any) -> Iterator[Fin
             )
 
 
-def _embeddings(s: FolderSubject, embd: dict[str, Any], vocab: int) -> Iterator[Finding]:
+def _embeddings(s: ManifestFolder, embd: dict[str, Any], vocab: int) -> Iterator[Finding]:
     from matrixctl.opening import open_tensors
 
     path = s.file(embd.get("file"))
-    if not _regular(path):
+    if not regular(path):
         return
     assert path is not None
     try:

@@ -15,33 +15,33 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError
-from matrixctl.findings import Finding, finding, from_error
-from matrixctl.formats import embd
-from matrixctl.formats import hf_model as hf
-from matrixctl.formats import st_container as stc
+from matrixctl.findings import Finding, finding, findings_of, from_error
+from matrixctl.formats import embd, hf_model, st_container
 from matrixctl.tensors import tensor_row
 from matrixctl.validate.engine import rule, rules_for
 
-FMT = hf.FORMAT
+FMT = hf_model.FORMAT
 
 
 class ShardSubject:
     """One safetensors file of the folder, parsed (or the error that stopped its parse)."""
 
-    def __init__(self, shard: hf.Shard) -> None:
+    def __init__(self, shard: hf_model.Shard) -> None:
         from matrixctl.validate.st_container import StSubject
 
         self.name = shard.name
         self.st: StSubject | None = None
         self.error: FormatError | None = None
         try:
-            self.st = StSubject(shard.source, stc.parse(shard.source.buf, shard.source.size))
+            self.st = StSubject(
+                shard.source, st_container.parse(shard.source.buf, shard.source.size)
+            )
         except FormatError as err:
             self.error = err
 
 
 class HfSubject:
-    def __init__(self, model: hf.HfModel) -> None:
+    def __init__(self, model: hf_model.HfModel) -> None:
         self.model = model
         self.shards = [ShardSubject(shard) for shard in model.weights]
 
@@ -61,20 +61,26 @@ class HfSubject:
 
 
 def load_dir(path: str) -> HfSubject:
-    return HfSubject(hf.load(path))
+    return HfSubject(hf_model.load(path))
 
 
 def describe(s: HfSubject) -> dict[str, Any]:
     m = s.model
     out: dict[str, Any] = {}
     cfg = m.config
-    for key in ("model_type", "architectures", "hidden_act", "layer_norm_eps", *hf.CONFIG_KEYS):
+    for key in (
+        "model_type",
+        "architectures",
+        "hidden_act",
+        "layer_norm_eps",
+        *hf_model.CONFIG_KEYS,
+    ):
         if key in cfg:
             out[key] = cfg[key] if not isinstance(cfg[key], list) else ", ".join(map(str, cfg[key]))
     if m.weight_map is None:
-        out["weights"] = f"{hf.WEIGHTS}, {m.weights_size:,} bytes"
+        out["weights"] = f"{hf_model.WEIGHTS}, {m.weights_size:,} bytes"
     else:
-        out["weights"] = f"{len(m.weights)} shards ({hf.INDEX}), {m.weights_size:,} bytes"
+        out["weights"] = f"{len(m.weights)} shards ({hf_model.INDEX}), {m.weights_size:,} bytes"
         out["shards"] = [{"file": sh.name, "bytes": sh.source.size} for sh in m.weights]
     if all(sh.st is not None for sh in s.shards):
         out["tensor_count"] = len(s.tensors())
@@ -103,7 +109,7 @@ def _st_findings(s: HfSubject, scan: bool) -> Iterator[Finding]:
                 err = shard.error
                 yield finding(err.code, f"{name}: {err.message}", offset=err.offset, field=name)
             continue
-        for r in rules_for(stc.FORMAT):
+        for r in rules_for(st_container.FORMAT):
             if r.scan != scan:
                 continue
             try:
@@ -122,8 +128,7 @@ def _st_findings(s: HfSubject, scan: bool) -> Iterator[Finding]:
 
 @rule(FMT, "config.json and the folder's files")
 def check_files(s: HfSubject) -> Iterator[Finding]:
-    for code, message, where in s.model.problems:
-        yield finding(code, message, field=where)
+    yield from findings_of(s.model.problems)
 
 
 @rule(FMT, "model.safetensors (or each shard) structure")
@@ -142,7 +147,7 @@ def check_index(s: HfSubject) -> Iterator[Finding]:
         for t in shard.st.st.tensors:
             if t.name in seen:
                 yield finding(
-                    hf.HF_INDEX,
+                    hf_model.HF_INDEX,
                     f"tensor {t.name!r} is in {seen[t.name]} and in {shard.name}",
                     field=f"{shard.name}/{t.name}",
                 )
@@ -152,14 +157,14 @@ def check_index(s: HfSubject) -> Iterator[Finding]:
             if listed != shard.name:
                 where = "in no weight_map entry" if listed is None else f"listed under {listed}"
                 yield finding(
-                    hf.HF_INDEX,
+                    hf_model.HF_INDEX,
                     f"tensor {t.name!r} of {shard.name} is {where}",
                     field=f"weight_map/{t.name}",
                 )
     for name, shard_name in weight_map.items():
         if name not in seen:
             yield finding(
-                hf.HF_INDEX,
+                hf_model.HF_INDEX,
                 f"weight_map puts {name!r} in {shard_name}, which has no such tensor",
                 field=f"weight_map/{name}",
             )
@@ -173,15 +178,15 @@ def check_special(s: HfSubject) -> Iterator[Finding]:
     for name, value in m.special.items():
         if value == embd.NO_TOKEN:
             yield finding(
-                hf.HF_SPECIAL,
+                hf_model.HF_SPECIAL,
                 f"{name} token {m.special_text.get(name)!r} is not in vocab.txt",
-                field=f"{hf.SPECIAL_MAP}/{name}_token",
+                field=f"{hf_model.SPECIAL_MAP}/{name}_token",
             )
     pad = m.config.get("pad_token_id")
     want = m.special.get("pad")
     if isinstance(pad, int) and want is not None and want not in (embd.NO_TOKEN, pad):
         yield finding(
-            hf.HF_SPECIAL,
+            hf_model.HF_SPECIAL,
             f"config.json pad_token_id is {pad}, but {m.special_text.get('pad')!r} is token "
             f"{want} of vocab.txt",
             field="config.json/pad_token_id",
@@ -197,7 +202,7 @@ def check_config(s: HfSubject) -> Iterator[Finding]:
     cfg_vocab = m.config.get("vocab_size")
     if m.tokens is not None and isinstance(cfg_vocab, int) and len(m.tokens) > cfg_vocab:
         yield finding(
-            hf.HF_MISMATCH,
+            hf_model.HF_MISMATCH,
             f"vocab.txt has {len(m.tokens):,} tokens, config.json vocab_size is {cfg_vocab:,}",
             field="config.json/vocab_size",
         )
@@ -208,7 +213,7 @@ def check_config(s: HfSubject) -> Iterator[Finding]:
     for where, message in embd.model_problems(meta, count, s.shapes()):
         if where == "vocab_size":
             continue  # reported above with the file names
-        yield finding(hf.HF_MISMATCH, message, field=where)
+        yield finding(hf_model.HF_MISMATCH, message, field=where)
 
 
 @rule(FMT, "model.safetensors (or each shard) payload", scan=True)
@@ -219,13 +224,13 @@ def check_weights_payload(s: HfSubject) -> Iterator[Finding]:
 @rule(FMT, "vocab.txt agrees with tokenizer.json", scan=True)
 def check_tokenizer(s: HfSubject) -> Iterator[Finding]:
     m = s.model
-    path = m.file(hf.TOKENIZER)
+    path = m.file(hf_model.TOKENIZER)
     if m.tokens is None or not os.path.isfile(path):
         return
     try:
-        doc = hf.read_json(path, hf.TOKENIZER)
+        doc = hf_model.read_json(path, hf_model.TOKENIZER)
     except FormatError as err:
-        yield finding(err.code, err.message, field=hf.TOKENIZER)
+        yield finding(err.code, err.message, field=hf_model.TOKENIZER)
         return
     model = doc.get("model")
     vocab = model.get("vocab") if isinstance(model, dict) else None
@@ -235,15 +240,15 @@ def check_tokenizer(s: HfSubject) -> Iterator[Finding]:
         got = vocab.get(tok)
         if got is not None and got != i and m.tokens.index(tok) == i:
             yield finding(
-                hf.HF_TOKENIZER,
+                hf_model.HF_TOKENIZER,
                 f"token {tok!r} is id {i} in vocab.txt but {json.dumps(got)} in tokenizer.json",
-                field=f"{hf.VOCAB}[{i}]",
+                field=f"{hf_model.VOCAB}[{i}]",
             )
             return
     if len(vocab) != len(set(m.tokens)):
         yield finding(
-            hf.HF_TOKENIZER,
+            hf_model.HF_TOKENIZER,
             f"tokenizer.json has {len(vocab):,} tokens, vocab.txt {len(set(m.tokens)):,} "
             "distinct ones",
-            field=hf.TOKENIZER,
+            field=hf_model.TOKENIZER,
         )

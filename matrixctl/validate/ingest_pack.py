@@ -11,24 +11,26 @@ payload (every document ends with eos_id) and the manifest's sources.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import stat
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from matrixctl import codes
-from matrixctl.errors import FormatError
 from matrixctl.findings import Finding, finding
-from matrixctl.formats import doc_index as di
-from matrixctl.formats import ingest_pack as ip
-from matrixctl.formats import matrix_atom as ma
-from matrixctl.formats import svgt
+from matrixctl.formats import doc_index, ingest_pack, matrix_atom, svgt
 from matrixctl.validate.engine import rule
+from matrixctl.validate.manifest_folder import (
+    ManifestFolder,
+    admit,
+    describe_files,
+    hashes,
+    load_folder,
+    member_findings,
+    presence,
+    regular,
+)
 
-FMT = ip.FORMAT
+FMT = ingest_pack.FORMAT
 _CODE = re.compile(r"[A-Z][A-Z0-9_]*")
 MAX_MANIFEST = 256 << 20
 G = FMT
@@ -36,21 +38,6 @@ PACK_MANIFEST = codes.define(
     "PACK_MANIFEST", "ingest_manifest.json is not a JSON object with the v1 fields.", group=G
 )
 PACK_VERSION = codes.define("PACK_VERSION", "Unsupported ingest manifest version.", group=G)
-PACK_PATH_ESCAPE = codes.define(
-    "PACK_PATH_ESCAPE",
-    "An artifact name in the manifest leaves the pack folder (never followed).",
-    group=G,
-)
-PACK_MISSING = codes.define(
-    "PACK_MISSING", "An artifact the manifest lists is missing or not a regular file.", group=G
-)
-PACK_SIZE = codes.define(
-    "PACK_SIZE", "An artifact's size differs from the manifest's record.", group=G
-)
-PACK_HASH = codes.define("PACK_HASH", "An artifact's SHA-256 differs from the manifest.", group=G)
-PACK_ARTIFACT = codes.define(
-    "PACK_ARTIFACT", "An artifact of the pack fails its own format's checks.", group=G
-)
 PACK_MISMATCH = codes.define(
     "PACK_MISMATCH",
     "Artifacts disagree with each other or with the manifest (vocab, map, sizes, counts, flags).",
@@ -85,58 +72,12 @@ FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 
 
-@dataclass
-class PackSubject:
-    path: str
-    manifest: dict[str, Any] | None
-    findings: list[Finding] = field(default_factory=list)
-    safe: dict[str, str] = field(default_factory=dict)  # artifact name -> path inside the pack
-
-    def artifact(self, name: str | None) -> str | None:
-        return None if name is None else self.safe.get(name)
-
-
-def _inside(pack: str, name: str) -> str | None:
-    """The path of `name` if it is a plain file name inside `pack` (no separators, no links)."""
-    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
-        return None
-    full = os.path.join(pack, name)
-    real_pack = os.path.realpath(pack)
-    if os.path.dirname(os.path.realpath(full)) != real_pack:
-        return None
-    return full
-
-
-def load_dir(path: str) -> PackSubject:
-    mpath = os.path.join(path, ip.MANIFEST)
-    try:
-        st = os.stat(mpath)
-        if st.st_size > MAX_MANIFEST:
-            raise FormatError(
-                PACK_MANIFEST, f"manifest is {st.st_size} bytes, limit {MAX_MANIFEST}"
-            )
-        with open(mpath, "rb") as fp:
-            raw = fp.read(MAX_MANIFEST + 1)
-    except OSError as exc:
-        raise FormatError(PACK_MANIFEST, f"cannot read {ip.MANIFEST}: {exc.strerror}") from None
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise FormatError(PACK_MANIFEST, f"{ip.MANIFEST} is not UTF-8 JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise FormatError(PACK_MANIFEST, f"{ip.MANIFEST} is not a JSON object")
-    subject = PackSubject(path, doc)
-    out = subject.findings
-    for key, typ in FIELDS.items():
-        value = doc.get(key)
-        if not isinstance(value, typ) or isinstance(value, bool):
-            out.append(
-                finding(PACK_MANIFEST, f"field {key!r} is missing or not a {typ}", field=key)
-            )
-    if out:
-        subject.manifest = None
+def load_dir(path: str) -> ManifestFolder:
+    subject = load_folder(path, ingest_pack.MANIFEST, MAX_MANIFEST, PACK_MANIFEST, FIELDS)
+    doc, out = subject.manifest, subject.findings
+    if doc is None:
         return subject
-    if doc["version"] != ip.MANIFEST_VERSION:
+    if doc["version"] != ingest_pack.MANIFEST_VERSION:
         out.append(finding(PACK_VERSION, f"manifest version {doc['version']}", field="version"))
     names: list[tuple[str, str]] = [
         ("atom_file", doc["atom_file"]),
@@ -149,23 +90,12 @@ def load_dir(path: str) -> PackSubject:
         names.append(("svgt.file", sv["file"]))
     names.extend((f"files.{n}", n) for n in doc["files"])
     for where, name in names:
-        if not isinstance(name, str):
-            continue
-        inside = _inside(path, name)
-        if inside is None:
-            out.append(
-                finding(
-                    PACK_PATH_ESCAPE,
-                    f"{where} names {name!r}, which is not a file inside the pack; not opened",
-                    field=where,
-                )
-            )
-        else:
-            subject.safe[name] = inside
+        if isinstance(name, str):
+            admit(subject, where, name, "pack")
     return subject
 
 
-def describe(s: PackSubject) -> dict[str, Any]:
+def describe(s: ManifestFolder) -> dict[str, Any]:
     m = s.manifest or {}
     out: dict[str, Any] = {
         "pack": {
@@ -187,13 +117,9 @@ def describe(s: PackSubject) -> dict[str, Any]:
     }
     if isinstance(m.get("symbol_map"), dict):
         out["pack"]["map_hash"] = m["symbol_map"].get("canonical_hash")
-    files = m.get("files")
-    if isinstance(files, dict):
-        out["files"] = [
-            {"file": k, "bytes": v.get("bytes"), "sha256": str(v.get("sha256", ""))[:23] + "..."}
-            for k, v in files.items()
-            if isinstance(v, dict)
-        ]
+    files = describe_files(m)
+    if files is not None:
+        out["files"] = files
     sources = m.get("sources")
     if isinstance(sources, list):
         kinds: dict[str, int] = {}
@@ -206,54 +132,19 @@ def describe(s: PackSubject) -> dict[str, Any]:
 
 
 @rule(FMT, "manifest fields, artifact names", header=True)
-def check_manifest(s: PackSubject) -> Iterator[Finding]:
+def check_manifest(s: ManifestFolder) -> Iterator[Finding]:
     yield from s.findings
 
 
-def _present(s: PackSubject) -> Iterator[tuple[Finding, bool]]:
-    """Each artifact's presence and size problem, and whether it is a root cause (missing, or
-    shorter than recorded: cut) rather than a different size (longer, or an edited file)."""
-    m = s.manifest
-    if m is None:
-        return
-    for name, rec in m["files"].items():
-        path = s.artifact(name)
-        if path is None:
-            continue
-        try:
-            st = os.lstat(path)
-        except OSError:
-            yield finding(PACK_MISSING, f"{name} is missing", field=f"files.{name}"), True
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            yield (
-                finding(PACK_MISSING, f"{name} is not a regular file", field=f"files.{name}"),
-                True,
-            )
-            continue
-        want = rec.get("bytes") if isinstance(rec, dict) else None
-        if isinstance(rec, dict) and want != st.st_size:
-            cut = isinstance(want, int) and st.st_size < want
-            yield (
-                finding(
-                    PACK_SIZE,
-                    f"{name} is {st.st_size} bytes, the manifest says {want}"
-                    + (f" (cut at byte {st.st_size})" if cut else ""),
-                    field=f"files.{name}.bytes",
-                ),
-                cut,
-            )
-
-
 @rule(FMT, "artifacts present and whole", cause=True)
-def check_present(s: PackSubject) -> Iterator[Finding]:
+def check_present(s: ManifestFolder) -> Iterator[Finding]:
     """Root causes: a missing or cut artifact (what follows from it is counted, not listed)."""
-    yield from (f for f, root in _present(s) if root)
+    yield from (f for f, root in presence(s, records=False) if root)
 
 
 @rule(FMT, "artifacts have their recorded sizes")
-def check_sizes(s: PackSubject) -> Iterator[Finding]:
-    yield from (f for f, root in _present(s) if not root)
+def check_sizes(s: ManifestFolder) -> Iterator[Finding]:
+    yield from (f for f, root in presence(s, records=False) if not root)
     m = s.manifest
     if m is None:
         return
@@ -263,7 +154,7 @@ def check_sizes(s: PackSubject) -> Iterator[Finding]:
 
 
 @rule(FMT, "skipped files: listed once, not also sources, error codes only under --on-error skip")
-def check_skipped(s: PackSubject) -> Iterator[Finding]:
+def check_skipped(s: ManifestFolder) -> Iterator[Finding]:
     m = s.manifest
     if m is None or m.get("skipped") is None:
         return
@@ -311,32 +202,12 @@ def check_skipped(s: PackSubject) -> Iterator[Finding]:
         )
 
 
-def _regular(path: str | None) -> bool:
-    try:
-        return path is not None and stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
 @rule(FMT, "sha256 of every artifact", scan=True)
-def check_hashes(s: PackSubject) -> Iterator[Finding]:
-    from matrixctl.io import sha256_file
-
+def check_hashes(s: ManifestFolder) -> Iterator[Finding]:
     m = s.manifest
     if m is None:
         return
-    for name, rec in m["files"].items():
-        path = s.artifact(name)
-        if not _regular(path) or not isinstance(rec, dict):
-            continue
-        assert path is not None
-        got = sha256_file(path)
-        if got != rec.get("sha256"):
-            yield finding(
-                PACK_HASH,
-                f"{name}: SHA-256 is {got}, the manifest says {rec.get('sha256')}",
-                field=f"files.{name}.sha256",
-            )
+    yield from hashes(s)
     atoms = m["files"].get(m["atom_file"])
     if isinstance(atoms, dict) and m["hash"] != atoms.get("sha256"):
         yield finding(
@@ -344,40 +215,18 @@ def check_hashes(s: PackSubject) -> Iterator[Finding]:
         )
 
 
-def _sub_findings(path: str, name: str) -> list[Finding]:
-    from matrixctl.validate.engine import examine
-
-    report, _ = examine(path, scan=True)
-    out = []
-    for f in report.findings:
-        if f.severity is codes.Severity.INFO:
-            continue
-        out.append(
-            finding(
-                PACK_ARTIFACT if f.severity is codes.Severity.ERROR else f.code,
-                f"{name}: [{f.code}] {f.message}",
-                offset=f.offset,
-                field=f"{name}:{f.field}" if f.field else name,
-                severity=f.severity,
-            )
-        )
-    return out
-
-
 @rule(FMT, "each artifact's own checks", scan=True)
-def check_artifacts(s: PackSubject) -> Iterator[Finding]:
+def check_artifacts(s: ManifestFolder) -> Iterator[Finding]:
     m = s.manifest
     if m is None:
         return
-    for name in m["files"]:
-        path = s.artifact(name)
-        if _regular(path):
-            assert path is not None
-            yield from _sub_findings(path, name)
+    for name, _, path in s.members():
+        if regular(path):
+            yield from member_findings(path, name)
 
 
 @rule(FMT, "consistency: map, atoms, index, projection, sources", scan=True)
-def check_consistency(s: PackSubject) -> Iterator[Finding]:
+def check_consistency(s: ManifestFolder) -> Iterator[Finding]:
 
     from matrixctl.io import Source
     from matrixctl.tokenizers import pi
@@ -385,15 +234,15 @@ def check_consistency(s: PackSubject) -> Iterator[Finding]:
     m = s.manifest
     if m is None:
         return
-    apath = s.artifact(m["atom_file"])
-    if not _regular(apath):
+    apath = s.file(m["atom_file"])
+    if not regular(apath):
         return
     assert apath is not None
     with Source.open(apath) as src:
-        if src.size < ma.HEADER_SIZE:
+        if src.size < matrix_atom.HEADER_SIZE:
             return
-        h = ma.AtomHeader.parse(src.head(ma.HEADER_SIZE))
-        if h.itemsize is None or src.size != ma.HEADER_SIZE + h.token_count * h.itemsize:
+        h = matrix_atom.AtomHeader.parse(src.head(matrix_atom.HEADER_SIZE))
+        if h.itemsize is None or src.size != matrix_atom.HEADER_SIZE + h.token_count * h.itemsize:
             return
         for key, want in (
             ("atom_size", h.atom_size),
@@ -418,7 +267,7 @@ def check_consistency(s: PackSubject) -> Iterator[Finding]:
             yield finding(
                 PACK_MISMATCH, f"padding {m['padding']} is not below atom_size", field="padding"
             )
-        tokens = ma.token_view(src.buf, h)
+        tokens = matrix_atom.token_view(src.buf, h)
         pad = tokens[max(0, m["tokens"]) :]
         if pad.size and int((pad != m["pad_id"]).sum()):
             yield finding(
@@ -427,8 +276,8 @@ def check_consistency(s: PackSubject) -> Iterator[Finding]:
                 field="padding",
             )
         # Symbol map.
-        mpath = s.artifact(m["tokenizer"])
-        if _regular(mpath):
+        mpath = s.file(m["tokenizer"])
+        if regular(mpath):
             assert mpath is not None
             with open(mpath, "rb") as fp:
                 smap, _ = pi.check_map(fp.read(pi.MAX_MAP_BYTES + 1))
@@ -458,36 +307,38 @@ def check_consistency(s: PackSubject) -> Iterator[Finding]:
         sv = m.get("svgt")
         has_svgt = isinstance(sv, dict)
         has_index = isinstance(m.get("doc_index"), str)
-        if bool(h.flags & ma.FLAG_SVG_TENSOR) != has_svgt:
+        if bool(h.flags & matrix_atom.FLAG_SVG_TENSOR) != has_svgt:
             yield finding(
                 PACK_MISMATCH,
                 f"atom flags bit0 (svg_tensor) is "
-                f"{int(bool(h.flags & ma.FLAG_SVG_TENSOR))} but the pack "
+                f"{int(bool(h.flags & matrix_atom.FLAG_SVG_TENSOR))} but the pack "
                 f"{'has' if has_svgt else 'has no'} projection",
                 field="flags",
             )
-        if bool(h.flags & ma.FLAG_INDEX) != has_index:
+        if bool(h.flags & matrix_atom.FLAG_INDEX) != has_index:
             yield finding(
                 PACK_MISMATCH,
                 f"atom flags bit1 (index) is "
-                f"{int(bool(h.flags & ma.FLAG_INDEX))} but the pack "
+                f"{int(bool(h.flags & matrix_atom.FLAG_INDEX))} but the pack "
                 f"{'has' if has_index else 'has no'} document index",
                 field="flags",
             )
         if has_svgt:
-            yield from _check_projection(s.artifact(sv.get("file")), h, tokens)  # type: ignore[union-attr]
+            yield from _check_projection(s.file(sv.get("file")), h, tokens)  # type: ignore[union-attr]
         if has_index:
-            yield from _check_index(s.artifact(m["doc_index"]), m, tokens)
+            yield from _check_index(s.file(m["doc_index"]), m, tokens)
         del tokens, pad
     yield from _check_sources(m)
 
 
-def _check_projection(path: str | None, h: ma.AtomHeader, tokens: Any) -> Iterator[Finding]:
+def _check_projection(
+    path: str | None, h: matrix_atom.AtomHeader, tokens: Any
+) -> Iterator[Finding]:
     import numpy as np
 
     from matrixctl.io import Source
 
-    if not _regular(path):
+    if not regular(path):
         return
     assert path is not None
     with Source.open(path) as src:
@@ -528,14 +379,14 @@ def _check_index(path: str | None, m: dict[str, Any], tokens: Any) -> Iterator[F
 
     from matrixctl.io import Source
 
-    if not _regular(path):
+    if not regular(path):
         return
     assert path is not None
     with Source.open(path) as src:
-        if src.size < di.HEADER_SIZE:
+        if src.size < doc_index.HEADER_SIZE:
             return
-        h = di.IndexHeader.parse(src.head(di.HEADER_SIZE))
-        if src.size != di.HEADER_SIZE + h.doc_count * di.RECORD_SIZE:
+        h = doc_index.IndexHeader.parse(src.head(doc_index.HEADER_SIZE))
+        if src.size != doc_index.HEADER_SIZE + h.doc_count * doc_index.RECORD_SIZE:
             return
         if h.doc_count != m["documents"]:
             yield finding(
@@ -551,14 +402,14 @@ def _check_index(path: str | None, m: dict[str, Any], tokens: Any) -> Iterator[F
             )
             return
         eos = m.get("eos_id")
-        want_eos = di.NO_EOS if eos is None else eos
+        want_eos = doc_index.NO_EOS if eos is None else eos
         if h.eos_id != want_eos:
             yield finding(
                 PACK_INDEX,
                 f"index eos_id {h.eos_id} differs from the manifest's {eos}",
                 field="eos_id",
             )
-        recs = di.records_view(src.buf, h)
+        recs = doc_index.records_view(src.buf, h)
         nsources = len(m["sources"])
         step = 1 << 20
         for i in range(0, h.doc_count, step):

@@ -10,20 +10,20 @@ from typing import Any
 
 from matrixctl.crc import crc32
 from matrixctl.findings import Finding, finding
-from matrixctl.formats import matrix_atom as ma
+from matrixctl.formats import matrix_atom
 from matrixctl.io import Releaser, Source
 from matrixctl.validate.engine import rule, sample, shown
 from matrixctl.validate.ids import IdPreview
 from matrixctl.validate.ids import describe_ids as ids_section
 
-FMT = ma.FORMAT
+FMT = matrix_atom.FORMAT
 SCAN_CHUNK_BYTES = 1 << 20  # small enough to stay in L2 between the CRC and the max pass
 PREVIEW_ATOMS = 4
 PREVIEW_TOKENS = 16
 
 
 def field_offset(name: str) -> int:
-    return ma.FIELDS[name][0]
+    return matrix_atom.FIELDS[name][0]
 
 
 @dataclass
@@ -35,10 +35,10 @@ class PayloadStats:
 
 
 class AtomSubject:
-    def __init__(self, src: Source, header: ma.AtomHeader) -> None:
+    def __init__(self, src: Source, header: matrix_atom.AtomHeader) -> None:
         self.src = src
         self.header = header
-        self.raw = src.head(ma.HEADER_SIZE)
+        self.raw = src.head(matrix_atom.HEADER_SIZE)
         self._stats: PayloadStats | None = None
 
     @property
@@ -47,7 +47,7 @@ class AtomSubject:
         h = self.header
         return (
             h.itemsize is not None
-            and h.data_offset == ma.HEADER_SIZE
+            and h.data_offset == matrix_atom.HEADER_SIZE
             and self.src.size == h.data_offset + h.token_count * h.itemsize
         )
 
@@ -61,14 +61,14 @@ class AtomSubject:
 SMALL_PAYLOAD = 1 << 20
 
 
-def scan_payload(buf: Any, header: ma.AtomHeader) -> PayloadStats:
+def scan_payload(buf: Any, header: matrix_atom.AtomHeader) -> PayloadStats:
     itemsize = header.itemsize or 0
     nbytes = header.token_count * itemsize
     if nbytes <= SMALL_PAYLOAD and sys.byteorder == "little":
         return _scan_small(buf, header)
     import numpy as np
 
-    tokens = ma.token_view(buf, header)
+    tokens = matrix_atom.token_view(buf, header)
     itemsize = tokens.itemsize
     step = SCAN_CHUNK_BYTES // itemsize
     crc = 0
@@ -91,7 +91,7 @@ def scan_payload(buf: Any, header: ma.AtomHeader) -> PayloadStats:
     return PayloadStats(crc, max_id, first_bad, bad)
 
 
-def _scan_small(buf: Any, header: ma.AtomHeader) -> PayloadStats:
+def _scan_small(buf: Any, header: matrix_atom.AtomHeader) -> PayloadStats:
     """The same scan without numpy (cheaper to start than to import numpy for a small file)."""
     itemsize = header.itemsize or 0
     start = header.data_offset
@@ -106,7 +106,7 @@ def _scan_small(buf: Any, header: ma.AtomHeader) -> PayloadStats:
 
 
 def load(src: Source) -> AtomSubject:
-    return AtomSubject(src, ma.AtomHeader.parse(src.head(ma.HEADER_SIZE)))
+    return AtomSubject(src, matrix_atom.AtomHeader.parse(src.head(matrix_atom.HEADER_SIZE)))
 
 
 def describe(s: AtomSubject) -> dict[str, Any]:
@@ -115,7 +115,8 @@ def describe(s: AtomSubject) -> dict[str, Any]:
         "size": s.src.size,
         "header": h.to_json(),
         "fields": [
-            {"field": name, "offset": off, "size": size} for name, (off, size) in ma.FIELDS.items()
+            {"field": name, "offset": off, "size": size}
+            for name, (off, size) in matrix_atom.FIELDS.items()
         ],
         "payload": {
             "dtype": h.dtype_name,
@@ -181,87 +182,87 @@ def describe_ids(s: AtomSubject, preview: IdPreview) -> dict[str, Any]:
 @rule(FMT, "header fields", header=True)
 def check_fields(s: AtomSubject) -> Iterator[Finding]:
     h = s.header
-    if h.version != ma.VERSION:
+    if h.version != matrix_atom.VERSION:
         yield finding(
-            ma.ATOM_VERSION,
-            f"version {h.version} is not supported (this reader knows v{ma.VERSION})",
+            matrix_atom.ATOM_VERSION,
+            f"version {h.version} is not supported (this reader knows v{matrix_atom.VERSION})",
             offset=field_offset("version"),
             field="version",
         )
-    if h.header_bytes != ma.HEADER_SIZE:
+    if h.header_bytes != matrix_atom.HEADER_SIZE:
         yield finding(
-            ma.ATOM_HEADER_BYTES,
-            f"header_bytes is {h.header_bytes}, v1 requires {ma.HEADER_SIZE}",
+            matrix_atom.ATOM_HEADER_BYTES,
+            f"header_bytes is {h.header_bytes}, v1 requires {matrix_atom.HEADER_SIZE}",
             offset=field_offset("header_bytes"),
             field="header_bytes",
         )
-    if h.dtype_id not in ma.DTYPES:
+    if h.dtype_id not in matrix_atom.DTYPES:
         yield finding(
-            ma.ATOM_DTYPE,
+            matrix_atom.ATOM_DTYPE,
             f"dtype_id {h.dtype_id} is unknown (1 = uint16, 2 = uint32)",
             offset=field_offset("dtype_id"),
             field="dtype_id",
         )
-    if h.flags & ~ma.KNOWN_FLAGS:
+    if h.flags & ~matrix_atom.KNOWN_FLAGS:
         yield finding(
-            ma.ATOM_FLAGS,
-            f"flags 0x{h.flags:02x} has undefined bits 0x{h.flags & ~ma.KNOWN_FLAGS:02x}",
+            matrix_atom.ATOM_FLAGS,
+            f"flags 0x{h.flags:02x} has undefined bits 0x{h.flags & ~matrix_atom.KNOWN_FLAGS:02x}",
             offset=field_offset("flags"),
             field="flags",
         )
     if h.reserved0:
         yield finding(
-            ma.ATOM_RESERVED,
+            matrix_atom.ATOM_RESERVED,
             f"reserved field at 0x0E is 0x{h.reserved0:04x}, must be 0",
             offset=field_offset("reserved0"),
             field="reserved0",
         )
     if any(h.reserved1):
         yield finding(
-            ma.ATOM_RESERVED,
+            matrix_atom.ATOM_RESERVED,
             f"reserved bytes at 0x38 are {h.reserved1.hex()}, must be zero",
             offset=field_offset("reserved1"),
             field="reserved1",
         )
-    if h.data_offset != ma.HEADER_SIZE:
+    if h.data_offset != matrix_atom.HEADER_SIZE:
         yield finding(
-            ma.ATOM_DATA_OFFSET,
+            matrix_atom.ATOM_DATA_OFFSET,
             f"data_offset is {h.data_offset}, v1 payloads start right after the 64-byte header",
             offset=field_offset("data_offset"),
             field="data_offset",
         )
     if h.vocab_size == 0:
         yield finding(
-            ma.ATOM_VOCAB_SIZE,
+            matrix_atom.ATOM_VOCAB_SIZE,
             "vocab_size is 0: no token id can be valid",
             offset=field_offset("vocab_size"),
             field="vocab_size",
         )
     if h.atom_size == 0:
         yield finding(
-            ma.ATOM_ATOM_SIZE,
+            matrix_atom.ATOM_ATOM_SIZE,
             "atom_size is 0",
             offset=field_offset("atom_size"),
             field="atom_size",
         )
     if h.atom_count * h.atom_size != h.token_count:
         yield finding(
-            ma.ATOM_COUNT,
+            matrix_atom.ATOM_COUNT,
             f"atom_count {h.atom_count} * atom_size {h.atom_size} = "
             f"{h.atom_count * h.atom_size}, but token_count is {h.token_count}",
             offset=field_offset("atom_count"),
             field="atom_count",
         )
-    if h.dtype_id == 1 and h.vocab_size > ma.UINT16_LIMIT:
+    if h.dtype_id == 1 and h.vocab_size > matrix_atom.UINT16_LIMIT:
         yield finding(
-            ma.ATOM_DTYPE_NARROW,
+            matrix_atom.ATOM_DTYPE_NARROW,
             f"uint16 payload but vocab_size is {h.vocab_size}",
             offset=field_offset("dtype_id"),
             field="dtype_id",
         )
-    if h.dtype_id == 2 and 0 < h.vocab_size <= ma.UINT16_LIMIT:
+    if h.dtype_id == 2 and 0 < h.vocab_size <= matrix_atom.UINT16_LIMIT:
         yield finding(
-            ma.ATOM_DTYPE_WIDE,
+            matrix_atom.ATOM_DTYPE_WIDE,
             f"uint32 payload but vocab_size {h.vocab_size} fits uint16",
             offset=field_offset("dtype_id"),
             field="dtype_id",
@@ -271,13 +272,13 @@ def check_fields(s: AtomSubject) -> Iterator[Finding]:
 @rule(FMT, "file size", cause=True)
 def check_size(s: AtomSubject) -> Iterator[Finding]:
     h = s.header
-    if h.itemsize is None or h.data_offset < ma.HEADER_SIZE:
+    if h.itemsize is None or h.data_offset < matrix_atom.HEADER_SIZE:
         return
     expected = h.data_offset + h.token_count * h.itemsize
     if s.src.size < expected:
         have = max(0, (s.src.size - h.data_offset) // h.itemsize)
         yield finding(
-            ma.ATOM_TRUNCATED,
+            matrix_atom.ATOM_TRUNCATED,
             f"file is {s.src.size} bytes; token_count {h.token_count} x {h.itemsize} bytes "
             f"needs {expected} (only {have} whole tokens present)",
             offset=s.src.size,
@@ -285,7 +286,7 @@ def check_size(s: AtomSubject) -> Iterator[Finding]:
         )
     elif s.src.size > expected:
         yield finding(
-            ma.ATOM_TRAILING,
+            matrix_atom.ATOM_TRAILING,
             f"{s.src.size - expected} bytes follow the last declared token",
             offset=expected,
             field="payload",
@@ -295,12 +296,12 @@ def check_size(s: AtomSubject) -> Iterator[Finding]:
 @rule(FMT, "header_crc32", header=True)
 def check_header_crc(s: AtomSubject) -> Iterator[Finding]:
     h = s.header
-    want = ma.header_crc(s.raw)
+    want = matrix_atom.header_crc(s.raw)
     if h.header_crc32 == want:
         return
-    if h.header_crc32 == ma.header_crc(s.raw, legacy=True):
+    if h.header_crc32 == matrix_atom.header_crc(s.raw, legacy=True):
         yield finding(
-            ma.ATOM_HEADER_CRC_LEGACY,
+            matrix_atom.ATOM_HEADER_CRC_LEGACY,
             "header_crc32 matches the header with payload_crc32 also zeroed "
             "(binary_pack.py's variant); the header is intact",
             offset=field_offset("header_crc32"),
@@ -308,7 +309,7 @@ def check_header_crc(s: AtomSubject) -> Iterator[Finding]:
         )
         return
     yield finding(
-        ma.ATOM_HEADER_CRC,
+        matrix_atom.ATOM_HEADER_CRC,
         f"header_crc32 is 0x{h.header_crc32:08x}, the header's CRC-32 is 0x{want:08x}",
         offset=field_offset("header_crc32"),
         field="header_crc32",
@@ -322,7 +323,7 @@ def check_payload_crc(s: AtomSubject) -> Iterator[Finding]:
     got = s.stats().crc
     if got != s.header.payload_crc32:
         yield finding(
-            ma.ATOM_PAYLOAD_CRC,
+            matrix_atom.ATOM_PAYLOAD_CRC,
             f"payload_crc32 is 0x{s.header.payload_crc32:08x}, the payload's CRC-32 is 0x{got:08x}",
             offset=field_offset("payload_crc32"),
             field="payload_crc32",
@@ -338,7 +339,7 @@ def check_ids(s: AtomSubject) -> Iterator[Finding]:
     if st.first_bad is not None:
         itemsize = h.itemsize or 0
         yield finding(
-            ma.ATOM_ID_RANGE,
+            matrix_atom.ATOM_ID_RANGE,
             f"{st.bad_count} token id(s) >= vocab_size {h.vocab_size}; first at token "
             f"{st.first_bad} (largest id {st.max_id})",
             offset=h.data_offset + st.first_bad * itemsize,

@@ -18,43 +18,43 @@ from typing import Any
 from matrixctl.errors import FormatError, MatrixError
 from matrixctl.findings import Finding, finding, from_error
 from matrixctl.io import Source
-from matrixctl.tokenizers.scx import manifest as mf
-from matrixctl.tokenizers.scx import registry as rg
-from matrixctl.tokenizers.scx import shards as sh
+from matrixctl.tokenizers.scx import manifest as scx_manifest
+from matrixctl.tokenizers.scx import registry as scx_registry
+from matrixctl.tokenizers.scx import shards as scx_shards
 from matrixctl.tokenizers.scx import signing
-from matrixctl.tokenizers.scx import tokens as tk
+from matrixctl.tokenizers.scx import tokens as scx_tokens
 from matrixctl.validate.engine import rule
 
-FMT = mf.FORMAT
+FMT = scx_manifest.FORMAT
 
 
 @dataclass
 class ManifestSubject:
     src: Source
-    man: mf.Manifest
+    man: scx_manifest.Manifest
     folder: str
     h_manifest: bytes
-    registry: rg.RegistryFile | None = None
+    registry: scx_registry.RegistryFile | None = None
     registry_error: MatrixError | None = None
-    headers: dict[int, sh.ShardHeader] = field(default_factory=dict)
+    headers: dict[int, scx_shards.ShardHeader] = field(default_factory=dict)
 
 
 def load(src: Source) -> ManifestSubject:
     data = bytes(src.buf[: src.size])
-    man = mf.parse(data)
+    man = scx_manifest.parse(data)
     folder = "." if src.path == "-" else os.path.dirname(os.path.abspath(src.path))
     subject = ManifestSubject(src, man, folder, man.h_manifest)
-    path = mf.safe_member(folder, man.registry_path)
+    path = scx_manifest.safe_member(folder, man.registry_path)
     try:
         if path is None:
             raise FormatError(
-                mf.SCX_MAN_SHARD,
+                scx_manifest.SCX_MAN_SHARD,
                 f"registry_path {man.registry_path!r} is not a relative path inside the "
                 "manifest's folder",
                 field="registry_path",
             )
         with Source.open(path) as reg_src:
-            subject.registry = rg.parse(reg_src.buf, reg_src.size)
+            subject.registry = scx_registry.parse(reg_src.buf, reg_src.size)
     except MatrixError as err:
         subject.registry_error = err
     return subject
@@ -103,24 +103,24 @@ def check_hashes(s: ManifestSubject) -> Iterator[Finding]:
     if m.stored_hash != s.h_manifest:
         stored = m.stored_hash.hex()[:16] if m.stored_hash else "-"
         yield finding(
-            mf.SCX_MAN_HASH,
+            scx_manifest.SCX_MAN_HASH,
             f"manifest_hash is {stored}..., H_MANIFEST of the manifest's text is "
             f"{s.h_manifest.hex()[:16]}... (the manifest was changed after it was written)",
             field="manifest_hash",
         )
-    want = mf.expected_h_tok(m)
+    want = scx_manifest.expected_h_tok(m)
     if m.config_hash != want:
         yield finding(
-            mf.SCX_MAN_HASH,
+            scx_manifest.SCX_MAN_HASH,
             f"config_hash is {m.config_hash.hex()[:16]}..., H_TOK of the manifest's version, "
             f"lane_mode and hashes is {want.hex()[:16]}...",
             field="config_hash",
         )
-    if m.api_schema_hash != tk.h_api():
+    if m.api_schema_hash != scx_tokens.h_api():
         yield finding(
-            mf.SCX_MAN_HASH,
+            scx_manifest.SCX_MAN_HASH,
             f"api_schema_hash is {m.api_schema_hash.hex()[:16]}..., this implementation's H_API "
-            f"is {tk.h_api().hex()[:16]}... (config_hash cannot match the local tokenizer)",
+            f"is {scx_tokens.h_api().hex()[:16]}... (config_hash cannot match the local tokenizer)",
             field="api_schema_hash",
         )
 
@@ -130,14 +130,14 @@ def check_signature(s: ManifestSubject) -> Iterator[Finding]:
     m = s.man
     if not signing.valid(m.pi_signature.public_key, m.pi_signature.signature, m.config_hash):
         yield finding(
-            tk.UNSIGNED_REGISTRY,
+            scx_tokens.UNSIGNED_REGISTRY,
             f"pi_signature by {m.pi_key_id} does not verify over config_hash",
             field="pi_signature",
         )
     for i, sig in enumerate(m.key_history):
         if not signing.valid(sig.public_key, sig.signature, m.config_hash):
             yield finding(
-                tk.UNSIGNED_REGISTRY,
+                scx_tokens.UNSIGNED_REGISTRY,
                 f"the earlier signature by {sig.key_id} does not verify over config_hash (a "
                 "rotation keeps the same config hash)",
                 field=f"key_history[{i}]",
@@ -151,13 +151,13 @@ def check_signature(s: ManifestSubject) -> Iterator[Finding]:
         return
     if trusted is None:
         yield finding(
-            rg.SCX_TRUST_UNCHECKED,
+            scx_registry.SCX_TRUST_UNCHECKED,
             f"{signing.TRUST_ENV} is not set: the signature was checked, its authority was not",
             field="pi_key_id",
         )
     elif m.pi_signature.public_key not in trusted:
         yield finding(
-            tk.UNSIGNED_REGISTRY,
+            scx_tokens.UNSIGNED_REGISTRY,
             f"pi_key_id {m.pi_key_id} is not a trusted key",
             field="pi_key_id",
         )
@@ -170,7 +170,7 @@ def check_registry(s: ManifestSubject) -> Iterator[Finding]:
         err = s.registry_error
         message = err.message if err else "cannot be read"
         yield finding(
-            mf.SCX_MAN_HASH,
+            scx_manifest.SCX_MAN_HASH,
             f"registry snapshot {m.registry_path!r}: {message}" + (f" [{err.code}]" if err else ""),
             field="registry_path",
         )
@@ -178,21 +178,21 @@ def check_registry(s: ManifestSubject) -> Iterator[Finding]:
     rf = s.registry
     if rf.h_reg != m.registry_hash:
         yield finding(
-            mf.SCX_MAN_HASH,
+            scx_manifest.SCX_MAN_HASH,
             f"the registry snapshot's H_REG is {rf.h_reg.hex()[:16]}..., registry_hash is "
             f"{m.registry_hash.hex()[:16]}...",
             field="registry_hash",
         )
     if rf.h_align != m.alignment_hash:
         yield finding(
-            mf.SCX_MAN_HASH,
+            scx_manifest.SCX_MAN_HASH,
             f"the registry snapshot's H_ALIGN is {rf.h_align.hex()[:16]}..., alignment_hash is "
             f"{m.alignment_hash.hex()[:16]}...",
             field="alignment_hash",
         )
     if rf.registry.lane_mode_name != m.lane_mode:
         yield finding(
-            mf.SCX_MAN_HASH,
+            scx_manifest.SCX_MAN_HASH,
             f"lane_mode is {m.lane_mode}, the registry's is {rf.registry.lane_mode_name}",
             field="lane_mode",
         )
@@ -200,10 +200,10 @@ def check_registry(s: ManifestSubject) -> Iterator[Finding]:
 
 def _shard_path(s: ManifestSubject, i: int) -> tuple[str | None, Finding | None]:
     entry = s.man.shards[i]
-    path = mf.safe_member(s.folder, entry["path_or_uri"])
+    path = scx_manifest.safe_member(s.folder, entry["path_or_uri"])
     if path is None:
         return None, finding(
-            mf.SCX_MAN_SHARD,
+            scx_manifest.SCX_MAN_SHARD,
             f"path_or_uri {entry['path_or_uri']!r} is not a relative path inside the manifest's "
             "folder (URIs are not fetched)",
             field=f"shards[{i}].path_or_uri",
@@ -223,7 +223,9 @@ def check_shards(s: ManifestSubject) -> Iterator[Finding]:
     for i, entry in enumerate(m.shards):
         where = f"shards[{i}]"
         if entry["shard_id"] in seen:
-            yield finding(mf.SCX_MAN_SHARD, f"shard_id {entry['shard_id']!r} repeats", field=where)
+            yield finding(
+                scx_manifest.SCX_MAN_SHARD, f"shard_id {entry['shard_id']!r} repeats", field=where
+            )
         seen.add(entry["shard_id"])
         total += entry["raw_bytes"]
         if law_ok and rf is not None:
@@ -231,7 +233,7 @@ def check_shards(s: ManifestSubject) -> Iterator[Finding]:
             count = entry["bundle_count"]
             if count == 0 or not (count - 1) * bb < entry["raw_bytes"] <= count * bb:
                 yield finding(
-                    tk.MISALIGNED_SHARD,
+                    scx_tokens.MISALIGNED_SHARD,
                     f"raw_bytes {entry['raw_bytes']} does not fill {count} bundles of {bb} bytes",
                     field=f"{where}.raw_bytes",
                 )
@@ -239,7 +241,7 @@ def check_shards(s: ManifestSubject) -> Iterator[Finding]:
                 count != rf.alignment.shard_bundles or entry["raw_bytes"] != count * bb
             ):
                 yield finding(
-                    tk.MISALIGNED_SHARD,
+                    scx_tokens.MISALIGNED_SHARD,
                     f"shard {i} holds {count} bundles ({entry['raw_bytes']} raw bytes); every "
                     f"shard but the last holds shard_bundles = {rf.alignment.shard_bundles} "
                     "whole bundles",
@@ -253,11 +255,11 @@ def check_shards(s: ManifestSubject) -> Iterator[Finding]:
         assert path is not None
         try:
             with open(path, "rb") as fp:
-                raw = fp.read(sh.HEADER_SIZE)
-            header = sh.ShardHeader.parse(raw)
+                raw = fp.read(scx_shards.HEADER_SIZE)
+            header = scx_shards.ShardHeader.parse(raw)
         except OSError as exc:
             yield finding(
-                mf.SCX_MAN_SHARD,
+                scx_manifest.SCX_MAN_SHARD,
                 f"shard file {entry['path_or_uri']!r} cannot be read ({exc.strerror or exc})",
                 field=f"{where}.path_or_uri",
             )
@@ -272,7 +274,7 @@ def check_shards(s: ManifestSubject) -> Iterator[Finding]:
             offset += entry["raw_bytes"]
             continue
         s.headers[i] = header
-        for problem_err in sh.header_problems(header, raw):
+        for problem_err in scx_shards.header_problems(header, raw):
             yield finding(
                 problem_err.code,
                 f"shard file {entry['path_or_uri']!r}: {problem_err.message}",
@@ -298,7 +300,11 @@ def check_shards(s: ManifestSubject) -> Iterator[Finding]:
         ):
             mismatches.append("lane_width/bundle_lanes/pad_byte")
         if mismatches:
-            code = tk.UNSUPPORTED_VERSION if mismatches == ["config_hash"] else mf.SCX_MAN_SHARD
+            code = (
+                scx_tokens.UNSUPPORTED_VERSION
+                if mismatches == ["config_hash"]
+                else scx_manifest.SCX_MAN_SHARD
+            )
             yield finding(
                 code,
                 f"shard file {entry['path_or_uri']!r} disagrees with its entry: "
@@ -308,7 +314,7 @@ def check_shards(s: ManifestSubject) -> Iterator[Finding]:
         offset += entry["raw_bytes"]
     if total != m.raw_bytes:
         yield finding(
-            tk.MISALIGNED_SHARD,
+            scx_tokens.MISALIGNED_SHARD,
             f"the shards hold {total} raw bytes, raw_bytes says {m.raw_bytes}",
             field="raw_bytes",
         )
@@ -323,9 +329,9 @@ def check_payloads(s: ManifestSubject) -> Iterator[Finding]:
             continue
         try:
             with Source.open(path) as src:
-                problems = sh.payload_problems(src.buf, src.size, header)
+                problems = scx_shards.payload_problems(src.buf, src.size, header)
         except MatrixError as err:
-            yield finding(mf.SCX_MAN_SHARD, err.message, field=f"shards[{i}].path_or_uri")
+            yield finding(scx_manifest.SCX_MAN_SHARD, err.message, field=f"shards[{i}].path_or_uri")
             continue
         for bad in problems:
             at = f" (shard file offset {bad.offset})" if bad.offset is not None else ""

@@ -13,16 +13,16 @@ from typing import Any
 from matrixctl.errors import FormatError
 from matrixctl.findings import Finding, finding, from_error
 from matrixctl.io import Source
-from matrixctl.tokenizers.scx import registry as rg
+from matrixctl.tokenizers.scx import registry as scx_registry
 from matrixctl.tokenizers.scx import signing
-from matrixctl.tokenizers.scx import tokens as tk
+from matrixctl.tokenizers.scx import tokens as scx_tokens
 from matrixctl.validate.engine import rule
 
-FMT = rg.FORMAT
+FMT = scx_registry.FORMAT
 
 
 class RegistrySubject:
-    def __init__(self, src: Source, rf: rg.RegistryFile) -> None:
+    def __init__(self, src: Source, rf: scx_registry.RegistryFile) -> None:
         self.src = src
         self.rf = rf
         self.h_tok = rf.h_tok
@@ -33,11 +33,16 @@ class RegistrySubject:
 
 
 def load(src: Source) -> RegistrySubject:
-    return RegistrySubject(src, rg.parse(src.buf, src.size))
+    return RegistrySubject(src, scx_registry.parse(src.buf, src.size))
 
 
-def sig_offset(rf: rg.RegistryFile, index: int) -> int:
-    return len(rf.body) + rg.ALIGN_SIZE + rg.SIG_HEAD.size + index * rg.SIG_RECORD_SIZE
+def sig_offset(rf: scx_registry.RegistryFile, index: int) -> int:
+    return (
+        len(rf.body)
+        + scx_registry.ALIGN_SIZE
+        + scx_registry.SIG_HEAD.size
+        + index * scx_registry.SIG_RECORD_SIZE
+    )
 
 
 def trusted_keys() -> list[bytes] | None:
@@ -48,7 +53,7 @@ def trusted_keys() -> list[bytes] | None:
 def describe(s: RegistrySubject) -> dict[str, Any]:
     rf = s.rf
     reg = rf.registry
-    source = rg.to_source(rf)
+    source = scx_registry.to_source(rf)
     composites = source.pop("composites")
     try:
         trusted = trusted_keys()
@@ -66,11 +71,11 @@ def describe(s: RegistrySubject) -> dict[str, Any]:
         "hashes": {
             "H_REG": rf.h_reg.hex(),
             "H_ALIGN": rf.h_align.hex(),
-            "H_API": tk.h_api().hex(),
+            "H_API": scx_tokens.h_api().hex(),
             "H_TOK": s.h_tok.hex(),
         },
         "counts": {
-            "entries": len(tk.FIXED) + len(reg.composites),
+            "entries": len(scx_tokens.FIXED) + len(reg.composites),
             "composites": len(reg.composites),
             "deprecated": sum(1 for c in reg.composites if c.deprecated),
             "max_id": f"0x{reg.max_id:04X}",
@@ -78,9 +83,13 @@ def describe(s: RegistrySubject) -> dict[str, Any]:
         },
         "signatures": sigs,
         "control_tokens": [
-            {"token_id": f"0x{f.token_id:04X}", "name": f.name, "kind": tk.Kind(f.kind).name}
-            for f in tk.FIXED
-            if f.kind != tk.Kind.RAW_BYTE
+            {
+                "token_id": f"0x{f.token_id:04X}",
+                "name": f.name,
+                "kind": scx_tokens.Kind(f.kind).name,
+            }
+            for f in scx_tokens.FIXED
+            if f.kind != scx_tokens.Kind.RAW_BYTE
         ],
         "composites": composites,
     }
@@ -90,16 +99,16 @@ def describe(s: RegistrySubject) -> dict[str, Any]:
 def check_signatures(s: RegistrySubject) -> Iterator[Finding]:
     if not s.rf.signatures:
         yield finding(
-            tk.UNSIGNED_REGISTRY,
+            scx_tokens.UNSIGNED_REGISTRY,
             "the registry carries no signature; runtimes must reject it",
-            offset=len(s.rf.body) + rg.ALIGN_SIZE + 8,
+            offset=len(s.rf.body) + scx_registry.ALIGN_SIZE + 8,
             field="signatures.count",
         )
         return
     for i, sig in enumerate(s.rf.signatures):
         if not s.valid[sig.public_key]:
             yield finding(
-                rg.SCX_SIG_INVALID,
+                scx_registry.SCX_SIG_INVALID,
                 f"the signature by {sig.key_id} does not verify over the config hash "
                 f"{s.h_tok.hex()[:16]}... "
                 "(the registry, its alignment settings or the signature changed after signing)",
@@ -119,7 +128,7 @@ def check_trust(s: RegistrySubject) -> Iterator[Finding]:
         return
     if trusted is None:
         yield finding(
-            rg.SCX_TRUST_UNCHECKED,
+            scx_registry.SCX_TRUST_UNCHECKED,
             f"{signing.TRUST_ENV} is not set: the signatures were checked, their authority was not",
             field="signatures",
         )

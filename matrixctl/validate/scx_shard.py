@@ -11,25 +11,25 @@ from typing import Any
 
 from matrixctl.findings import Finding, from_error
 from matrixctl.io import Source
-from matrixctl.tokenizers.scx import shards as sh
+from matrixctl.tokenizers.scx import shards as scx_shards
 from matrixctl.validate.engine import rule
 
-FMT = sh.FORMAT
+FMT = scx_shards.FORMAT
 
 
 class ShardSubject:
-    def __init__(self, src: Source, header: sh.ShardHeader) -> None:
+    def __init__(self, src: Source, header: scx_shards.ShardHeader) -> None:
         self.src = src
         self.header = header
-        self.raw = src.head(sh.HEADER_SIZE)
+        self.raw = src.head(scx_shards.HEADER_SIZE)
 
     @property
     def size_ok(self) -> bool:
-        return self.src.size == sh.HEADER_SIZE + self.header.payload_bytes
+        return self.src.size == scx_shards.HEADER_SIZE + self.header.payload_bytes
 
 
 def load(src: Source) -> ShardSubject:
-    return ShardSubject(src, sh.ShardHeader.parse(src.head(sh.HEADER_SIZE)))
+    return ShardSubject(src, scx_shards.ShardHeader.parse(src.head(scx_shards.HEADER_SIZE)))
 
 
 def describe(s: ShardSubject) -> dict[str, Any]:
@@ -38,20 +38,21 @@ def describe(s: ShardSubject) -> dict[str, Any]:
         "size": s.src.size,
         "header": h.to_json(),
         "payload": {
-            "offset": sh.HEADER_SIZE,
+            "offset": scx_shards.HEADER_SIZE,
             "bundle_bytes": h.bundle_bytes,
             "bytes": h.payload_bytes,
             "padding": max(0, h.payload_bytes - h.raw_bytes),
         },
         "fields": [
-            {"field": name, "offset": off, "size": size} for name, (off, size) in sh.FIELDS.items()
+            {"field": name, "offset": off, "size": size}
+            for name, (off, size) in scx_shards.FIELDS.items()
         ],
     }
 
 
 @rule(FMT, "header fields and header_hash", header=True)
 def check_header(s: ShardSubject) -> Iterator[Finding]:
-    for err in sh.header_problems(s.header, s.raw):
+    for err in scx_shards.header_problems(s.header, s.raw):
         yield from_error(err)
 
 
@@ -60,11 +61,11 @@ def check_size(s: ShardSubject) -> Iterator[Finding]:
     h = s.header
     if h.bundle_bytes == 0:
         return
-    need = sh.HEADER_SIZE + h.payload_bytes
+    need = scx_shards.HEADER_SIZE + h.payload_bytes
     if s.src.size < need:
         yield from_error(
-            sh.FormatError(
-                sh.SCX_SHARD_TRUNCATED,
+            scx_shards.FormatError(
+                scx_shards.SCX_SHARD_TRUNCATED,
                 f"file is {s.src.size} bytes; {h.bundle_count} bundles of {h.bundle_bytes} "
                 f"need {need}",
                 offset=s.src.size,
@@ -73,8 +74,8 @@ def check_size(s: ShardSubject) -> Iterator[Finding]:
         )
     elif s.src.size > need:
         yield from_error(
-            sh.FormatError(
-                sh.SCX_SHARD_TRAILING,
+            scx_shards.FormatError(
+                scx_shards.SCX_SHARD_TRAILING,
                 f"{s.src.size - need} bytes follow the last bundle",
                 offset=need,
                 field="payload",
@@ -85,10 +86,10 @@ def check_size(s: ShardSubject) -> Iterator[Finding]:
 @rule(FMT, "H_SHARD_RAW, H_SHARD_ALIGNED and padding", scan=True)
 def check_payload(s: ShardSubject) -> Iterator[Finding]:
     h = s.header
-    if h.bundle_bytes == 0 or s.src.size < sh.HEADER_SIZE + h.payload_bytes:
+    if h.bundle_bytes == 0 or s.src.size < scx_shards.HEADER_SIZE + h.payload_bytes:
         return
     if not (h.bundle_count - 1) * h.bundle_bytes < h.raw_bytes <= h.payload_bytes:
         return
-    for err in sh.payload_problems(s.src.buf, s.src.size, h):
-        if err.code != sh.SCX_SHARD_TRAILING:
+    for err in scx_shards.payload_problems(s.src.buf, s.src.size, h):
+        if err.code != scx_shards.SCX_SHARD_TRAILING:
             yield from_error(err)

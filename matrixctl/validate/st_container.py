@@ -11,13 +11,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl import codes
-from matrixctl.findings import Finding, finding
-from matrixctl.formats import st_container as st
+from matrixctl.findings import Finding, finding, findings_of
+from matrixctl.formats import st_container
 from matrixctl.io import Source
 from matrixctl.tensors import human_bytes, tensor_row
 from matrixctl.validate.engine import rule
 
-FMT = st.FORMAT
+FMT = st_container.FORMAT
 SCAN_CHUNK = 8 << 20
 
 ST_TRUNCATED = codes.define(
@@ -28,13 +28,13 @@ ST_TRUNCATED = codes.define(
 
 
 class StSubject:
-    def __init__(self, src: Source, parsed: st.StFile) -> None:
+    def __init__(self, src: Source, parsed: st_container.StFile) -> None:
         self.src = src
         self.st = parsed
 
 
 def load(src: Source) -> StSubject:
-    return StSubject(src, st.parse(src.buf, src.size))
+    return StSubject(src, st_container.parse(src.buf, src.size))
 
 
 def describe(s: StSubject) -> dict[str, Any]:
@@ -57,8 +57,7 @@ def describe(s: StSubject) -> dict[str, Any]:
 
 @rule(FMT, "header schema and dtypes")
 def check_schema(s: StSubject) -> Iterator[Finding]:
-    for code, message, where in s.st.problems:
-        yield finding(code, message, offset=st.PREFIX, field=where)
+    yield from findings_of(s.st.problems)
 
 
 @rule(FMT, "file size", cause=True)
@@ -90,16 +89,16 @@ def check_ranges(s: StSubject) -> Iterator[Finding]:
     for t in f.tensors:
         if t.begin > t.end or t.end > buffer:
             yield finding(
-                st.ST_OFFSETS,
+                st_container.ST_OFFSETS,
                 f"{t.name}: data_offsets [{t.begin:,}, {t.end:,}] do not fit the {buffer:,}-byte "
                 "buffer",
-                offset=st.PREFIX,
+                offset=st_container.PREFIX,
                 field=f"{t.field}/data_offsets",
             )
             continue
         if t.nbytes != t.expected:
             yield finding(
-                st.ST_LENGTH,
+                st_container.ST_LENGTH,
                 f"{t.name}: {t.nbytes:,} bytes, but shape {list(t.shape)} of {t.st_dtype} needs "
                 f"{t.expected:,}",
                 offset=t.offset,
@@ -107,14 +106,14 @@ def check_ranges(s: StSubject) -> Iterator[Finding]:
             )
         if t.begin > pos:
             yield finding(
-                st.ST_LAYOUT,
+                st_container.ST_LAYOUT,
                 f"buffer bytes {pos:,}..{t.begin:,} belong to no tensor (before {t.name})",
                 offset=f.data_start + pos,
                 field=f"{t.field}/data_offsets",
             )
         elif t.begin < pos:
             yield finding(
-                st.ST_LAYOUT,
+                st_container.ST_LAYOUT,
                 f"{t.name}: bytes {t.begin:,}..{t.end:,} overlap the tensor before it (ends at "
                 f"{pos:,})",
                 offset=t.offset,
@@ -123,7 +122,7 @@ def check_ranges(s: StSubject) -> Iterator[Finding]:
         pos = max(pos, t.end)
     if pos < buffer and not s.st.problems:
         yield finding(
-            st.ST_LAYOUT,
+            st_container.ST_LAYOUT,
             f"{buffer - pos:,} bytes follow the last tensor",
             offset=f.data_start + pos,
             field="buffer",
@@ -135,7 +134,7 @@ def check_bools(s: StSubject) -> Iterator[Finding]:
     import numpy as np
 
     for t in s.st.tensors:
-        if t.dtype != "bool" or not st.sound(s.st, t):
+        if t.dtype != "bool" or not st_container.sound(s.st, t):
             continue
         for pos in range(0, t.nbytes, SCAN_CHUNK):
             n = min(SCAN_CHUNK, t.nbytes - pos)
@@ -144,7 +143,7 @@ def check_bools(s: StSubject) -> Iterator[Finding]:
             if bad.size:
                 index = pos + int(bad[0])
                 yield finding(
-                    st.ST_BOOL,
+                    st_container.ST_BOOL,
                     f"{t.name}: element {index:,} is 0x{int(arr[bad[0]]):02x}; BOOL is 0 or 1",
                     offset=t.offset + index,
                     field=f"{t.name}[{index}]",

@@ -12,15 +12,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError
-from matrixctl.findings import Finding, finding
+from matrixctl.findings import Finding, finding, has_error
 from matrixctl.formats import stb
-from matrixctl.formats.embd import crc_range
 from matrixctl.io import Source
-from matrixctl.tensors import human_bytes, tensor_row
-from matrixctl.validate.engine import rule
+from matrixctl.tensors import crc_range, human_bytes, tensor_row
+from matrixctl.validate.engine import cut_short, first_nonzero, problem_rule, rule
 
 FMT = stb.FORMAT
-PAD_CHUNK = 1 << 20
 
 
 class StbSubject:
@@ -48,15 +46,8 @@ class StbSubject:
         fid = self.bin.bin_file_id
         return {t.tensor_id: t for t in self.side.tensors if t.bin_file_id == fid}
 
-    def problems(self, rule_name: str) -> Iterator[Finding]:
-        for p in self.stb.problems:
-            if p.rule == rule_name:
-                yield finding(p.code, p.message, offset=p.offset, field=p.field)
-
     def broken(self) -> bool:
-        from matrixctl.codes import Severity, severity_of
-
-        return any(severity_of(p.code) is Severity.ERROR for p in self.stb.problems)
+        return has_error(self.stb.problems)
 
 
 def load(src: Source) -> StbSubject:
@@ -106,29 +97,11 @@ def describe(s: StbSubject) -> dict[str, Any]:
 @rule(FMT, "file length against file_size", cause=True)
 def check_length(s: StbSubject) -> Iterator[Finding]:
     """Root cause of a cut file (the header rule repeats STB_FILE_SIZE: not counted)."""
-    size, want = s.stb.size, s.stb.header.file_size
-    if size < want:
-        yield finding(
-            stb.STB_FILE_SIZE,
-            f"file is {size:,} bytes; file_size says {want:,} (cut at byte {size:,})",
-            offset=size,
-            field="file_size",
-        )
+    yield from cut_short(stb.STB_FILE_SIZE, s.stb.size, s.stb.header.file_size, "file_size")
 
 
-@rule(FMT, stb.R_HEADER)
-def check_header(s: StbSubject) -> Iterator[Finding]:
-    yield from s.problems(stb.R_HEADER)
-
-
-@rule(FMT, stb.R_TABLE)
-def check_table(s: StbSubject) -> Iterator[Finding]:
-    yield from s.problems(stb.R_TABLE)
-
-
-@rule(FMT, stb.R_DATA)
-def check_data(s: StbSubject) -> Iterator[Finding]:
-    yield from s.problems(stb.R_DATA)
+for _name in (stb.R_HEADER, stb.R_TABLE, stb.R_DATA):
+    problem_rule(FMT, _name, lambda s: s.stb.problems)
 
 
 @rule(FMT, "tensor ids reachable by G_LOAD_BIN_TENSOR")
@@ -242,18 +215,14 @@ def padding_findings(buf: Any, f: stb.StbFile) -> Iterator[Finding]:
                 offset=start,
                 field="padding",
             )
-        for pos in range(start, end, PAD_CHUNK):
-            piece = bytes(buf[pos : min(end, pos + PAD_CHUNK)])
-            stripped = piece.lstrip(b"\x00")
-            if stripped:
-                at = pos + len(piece) - len(stripped)
-                yield finding(
-                    stb.STB_PADDING,
-                    f"padding byte at {at:,} is 0x{stripped[0]:02x}, not 0x00",
-                    offset=at,
-                    field="padding",
-                )
-                break
+        at = first_nonzero(buf, start, end)
+        if at is not None:
+            yield finding(
+                stb.STB_PADDING,
+                f"padding byte at {at:,} is 0x{buf[at]:02x}, not 0x00",
+                offset=at,
+                field="padding",
+            )
 
 
 @rule(FMT, "CRC-32 recorded in the sidecar", scan=True)

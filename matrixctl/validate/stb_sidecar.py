@@ -14,13 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from matrixctl.codes import Severity, severity_of
+from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, MatrixError
-from matrixctl.findings import Finding, finding
+from matrixctl.findings import Finding, finding, has_error
 from matrixctl.formats import stb
-from matrixctl.formats.embd import crc_range
 from matrixctl.io import Source
-from matrixctl.tensors import human_bytes, tensor_row
+from matrixctl.tensors import crc_range, human_bytes, tensor_row
 from matrixctl.validate.engine import rule
 from matrixctl.validate.stb import compare, padding_findings
 
@@ -40,7 +39,7 @@ class OpenedBin:
     def ok(self) -> bool:
         if self.parsed is None:
             return False
-        return not any(severity_of(p.code) is Severity.ERROR for p in self.parsed.problems)
+        return not has_error(self.parsed.problems)
 
 
 class SidecarSubject:
@@ -131,7 +130,7 @@ def check_files(s: SidecarSubject) -> Iterator[Finding]:
             continue
         assert f.parsed is not None
         for p in f.parsed.problems:
-            if severity_of(p.code) is Severity.ERROR:
+            if p.severity is Severity.ERROR:
                 yield finding(
                     stb.STB_SIDECAR_FILE,
                     f"{f.entry.path}: {p.code}: {p.message}",

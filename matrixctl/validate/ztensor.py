@@ -12,47 +12,47 @@ from typing import Any
 from matrixctl import codes
 from matrixctl.errors import FormatError
 from matrixctl.findings import Finding, finding, from_error
-from matrixctl.formats import ztensor as zt
+from matrixctl.formats import ztensor
 from matrixctl.integrity import unknown_severity
 from matrixctl.io import Source
 from matrixctl.tensors import DTYPES, human_bytes, tensor_row
 from matrixctl.validate.engine import rule
 
-FMT = zt.FORMAT
+FMT = ztensor.FORMAT
 SCAN_CHUNK = 8 << 20
 
 
 class ZtSubject:
-    def __init__(self, src: Source, parsed: zt.ZtFile) -> None:
+    def __init__(self, src: Source, parsed: ztensor.ZtFile) -> None:
         self.src = src
         self.zt = parsed
         self.buf = src.buf
         # Components whose bytes can be read as declared: inside the data region, aligned.
         self.readable: set[tuple[str, str]] = set()
         for c in parsed.components():
-            if self._in_bounds(c) and c.offset % zt.ALIGNMENT == 0:
+            if self._in_bounds(c) and c.offset % ztensor.ALIGNMENT == 0:
                 self.readable.add((c.obj, c.role))
 
-    def _in_bounds(self, c: zt.ZtComponent) -> bool:
+    def _in_bounds(self, c: ztensor.ZtComponent) -> bool:
         if c.length == 0:
-            return zt.HEADER_SIZE <= c.offset <= self.zt.manifest_offset
-        return c.offset >= zt.HEADER_SIZE and c.end <= self.zt.manifest_offset
+            return ztensor.HEADER_SIZE <= c.offset <= self.zt.manifest_offset
+        return c.offset >= ztensor.HEADER_SIZE and c.end <= self.zt.manifest_offset
 
-    def sound(self, c: zt.ZtComponent) -> bool:
+    def sound(self, c: ztensor.ZtComponent) -> bool:
         """Readable and, for raw data, a whole number of elements."""
         if (c.obj, c.role) not in self.readable:
             return False
         return c.encoding != "raw" or c.length % c.itemsize == 0
 
-    def object_ok(self, o: zt.ZtObject) -> bool:
-        required = zt.LAYOUTS.get(o.layout)
+    def object_ok(self, o: ztensor.ZtObject) -> bool:
+        required = ztensor.LAYOUTS.get(o.layout)
         if required is None or any(r not in o.components for r in required):
             return False
         return all(self.sound(c) for c in o.components.values())
 
 
 def load(src: Source) -> ZtSubject:
-    return ZtSubject(src, zt.parse(src.buf, src.size))
+    return ZtSubject(src, ztensor.parse(src.buf, src.size))
 
 
 def _short_digest(digest: str | None) -> str | None:
@@ -133,20 +133,20 @@ def check_schema(s: ZtSubject) -> Iterator[Finding]:
     f = s.zt
     at = f.manifest_offset
     for p in f.problems:
-        severity = unknown_severity() if p.code == zt.ZT_DIGEST_UNKNOWN else None
+        severity = unknown_severity() if p.code == ztensor.ZT_DIGEST_UNKNOWN else None
         yield finding(p.code, p.message, offset=at, field=p.field, severity=severity)
     major, _, rest = f.version.partition(".")
     minor = rest.partition(".")[0]
-    if not (major.isdigit() and minor.isdigit()) or int(major) != zt.SUPPORTED_MAJOR:
+    if not (major.isdigit() and minor.isdigit()) or int(major) != ztensor.SUPPORTED_MAJOR:
         yield finding(
-            zt.ZT_VERSION,
+            ztensor.ZT_VERSION,
             f"version {f.version!r} is not a zTensor 1.x version (this reader knows 1.1)",
             offset=at,
             field="version",
         )
-    elif int(minor) > zt.KNOWN_MINOR:
+    elif int(minor) > ztensor.KNOWN_MINOR:
         yield finding(
-            zt.ZT_VERSION_NEWER,
+            ztensor.ZT_VERSION_NEWER,
             f"version {f.version} is newer than 1.1: fields it adds are ignored",
             offset=at,
             field="version",
@@ -156,7 +156,7 @@ def check_schema(s: ZtSubject) -> Iterator[Finding]:
     ]
     if bad_attrs:
         yield finding(
-            zt.ZT_ATTRIBUTES,
+            ztensor.ZT_ATTRIBUTES,
             f"root attributes {', '.join(bad_attrs[:5])} are not text: ztensor 1.1.1 cannot open "
             "this file",
             offset=at,
@@ -165,15 +165,15 @@ def check_schema(s: ZtSubject) -> Iterator[Finding]:
     for o in f.objects.values():
         if o.name == "" or "\x00" in o.name:
             yield finding(
-                zt.ZT_NAME,
+                ztensor.ZT_NAME,
                 f"object name {o.name!r} is empty or has a NUL",
                 offset=at,
                 field=o.field,
             )
-    foreign = sorted({c.dtype for c in f.components()} - zt.REFERENCE_DTYPES)
+    foreign = sorted({c.dtype for c in f.components()} - ztensor.REFERENCE_DTYPES)
     if foreign:
         yield finding(
-            zt.ZT_REFERENCE_DTYPE,
+            ztensor.ZT_REFERENCE_DTYPE,
             f"dtype {', '.join(foreign)}: valid zTensor v1.1, but ztensor 1.1.1 cannot open files "
             "that use it",
             offset=at,
@@ -185,10 +185,10 @@ def check_schema(s: ZtSubject) -> Iterator[Finding]:
 def check_layouts(s: ZtSubject) -> Iterator[Finding]:
     at = s.zt.manifest_offset
     for o in s.zt.objects.values():
-        required = zt.LAYOUTS.get(o.layout)
+        required = ztensor.LAYOUTS.get(o.layout)
         if required is None:
             yield finding(
-                zt.ZT_LAYOUT,
+                ztensor.ZT_LAYOUT,
                 f"{o.name}: format {o.layout!r} is not dense, sparse_csr, sparse_coo or "
                 "quantized_group",
                 offset=at,
@@ -198,7 +198,7 @@ def check_layouts(s: ZtSubject) -> Iterator[Finding]:
         missing = [r for r in required if r not in o.components]
         if missing:
             yield finding(
-                zt.ZT_COMPONENTS,
+                ztensor.ZT_COMPONENTS,
                 f"{o.name}: layout {o.layout} requires component(s) {', '.join(missing)}",
                 offset=at,
                 field=f"{o.field}/components",
@@ -206,23 +206,23 @@ def check_layouts(s: ZtSubject) -> Iterator[Finding]:
         for role in o.components:
             if role not in required:
                 yield finding(
-                    zt.ZT_EXTRA_COMPONENT,
+                    ztensor.ZT_EXTRA_COMPONENT,
                     f"{o.name}: component {role!r} is not part of layout {o.layout}",
                     offset=at,
                     field=f"{o.field}/components/{role}",
                 )
-        for role in zt.INDEX_ROLES & set(o.components):
+        for role in ztensor.INDEX_ROLES & set(o.components):
             c = o.components[role]
             if o.layout.startswith("sparse") and DTYPES[c.dtype].kind not in ("int", "uint"):
                 yield finding(
-                    zt.ZT_COMPONENT_DTYPE,
+                    ztensor.ZT_COMPONENT_DTYPE,
                     f"{o.name}/{role}: index dtype {c.dtype} is not an integer type",
                     offset=at,
                     field=f"{c.field}/dtype",
                 )
         if o.layout == "sparse_csr" and len(o.shape) != 2:
             yield finding(
-                zt.ZT_SPARSE,
+                ztensor.ZT_SPARSE,
                 f"{o.name}: sparse_csr needs a 2-D shape, got {list(o.shape)}",
                 offset=at,
                 field=f"{o.field}/shape",
@@ -233,27 +233,27 @@ def check_layouts(s: ZtSubject) -> Iterator[Finding]:
 def check_bounds(s: ZtSubject) -> Iterator[Finding]:
     f = s.zt
     for c in f.components():
-        if c.offset % zt.ALIGNMENT:
+        if c.offset % ztensor.ALIGNMENT:
             yield finding(
-                zt.ZT_ALIGN,
-                f"{c.obj}/{c.role}: offset {c.offset} is not a multiple of {zt.ALIGNMENT}",
+                ztensor.ZT_ALIGN,
+                f"{c.obj}/{c.role}: offset {c.offset} is not a multiple of {ztensor.ALIGNMENT}",
                 offset=c.offset,
                 field=f"{c.field}/offset",
             )
         if c.end > f.size:
             yield finding(
-                zt.ZT_BOUNDS,
+                ztensor.ZT_BOUNDS,
                 f"{c.obj}/{c.role}: bytes {c.offset:,}..{c.end:,} run past the end of the "
                 f"{f.size:,}-byte file",
                 offset=min(c.offset, f.size),
                 field=f"{c.field}/length",
             )
         elif not s._in_bounds(c):
-            where = "the magic" if c.offset < zt.HEADER_SIZE else "the manifest and footer"
+            where = "the magic" if c.offset < ztensor.HEADER_SIZE else "the manifest and footer"
             yield finding(
-                zt.ZT_BOUNDS,
+                ztensor.ZT_BOUNDS,
                 f"{c.obj}/{c.role}: bytes {c.offset:,}..{c.end:,} overlap {where} (blobs lie in "
-                f"{zt.HEADER_SIZE}..{f.manifest_offset:,})",
+                f"{ztensor.HEADER_SIZE}..{f.manifest_offset:,})",
                 offset=c.offset,
                 field=f"{c.field}/offset",
             )
@@ -265,11 +265,11 @@ def check_overlaps(s: ZtSubject) -> Iterator[Finding]:
         (c for c in s.zt.components() if c.length and (c.obj, c.role) in s.readable),
         key=lambda c: (c.offset, c.end),
     )
-    prev: zt.ZtComponent | None = None
+    prev: ztensor.ZtComponent | None = None
     for c in comps:
         if prev is not None and c.offset < prev.end:
             yield finding(
-                zt.ZT_OVERLAP,
+                ztensor.ZT_OVERLAP,
                 f"{c.obj}/{c.role} (bytes {c.offset:,}..{c.end:,}) overlaps {prev.obj}/{prev.role} "
                 f"(bytes {prev.offset:,}..{prev.end:,})",
                 offset=c.offset,
@@ -278,9 +278,9 @@ def check_overlaps(s: ZtSubject) -> Iterator[Finding]:
         if prev is None or c.end > prev.end:
             prev = c
     for start, end in gaps(s):
-        if end - start >= zt.ALIGNMENT:
+        if end - start >= ztensor.ALIGNMENT:
             yield finding(
-                zt.ZT_GAP,
+                ztensor.ZT_GAP,
                 f"bytes {start:,}..{end:,} ({end - start:,}) belong to no component",
                 offset=start,
                 field="padding",
@@ -293,7 +293,7 @@ def gaps(s: ZtSubject) -> list[tuple[int, int]]:
         (c.offset, c.end) for c in s.zt.components() if c.length and (c.obj, c.role) in s.readable
     )
     out = []
-    pos = zt.HEADER_SIZE
+    pos = ztensor.HEADER_SIZE
     for start, end in spans:
         if start > pos:
             out.append((pos, start))
@@ -313,22 +313,22 @@ def check_lengths(s: ZtSubject) -> Iterator[Finding]:
                 yield from _zstd_length(s, o, c)
 
 
-def _raw_length(s: ZtSubject, o: zt.ZtObject, c: zt.ZtComponent) -> Iterator[Finding]:
+def _raw_length(s: ZtSubject, o: ztensor.ZtObject, c: ztensor.ZtComponent) -> Iterator[Finding]:
     size = c.itemsize
     if c.length % size:
         yield finding(
-            zt.ZT_LENGTH,
+            ztensor.ZT_LENGTH,
             f"{o.name}/{c.role}: length {c.length:,} is not a multiple of {c.dtype}'s {size} bytes",
             offset=c.offset,
             field=f"{c.field}/length",
         )
         return
-    if o.layout not in zt.LAYOUTS:
+    if o.layout not in ztensor.LAYOUTS:
         return
-    cap, exact = zt.decoded_cap(o, c)
+    cap, exact = ztensor.decoded_cap(o, c)
     if exact and c.length != cap:
         yield finding(
-            zt.ZT_LENGTH,
+            ztensor.ZT_LENGTH,
             f"{o.name}/{c.role}: length {c.length:,}, but shape {list(o.shape)} of {c.dtype} "
             f"needs {cap:,} bytes",
             offset=c.offset,
@@ -336,7 +336,7 @@ def _raw_length(s: ZtSubject, o: zt.ZtObject, c: zt.ZtComponent) -> Iterator[Fin
         )
     elif not exact and c.length > cap:
         yield finding(
-            zt.ZT_LENGTH,
+            ztensor.ZT_LENGTH,
             f"{o.name}/{c.role}: length {c.length:,} holds more elements than shape "
             f"{list(o.shape)} has",
             offset=c.offset,
@@ -344,23 +344,23 @@ def _raw_length(s: ZtSubject, o: zt.ZtObject, c: zt.ZtComponent) -> Iterator[Fin
         )
 
 
-def _zstd_length(s: ZtSubject, o: zt.ZtObject, c: zt.ZtComponent) -> Iterator[Finding]:
-    if o.layout not in zt.LAYOUTS:
+def _zstd_length(s: ZtSubject, o: ztensor.ZtObject, c: ztensor.ZtComponent) -> Iterator[Finding]:
+    if o.layout not in ztensor.LAYOUTS:
         return
-    cap, exact = zt.decoded_cap(o, c)
-    if exact and cap > c.length * zt.ZSTD_MAX_RATIO:
+    cap, exact = ztensor.decoded_cap(o, c)
+    if exact and cap > c.length * ztensor.ZSTD_MAX_RATIO:
         yield finding(
-            zt.ZT_ZSTD_SIZE,
+            ztensor.ZT_ZSTD_SIZE,
             f"{o.name}/{c.role}: {c.length:,} bytes of zstd cannot decode to the {cap:,} bytes "
-            f"its shape needs (at most {zt.ZSTD_MAX_RATIO}x)",
+            f"its shape needs (at most {ztensor.ZSTD_MAX_RATIO}x)",
             offset=c.offset,
             field=f"{c.field}/length",
         )
         return
-    declared = zt.zstd_frame_size(memoryview(s.buf)[c.offset : c.end])
+    declared = ztensor.zstd_frame_size(memoryview(s.buf)[c.offset : c.end])
     if declared is not None and ((exact and declared != cap) or declared > cap):
         yield finding(
-            zt.ZT_ZSTD_SIZE,
+            ztensor.ZT_ZSTD_SIZE,
             f"{o.name}/{c.role}: the zstd frame declares {declared:,} decoded bytes, shape and "
             f"dtype give {cap:,}",
             offset=c.offset,
@@ -376,10 +376,10 @@ def check_digest_format(s: ZtSubject) -> Iterator[Finding]:
             missing += 1
             continue
         try:
-            known = zt.parse_digest(c.digest)
+            known = ztensor.parse_digest(c.digest)
         except ValueError as exc:
             yield finding(
-                zt.ZT_DIGEST_FORMAT,
+                ztensor.ZT_DIGEST_FORMAT,
                 f"{c.obj}/{c.role}: digest {c.digest!r:.60} is malformed: {exc}",
                 offset=s.zt.manifest_offset,
                 field=f"{c.field}/digest",
@@ -387,7 +387,7 @@ def check_digest_format(s: ZtSubject) -> Iterator[Finding]:
             continue
         if known is None:
             yield finding(
-                zt.ZT_DIGEST_UNKNOWN,
+                ztensor.ZT_DIGEST_UNKNOWN,
                 f"{c.obj}/{c.role}: digest algorithm {c.digest.partition(':')[0]!r:.30} is not "
                 "crc32c or sha256; not verified",
                 offset=s.zt.manifest_offset,
@@ -396,7 +396,7 @@ def check_digest_format(s: ZtSubject) -> Iterator[Finding]:
             )
     if missing:
         yield finding(
-            zt.ZT_NO_DIGEST,
+            ztensor.ZT_NO_DIGEST,
             f"{missing} of {len(s.zt.components())} components carry no digest",
             offset=s.zt.manifest_offset,
             field="digest",
@@ -421,7 +421,7 @@ def check_quantized(s: ZtSubject) -> Iterator[Finding]:
             have = packed.length
             if have != -(-need // packed.itemsize) * packed.itemsize:
                 yield finding(
-                    zt.ZT_QUANT_SIZE,
+                    ztensor.ZT_QUANT_SIZE,
                     f"{o.name}: packed_weight is {have:,} bytes; {o.count:,} elements of {bits} "
                     f"bits need {need:,}",
                     offset=packed.offset,
@@ -433,7 +433,7 @@ def check_quantized(s: ZtSubject) -> Iterator[Finding]:
                 c = o.components[role]
                 if c.encoding == "raw" and c.length // c.itemsize != groups:
                     yield finding(
-                        zt.ZT_QUANT_SIZE,
+                        ztensor.ZT_QUANT_SIZE,
                         f"{o.name}/{role}: {c.length // c.itemsize:,} elements; {o.count:,} "
                         f"elements in groups of {group} make {groups:,}",
                         offset=c.offset,
@@ -458,7 +458,7 @@ def check_ggml_blocks(s: ZtSubject) -> Iterator[Finding]:
     for o in s.zt.objects.values():
         if o.layout != "quantized_group" or o.attributes.get("quantization") != "ggml":
             continue
-        if any(r not in o.components for r in zt.LAYOUTS[o.layout]):
+        if any(r not in o.components for r in ztensor.LAYOUTS[o.layout]):
             continue  # the layout rule reports it
         at = o.components["packed_weight"]
         name = o.attributes.get("ggml_type")
@@ -531,7 +531,7 @@ def check_padding(s: ZtSubject) -> Iterator[Finding]:
             if nz.size:
                 first = pos + int(nz[0])
                 yield finding(
-                    zt.ZT_PADDING,
+                    ztensor.ZT_PADDING,
                     f"padding byte at {first:,} is 0x{int(block[nz[0]]):02x}; {nz.size} non-zero "
                     f"byte(s) in the gap {start:,}..{end:,}",
                     offset=first,
@@ -546,39 +546,39 @@ def check_digests(s: ZtSubject) -> Iterator[Finding]:
         if c.digest is None or (c.obj, c.role) not in s.readable:
             continue
         try:
-            known = zt.parse_digest(c.digest)
+            known = ztensor.parse_digest(c.digest)
         except ValueError:
             continue
         if known is None:
             continue
-        digester = zt.Digester(known[0])
+        digester = ztensor.Digester(known[0])
         view = memoryview(s.buf)[c.offset : c.end]
         for pos in range(0, len(view), SCAN_CHUNK):
             digester.update(view[pos : pos + SCAN_CHUNK])
         got = digester.text()
-        if not zt.same_digest(c.digest, got):
+        if not ztensor.same_digest(c.digest, got):
             yield finding(
-                zt.ZT_DIGEST,
+                ztensor.ZT_DIGEST,
                 f"{c.obj}/{c.role}: digest is {c.digest}, the stored bytes give {got}",
                 offset=c.offset,
                 field=f"{c.field}/digest",
             )
 
 
-def _decoded_chunks(s: ZtSubject, o: zt.ZtObject, c: zt.ZtComponent) -> Iterator[Any]:
-    return zt.stream_component(s.buf, o, c, verify_digest=False, chunk=SCAN_CHUNK)
+def _decoded_chunks(s: ZtSubject, o: ztensor.ZtObject, c: ztensor.ZtComponent) -> Iterator[Any]:
+    return ztensor.stream_component(s.buf, o, c, verify_digest=False, chunk=SCAN_CHUNK)
 
 
 @rule(FMT, "zstd components decode to their declared size", scan=True)
 def check_zstd(s: ZtSubject) -> Iterator[Finding]:
     for o in s.zt.objects.values():
-        if o.layout not in zt.LAYOUTS:
+        if o.layout not in ztensor.LAYOUTS:
             continue
         for c in o.components.values():
             if c.encoding != "zstd" or (c.obj, c.role) not in s.readable:
                 continue
-            cap, exact = zt.decoded_cap(o, c)
-            if exact and cap > c.length * zt.ZSTD_MAX_RATIO:
+            cap, exact = ztensor.decoded_cap(o, c)
+            if exact and cap > c.length * ztensor.ZSTD_MAX_RATIO:
                 continue  # reported by the structural rule; nothing to decode
             try:
                 total = 0
@@ -586,7 +586,7 @@ def check_zstd(s: ZtSubject) -> Iterator[Finding]:
                     total += len(piece)
                 if not exact and total % c.itemsize:
                     yield finding(
-                        zt.ZT_ZSTD_SIZE,
+                        ztensor.ZT_ZSTD_SIZE,
                         f"{o.name}/{c.role}: decodes to {total:,} bytes, not a whole number of "
                         f"{c.dtype} elements",
                         offset=c.offset,
@@ -601,7 +601,7 @@ def check_bools(s: ZtSubject) -> Iterator[Finding]:
     import numpy as np
 
     for o in s.zt.objects.values():
-        if not s.object_ok(o) or o.layout not in zt.LAYOUTS:
+        if not s.object_ok(o) or o.layout not in ztensor.LAYOUTS:
             continue
         for c in o.components.values():
             if c.dtype != "bool":
@@ -614,7 +614,7 @@ def check_bools(s: ZtSubject) -> Iterator[Finding]:
                     if bad.size:
                         index = pos + int(bad[0])
                         yield finding(
-                            zt.ZT_BOOL,
+                            ztensor.ZT_BOOL,
                             f"{o.name}/{c.role}: element {index:,} is 0x{int(arr[bad[0]]):02x}; "
                             "bool is 0x00 or 0x01",
                             offset=c.offset + index if c.encoding == "raw" else c.offset,
@@ -626,7 +626,7 @@ def check_bools(s: ZtSubject) -> Iterator[Finding]:
                 continue  # the zstd rule reports it
 
 
-def _component_array(s: ZtSubject, o: zt.ZtObject, c: zt.ZtComponent) -> Any:
+def _component_array(s: ZtSubject, o: ztensor.ZtObject, c: ztensor.ZtComponent) -> Any:
     import numpy as np
 
     dt = np.dtype(DTYPES[c.dtype].storage)
@@ -650,10 +650,10 @@ def check_sparse(s: ZtSubject) -> Iterator[Finding]:
         if problem is not None:
             role, message = problem
             c = o.components[role]
-            yield finding(zt.ZT_SPARSE, f"{o.name}: {message}", offset=c.offset, field=c.field)
+            yield finding(ztensor.ZT_SPARSE, f"{o.name}: {message}", offset=c.offset, field=c.field)
 
 
-def sparse_problem(s: ZtSubject, o: zt.ZtObject) -> tuple[str, str] | None:
+def sparse_problem(s: ZtSubject, o: ztensor.ZtObject) -> tuple[str, str] | None:
     """(role, what is wrong) for the first inconsistency of a sparse object, else None."""
     import numpy as np
 

@@ -13,17 +13,17 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError, MatrixError
-from matrixctl.findings import Finding, finding, from_error
-from matrixctl.formats import ztensor2 as z2
+from matrixctl.findings import Finding, finding, findings_of, from_error
+from matrixctl.formats import ztensor2
 from matrixctl.io import STDIO, Source
 from matrixctl.tensors import human_bytes, mapped_chunks
-from matrixctl.validate.engine import rule
+from matrixctl.validate.engine import first_nonzero, rule
 
-FMT = z2.FORMAT
+FMT = ztensor2.FORMAT
 
 
 class Zt2Subject:
-    def __init__(self, src: Source, parsed: z2.Zt2File) -> None:
+    def __init__(self, src: Source, parsed: ztensor2.Zt2File) -> None:
         self.src = src
         self.zt = parsed
         self.buf = src.buf
@@ -32,12 +32,14 @@ class Zt2Subject:
             (p.obj, p.role) for p in parsed.parts() if p.local and not _placement(parsed, p)
         }
 
-        self._generations: list[tuple[z2.Footer, z2.Zt2File | FormatError]] | None = None
+        self._generations: list[tuple[ztensor2.Footer, ztensor2.Zt2File | FormatError]] | None = (
+            None
+        )
 
-    def sound(self, p: z2.Part) -> bool:
+    def sound(self, p: ztensor2.Part) -> bool:
         return (p.obj, p.role) in self.readable
 
-    def generations(self) -> list[tuple[z2.Footer, z2.Zt2File | FormatError]]:
+    def generations(self) -> list[tuple[ztensor2.Footer, ztensor2.Zt2File | FormatError]]:
         """Earlier generations (spec 2.5), newest first: footers an append left behind, each
         found by its magic and confirmed by a manifest whose XXH3-64 matches (a magic inside
         tensor data is not mistaken for one), parsed as a file ending at that footer."""
@@ -49,7 +51,9 @@ class Zt2Subject:
 GAP_WINDOW = 1 << 20  # the longest zero padding searched before a blob (alignment <= 1 MiB)
 
 
-def _find_generations(s: Zt2Subject) -> Iterator[tuple[z2.Footer, z2.Zt2File | FormatError]]:
+def _find_generations(
+    s: Zt2Subject,
+) -> Iterator[tuple[ztensor2.Footer, ztensor2.Zt2File | FormatError]]:
     """An append (spec 2.5) writes its first blob, or its manifest, at the first aligned offset
     after the old EOF, so an earlier footer ends just before a blob start, followed only by
     zero padding. Each blob start of each generation found is such a candidate: the scan reads
@@ -63,35 +67,39 @@ def _find_generations(s: Zt2Subject) -> Iterator[tuple[z2.Footer, z2.Zt2File | F
         if gen.footer.manifest_length:
             starts.add(gen.footer.manifest_offset)
         for start in sorted(starts, reverse=True):
-            lo = max(z2.MIN_SIZE, start - GAP_WINDOW)
+            lo = max(ztensor2.MIN_SIZE, start - GAP_WINDOW)
             if start <= lo:
                 continue
             window = bytes(buf[lo:start])
             end = lo + len(window.rstrip(b"\x00"))
-            if end in seen or end < z2.MIN_SIZE or bytes(buf[end - 8 : end]) != z2.MAGIC:
+            if (
+                end in seen
+                or end < ztensor2.MIN_SIZE
+                or bytes(buf[end - 8 : end]) != ztensor2.MAGIC
+            ):
                 continue
             seen.add(end)
             try:
-                f = z2.read_footer(buf, s.src.size, end=end)
+                f = ztensor2.read_footer(buf, s.src.size, end=end)
             except FormatError:
                 continue
             if f.manifest_length == 0:
                 continue
             try:
-                old = z2.parse(buf, s.src.size, end=end)
+                old = ztensor2.parse(buf, s.src.size, end=end)
             except FormatError as err:
-                if err.code != z2.ZT2_MANIFEST_HASH:
+                if err.code != ztensor2.ZT2_MANIFEST_HASH:
                     yield f, err
                 continue
             yield f, old
             todo.append(old)
 
 
-def _placement(f: z2.Zt2File, p: z2.Part) -> tuple[str, str, str] | None:
+def _placement(f: ztensor2.Zt2File, p: ztensor2.Part) -> tuple[str, str, str] | None:
     """(code, message, field) when a blob reference breaks spec 2.4 alone."""
-    if p.offset % z2.ALIGN or p.offset < z2.ALIGN:
+    if p.offset % ztensor2.ALIGN or p.offset < ztensor2.ALIGN:
         return (
-            z2.ZT2_ALIGN,
+            ztensor2.ZT2_ALIGN,
             f"{p.obj}/{p.role}: blob offset {p.offset:,} is not a multiple of 4096 at or above "
             "4096",
             f"{p.field}/blob",
@@ -100,10 +108,10 @@ def _placement(f: z2.Zt2File, p: z2.Part) -> tuple[str, str, str] | None:
         limit, where = f.data_end, "this file's data region"
     else:
         size = f.shards.get(p.shard or "", {}).get("size", 0)
-        limit, where = size - z2.FOOTER_SIZE, f"shard {p.shard}'s data region"
+        limit, where = size - ztensor2.FOOTER_SIZE, f"shard {p.shard}'s data region"
     if p.end > limit:
         return (
-            z2.ZT2_BOUNDS,
+            ztensor2.ZT2_BOUNDS,
             f"{p.obj}/{p.role}: blob {p.offset:,}..{p.end:,} runs past {where} (ends at "
             f"{max(limit, 0):,})",
             f"{p.field}/blob",
@@ -112,13 +120,13 @@ def _placement(f: z2.Zt2File, p: z2.Part) -> tuple[str, str, str] | None:
 
 
 def load(src: Source) -> Zt2Subject:
-    return Zt2Subject(src, z2.parse(src.buf, src.size))
+    return Zt2Subject(src, ztensor2.parse(src.buf, src.size))
 
 
-def _row(o: z2.Obj) -> dict[str, Any]:
+def _row(o: ztensor2.Obj) -> dict[str, Any]:
     parts = list(o.parts.values())
     main = o.parts.get("data") or o.parts.get("values") or parts[0]
-    dtype = z2.MATRIX_DTYPE.get((main.dtype, main.type)) or main.type or main.dtype
+    dtype = ztensor2.MATRIX_DTYPE.get((main.dtype, main.type)) or main.type or main.dtype
     extra: dict[str, Any] = {"layout": o.layout}
     if len(parts) == 1:
         p = parts[0]
@@ -197,8 +205,7 @@ def describe(s: Zt2Subject) -> dict[str, Any]:
 
 @rule(FMT, "manifest schema, names and shapes")
 def check_schema(s: Zt2Subject) -> Iterator[Finding]:
-    for p in s.zt.problems:
-        yield finding(p.code, p.message, offset=p.offset, field=p.field)
+    yield from findings_of(s.zt.problems)
 
 
 @rule(FMT, "blob alignment and bounds")
@@ -228,7 +235,7 @@ def check_overlap(s: Zt2Subject) -> Iterator[Finding]:
             if prev is not None and span[0] < prev[1] and span[:2] != prev[:2]:
                 where = f" in shard {shard}" if shard else ""
                 yield finding(
-                    z2.ZT2_OVERLAP,
+                    ztensor2.ZT2_OVERLAP,
                     f"{span[2]} (bytes {span[0]:,}..{span[1]:,}) partially overlaps {prev[2]} "
                     f"(bytes {prev[0]:,}..{prev[1]:,}){where}",
                     offset=span[0],
@@ -244,35 +251,35 @@ def check_layouts(s: Zt2Subject) -> Iterator[Finding]:
     external = 0
     for o in s.zt.objects.values():
         for p in o.parts.values():
-            if p.type is not None and p.type not in z2.LOGICAL:
+            if p.type is not None and p.type not in ztensor2.LOGICAL:
                 yield finding(
-                    z2.ZT2_TYPE_UNKNOWN,
+                    ztensor2.ZT2_TYPE_UNKNOWN,
                     f"{o.name}/{p.role}: logical type {p.type!r:.40} is not registered: not "
                     "decoded",
                     offset=at,
                     field=f"{p.field}/type",
                 )
-            if p.encoding is not None and p.encoding != z2.ZSTD_SEEKABLE:
+            if p.encoding is not None and p.encoding != ztensor2.ZSTD_SEEKABLE:
                 yield finding(
-                    z2.ZT2_ENCODING_UNKNOWN,
+                    ztensor2.ZT2_ENCODING_UNKNOWN,
                     f"{o.name}/{p.role}: encoding {p.encoding!r:.40} is unknown: not decoded",
                     offset=at,
                     field=f"{p.field}/encoding",
                 )
             external += not p.local
-        if not z2.layout_known(o.layout):
+        if not ztensor2.layout_known(o.layout):
             yield finding(
-                z2.ZT2_LAYOUT_UNKNOWN,
+                ztensor2.ZT2_LAYOUT_UNKNOWN,
                 f"{o.name}: layout {o.layout!r:.60} is unknown: exposed structurally only",
                 offset=at,
                 field=f"{o.field}/layout",
             )
             continue
-        for code, message, where in z2.layout_problems(o):
-            yield finding(code, message, offset=at, field=where)
+        for problem in ztensor2.layout_problems(o):
+            yield finding(problem.code, problem.message, offset=at, field=problem.field)
     if external:
         yield finding(
-            z2.ZT2_SHARD_EXTERNAL,
+            ztensor2.ZT2_SHARD_EXTERNAL,
             f"{external} part(s) live in other shard files: only verify reads them, from "
             "<stem>-<shard>.zt beside this file when it is there",
             offset=at,
@@ -290,10 +297,10 @@ def check_digests(s: Zt2Subject) -> Iterator[Finding]:
             missing += 1
             continue
         try:
-            known = z2.parse_digest(p.digest)
+            known = ztensor2.parse_digest(p.digest)
         except ValueError as exc:
             yield finding(
-                z2.ZT2_DIGEST_FORMAT,
+                ztensor2.ZT2_DIGEST_FORMAT,
                 f"{p.obj}/{p.role}: digest {p.digest!r:.60} is malformed: {exc}",
                 offset=at,
                 field=f"{p.field}/digest",
@@ -301,7 +308,7 @@ def check_digests(s: Zt2Subject) -> Iterator[Finding]:
             continue
         if known is None:
             yield finding(
-                z2.ZT2_DIGEST_UNKNOWN,
+                ztensor2.ZT2_DIGEST_UNKNOWN,
                 f"{p.obj}/{p.role}: digest algorithm {p.digest.partition(':')[0]!r:.30} is not "
                 "registered (xxh3, sha256): not verified",
                 offset=at,
@@ -309,7 +316,7 @@ def check_digests(s: Zt2Subject) -> Iterator[Finding]:
             )
     if missing:
         yield finding(
-            z2.ZT2_NO_DIGEST,
+            ztensor2.ZT2_NO_DIGEST,
             f"{missing} of {len(parts)} parts carry no digest",
             offset=at,
             field="digest",
@@ -319,11 +326,11 @@ def check_digests(s: Zt2Subject) -> Iterator[Finding]:
 # Scan rules ---------------------------------------------------------------------------------
 
 
-def _decodable(s: Zt2Subject, o: z2.Obj, p: z2.Part) -> bool:
+def _decodable(s: Zt2Subject, o: ztensor2.Obj, p: ztensor2.Part) -> bool:
     return (
         s.sound(p)
-        and p.encoding in (None, z2.ZSTD_SEEKABLE)
-        and (p.type is None or p.type in z2.LOGICAL)
+        and p.encoding in (None, ztensor2.ZSTD_SEEKABLE)
+        and (p.type is None or p.type in ztensor2.LOGICAL)
     )
 
 
@@ -335,22 +342,29 @@ def check_data(s: Zt2Subject) -> Iterator[Finding]:
                 continue
             last: Any = None
             try:
-                for piece in z2.stream_part(s.buf, p):
+                for piece in ztensor2.stream_part(s.buf, p):
                     last = piece
             except FormatError as err:
                 yield from_error(err)
                 continue
             if p.type == "f4_e2m1" and last is not None:
-                n = o.count if o.layout in (z2.DENSE, z2.MX) and p.role == "data" else None
-                why = z2.check_values(p, memoryview(last)[-1:], n)
+                n = (
+                    o.count
+                    if o.layout in (ztensor2.DENSE, ztensor2.MX) and p.role == "data"
+                    else None
+                )
+                why = ztensor2.check_values(p, memoryview(last)[-1:], n)
                 if why:
                     yield finding(
-                        z2.ZT2_VALUES, f"{o.name}/{p.role}: {why}", offset=p.offset, field=p.field
+                        ztensor2.ZT2_VALUES,
+                        f"{o.name}/{p.role}: {why}",
+                        offset=p.offset,
+                        field=p.field,
                     )
         if (
-            o.layout in (z2.CSR, z2.COO)
+            o.layout in (ztensor2.CSR, ztensor2.COO)
             and all(_decodable(s, o, p) for p in o.parts.values())
-            and not any(True for _ in z2.layout_problems(o))
+            and not any(True for _ in ztensor2.layout_problems(o))
         ):
             yield from _sparse(s, o)
 
@@ -371,29 +385,29 @@ def shard_identity(sh: Source, name: str, entry: dict[str, Any]) -> FormatError 
     size of the shard table, then the whole-file digest."""
     where = f"shards/{name}"
     try:
-        z2.read_footer(sh.buf, sh.size)
+        ztensor2.read_footer(sh.buf, sh.size)
     except FormatError as err:
         return FormatError(
             err.code, f"shard {name} ({sh.name}): {err.message}", offset=err.offset, field=where
         )
     if sh.size != entry["size"]:
         return FormatError(
-            z2.ZT2_SHARD,
+            ztensor2.ZT2_SHARD,
             f"shard {name} ({sh.name}) is {sh.size:,} bytes, the shard table says "
             f"{entry['size']:,}",
             offset=sh.size,
             field=f"{where}/size",
         )
-    known = z2.parse_digest(entry["digest"])  # checked by parse
+    known = ztensor2.parse_digest(entry["digest"])  # checked by parse
     if known is None:
         return None  # an unregistered algorithm: the digest strings rule warns
-    digester = z2.Digester(known[0])
+    digester = ztensor2.Digester(known[0])
     for piece in mapped_chunks(sh.buf, 0, sh.size):  # pages dropped behind the pass
         digester.update(piece)
     got = digester.text()
     if got != entry["digest"]:
         return FormatError(
-            z2.ZT2_DIGEST,
+            ztensor2.ZT2_DIGEST,
             f"shard {name} ({sh.name}): the whole file gives {got}, the shard table says "
             f"{entry['digest']}",
             offset=0,
@@ -404,7 +418,7 @@ def shard_identity(sh: Source, name: str, entry: dict[str, Any]) -> FormatError 
 
 @rule(FMT, "shard files: identity and part data", scan=True)
 def check_shards(s: Zt2Subject) -> Iterator[Finding]:
-    used: dict[str, list[z2.Part]] = {}
+    used: dict[str, list[ztensor2.Part]] = {}
     for p in s.zt.parts():
         if p.shard is not None and p.shard in s.zt.shards:
             used.setdefault(p.shard, []).append(p)
@@ -412,7 +426,7 @@ def check_shards(s: Zt2Subject) -> Iterator[Finding]:
         path = shard_path(s.src.path, name)
         if path is None or not os.path.isfile(path):
             yield finding(
-                z2.ZT2_SHARD_EXTERNAL,
+                ztensor2.ZT2_SHARD_EXTERNAL,
                 f"shard {name}: {os.path.basename(path) if path else 'no file'} not found beside "
                 f"this file: its {len(parts)} part(s) are not read",
                 offset=s.zt.footer.manifest_offset,
@@ -423,7 +437,7 @@ def check_shards(s: Zt2Subject) -> Iterator[Finding]:
             sh = Source.open(path)
         except MatrixError as err:
             yield finding(
-                z2.ZT2_SHARD,
+                ztensor2.ZT2_SHARD,
                 f"shard {name}: {err.message}",
                 offset=s.zt.footer.manifest_offset,
                 field=f"shards/{name}",
@@ -435,12 +449,12 @@ def check_shards(s: Zt2Subject) -> Iterator[Finding]:
                 yield from_error(problem)
                 continue
             for p in parts:
-                if _placement(s.zt, p) or p.encoding not in (None, z2.ZSTD_SEEKABLE):
+                if _placement(s.zt, p) or p.encoding not in (None, ztensor2.ZSTD_SEEKABLE):
                     continue  # reported by the structural rules
-                if p.type is not None and p.type not in z2.LOGICAL:
+                if p.type is not None and p.type not in ztensor2.LOGICAL:
                     continue
                 try:
-                    for _ in z2.stream_part(sh.buf, p):
+                    for _ in ztensor2.stream_part(sh.buf, p):
                         pass
                 except FormatError as err:
                     yield finding(
@@ -451,21 +465,21 @@ def check_shards(s: Zt2Subject) -> Iterator[Finding]:
                     )
 
 
-def _array(s: Zt2Subject, p: z2.Part) -> Any:
+def _array(s: Zt2Subject, p: ztensor2.Part) -> Any:
     import numpy as np
 
-    data = b"".join(bytes(x) for x in z2.stream_part(s.buf, p, verify_digest=False))
-    return np.frombuffer(data, dtype=np.dtype(z2.DTYPES[p.dtype].storage))
+    data = b"".join(bytes(x) for x in ztensor2.stream_part(s.buf, p, verify_digest=False))
+    return np.frombuffer(data, dtype=np.dtype(ztensor2.DTYPES[p.dtype].storage))
 
 
-def _sparse(s: Zt2Subject, o: z2.Obj) -> Iterator[Finding]:
+def _sparse(s: Zt2Subject, o: ztensor2.Obj) -> Iterator[Finding]:
     import numpy as np
 
-    def bad(msg: str, p: z2.Part) -> Finding:
-        return finding(z2.ZT2_SPARSE, f"{o.name}: {msg}", offset=p.offset, field=p.field)
+    def bad(msg: str, p: ztensor2.Part) -> Finding:
+        return finding(ztensor2.ZT2_SPARSE, f"{o.name}: {msg}", offset=p.offset, field=p.field)
 
     try:
-        if o.layout == z2.CSR:
+        if o.layout == ztensor2.CSR:
             cols = o.shape[1]
             ind, ptr = o.parts["indices"], o.parts["indptr"]
             indices, indptr = _array(s, ind), _array(s, ptr)
@@ -527,24 +541,22 @@ def check_padding(s: Zt2Subject) -> Iterator[Finding]:
     spans.append((f.footer.manifest_offset, f.footer.manifest_offset + f.footer.manifest_length))
     # An earlier generation's manifest, footer and blobs are unreferenced data, not padding.
     for g, old in s.generations():
-        spans.append((g.manifest_offset, g.offset + z2.FOOTER_SIZE))
+        spans.append((g.manifest_offset, g.offset + ztensor2.FOOTER_SIZE))
         if not isinstance(old, FormatError):
             spans.extend((p.offset, p.end) for p in old.parts() if p.local and p.length)
     spans.sort()
-    pos = len(z2.MAGIC)
+    pos = len(ztensor2.MAGIC)
     buf = s.buf
     for start, end in [*spans, (f.data_end, f.data_end)]:
-        for at in range(pos, start, PADDING_CHUNK):
-            chunk = bytes(buf[at : min(start, at + PADDING_CHUNK)])
-            if chunk.count(0) != len(chunk):
-                first = at + len(chunk) - len(chunk.lstrip(b"\x00"))
-                yield finding(
-                    z2.ZT2_PADDING,
-                    f"padding byte at {first:,} is 0x{buf[first]:02x}",
-                    offset=first,
-                    field="padding",
-                )
-                return
+        first = first_nonzero(buf, pos, start, PADDING_CHUNK)
+        if first is not None:
+            yield finding(
+                ztensor2.ZT2_PADDING,
+                f"padding byte at {first:,} is 0x{buf[first]:02x}",
+                offset=first,
+                field="padding",
+            )
+            return
         pos = max(pos, end)
 
 
@@ -554,10 +566,10 @@ PADDING_CHUNK = 1 << 20
 @rule(FMT, "earlier generations", scan=True)
 def check_generations(s: Zt2Subject) -> Iterator[Finding]:
     for f, old in s.generations():
-        gen_end = f.offset + z2.FOOTER_SIZE
+        gen_end = f.offset + ztensor2.FOOTER_SIZE
         if isinstance(old, FormatError):
             yield finding(
-                z2.ZT2_GENERATION,
+                ztensor2.ZT2_GENERATION,
                 f"the generation ending at {gen_end:,}: {old.message}",
                 offset=old.offset,
                 field=old.field,
@@ -569,11 +581,11 @@ def check_generations(s: Zt2Subject) -> Iterator[Finding]:
             if bad:
                 problems.append(bad[1])
         for o in old.objects.values():
-            if z2.layout_known(o.layout):
-                problems.extend(m for _, m, _ in z2.layout_problems(o))
+            if ztensor2.layout_known(o.layout):
+                problems.extend(problem.message for problem in ztensor2.layout_problems(o))
         if problems:
             yield finding(
-                z2.ZT2_GENERATION,
+                ztensor2.ZT2_GENERATION,
                 f"the generation ending at {gen_end:,}: {problems[0]}",
                 offset=f.manifest_offset,
                 field="manifest",

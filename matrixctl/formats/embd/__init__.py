@@ -103,7 +103,6 @@ from matrixctl.formats.embd.layout import (
     EmbdTensor,
     Footer,
     Header,
-    Problem,
     align,
     fnv1a_32,
 )
@@ -122,7 +121,6 @@ from matrixctl.formats.embd.model import (
 )
 from matrixctl.formats.embd.parse import (
     checksums,
-    crc_range,
     gaps,
     parse,
 )
@@ -234,13 +232,11 @@ __all__ = [
     "Footer",
     "Header",
     "Layout",
-    "Problem",
     "align",
     "bert_shapes",
     "build_metadata",
     "check_metadata",
     "checksums",
-    "crc_range",
     "created_at_now",
     "decimal",
     "fnv1a_32",

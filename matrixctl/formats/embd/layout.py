@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from matrixctl import codes, crc
 from matrixctl.codes import Severity
+from matrixctl.findings import Problem
 from matrixctl.tensors import DTYPES, element_count
 
 FORMAT = "embd"
@@ -291,15 +292,6 @@ class Footer:
         return FOOTER.pack(self.data_checksum, self.file_checksum, self.magic, self.reserved)
 
 
-@dataclass(frozen=True)
-class Problem:
-    rule: str  # which validation rule reports it
-    code: str
-    message: str
-    offset: int | None = None
-    field: str | None = None
-
-
 @dataclass
 class EmbdTensor:
     index: int  # descriptor position
@@ -371,7 +363,7 @@ class EmbdFile:
         )
 
     def add(self, rule: str, code: str, message: str, offset: int | None, field: str) -> None:
-        self.problems.append(Problem(rule, code, message, offset, field))
+        self.problems.append(Problem(code, message, offset, field, rule))
 
 
 # Rules that problems are reported under (validate/embd.py registers one rule per name).

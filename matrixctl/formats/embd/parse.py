@@ -65,7 +65,7 @@ from matrixctl.formats.embd.layout import (
     Header,
     fnv1a_32,
 )
-from matrixctl.tensors import drop_pages
+from matrixctl.tensors import crc_range
 
 
 def parse(buf: Any, size: int) -> EmbdFile:
@@ -707,13 +707,3 @@ def checksums(buf: Any, f: EmbdFile) -> tuple[int, int] | None:
     prefix = crc_range(buf, 0, h.tensor_data_offset)
     data = crc_range(buf, h.tensor_data_offset, end)
     return data, crc.crc32_combine(prefix, data, end - h.tensor_data_offset)
-
-
-def crc_range(buf: Any, start: int, end: int, chunk: int = 8 << 20) -> int:
-    value = 0
-    with memoryview(buf) as view:
-        for pos in range(start, end, chunk):
-            stop = min(pos + chunk, end)
-            value = crc.crc32(view[pos:stop], value)
-            drop_pages(buf, pos, stop - pos)
-    return value
