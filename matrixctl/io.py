@@ -209,8 +209,7 @@ class BoundedStream:
                 f"longer than the spool limit of {self._limit:,} bytes for stdin and "
                 "non-seekable inputs",
                 path=display_name(self._path),
-                hint=f"raise it with {ENV_SPOOL_LIMIT}=SIZE (verify also takes an option for it), "
-                "or pass a regular file",
+                hint=f"raise it with --spool-limit SIZE or {ENV_SPOOL_LIMIT}=SIZE, or pass a regular file",
             )
 
     def read(self, n: int = -1) -> bytes:
@@ -351,8 +350,8 @@ class Source:
                         f"longer than the spool limit of {limit:,} bytes for stdin and "
                         "non-seekable inputs; spooling stopped",
                         path=display_name(path),
-                        hint=f"raise it with {ENV_SPOOL_LIMIT}=SIZE (verify also takes an option "
-                        "for it), or pass a regular file",
+                        hint=f"raise it with --spool-limit SIZE or {ENV_SPOOL_LIMIT}=SIZE, or pass a "
+                        "regular file",
                     )
                 if got >= next_check:  # every 64 MiB
                     _check_spool_space(tmp.fileno(), path, got)
@@ -648,6 +647,9 @@ STALE_TEMP = codes.define(
 _TEMP_RE = re.compile(
     r"\.(?P<base>.+)\.mx(?P<pid>\d+)-(?P<start>\d+)-(?P<host>[0-9a-f]{4})-[0-9a-f]{12}\.tmp"
 )
+# The set-aside name of `ingest/swap.py`'s fallback in earlier versions,
+# `.NAME.PID-START.RANDOM.old`: reported and restored like `.NAME.old.mx...tmp` (no host tag).
+_OLD_RE = re.compile(r"\.(?P<base>.+)\.(?P<pid>\d+)-(?P<start>\d+)\.[0-9a-f]{12}\.old")
 _OWNER: str | None = None
 
 
@@ -713,11 +715,16 @@ def stale_temps(folder: str, base: str | None = None) -> list[tuple[str, int]]:
     out = []
     for name in sorted(names):
         m = _TEMP_RE.fullmatch(name)
-        if m is None or (base is not None and m["base"] != base):
-            continue
-        host = host or _host_tag()
-        if m["host"] != host:
-            continue
+        if m is None:
+            m = _OLD_RE.fullmatch(name)
+            if m is None or (base is not None and m["base"] + ".old" != base):
+                continue
+        else:
+            if base is not None and m["base"] != base:
+                continue
+            host = host or _host_tag()
+            if m["host"] != host:
+                continue
         pid, start = int(m["pid"]), int(m["start"])
         now = _start_time(pid)
         if now == -1 or (start and now and now != start):
@@ -745,17 +752,27 @@ def aside_name(dest: str) -> str:
     return sibling_temp_name(os.path.abspath(dest) + ".old")
 
 
-def restore_aside(dest: str) -> bool:
+def aside_of(name: str) -> str | None:
+    """The output whose previous version the set-aside name `name` holds, or None when `name`
+    is not a set-aside name (`.NAME.old.mx...tmp`, `.NAME.PID-START.RANDOM.old`)."""
+    m = _TEMP_RE.fullmatch(name)
+    if m is not None:
+        return m["base"].removesuffix(".old") if m["base"].endswith(".old") else None
+    m = _OLD_RE.fullmatch(name)
+    return None if m is None else m["base"]
+
+
+def restore_aside(dest: str) -> str | None:
     """Undo a replacement a killed run left half done: when `dest` is missing and a dead run
     moved the previous version aside, rename it back. Then remove the other dead runs'
-    set-aside copies. True when the previous version was restored."""
-    restored = False
+    set-aside copies. Returns the set-aside name restored, or None."""
+    restored = None
     folder = os.path.dirname(os.path.abspath(dest))
     for path, _pid in stale_temps(folder, os.path.basename(os.path.abspath(dest)) + ".old"):
-        if not restored and not os.path.lexists(dest):
+        if restored is None and not os.path.lexists(dest):
             with contextlib.suppress(OSError):
                 os.rename(path, dest)
-                restored = True
+                restored = path
                 continue
         with contextlib.suppress(OSError):
             if os.path.isdir(path) and not os.path.islink(path):

@@ -71,6 +71,26 @@ QuietOption = Annotated[
 ]
 
 
+def _set_spool_limit(value: str | None) -> str | None:
+    from matrixctl.io import set_spool_limit
+
+    set_spool_limit(value)  # None (the option not given): MATRIXCTL_SPOOL_LIMIT or 4G
+    return value
+
+
+# Every command that reads stdin (`-`) or a path that is a pipe or device takes it.
+SpoolLimitOption = Annotated[
+    str | None,
+    typer.Option(
+        "--spool-limit",
+        metavar="SIZE",
+        callback=_set_spool_limit,
+        help="Refuse stdin or a pipe/device path longer than SIZE (e.g. 512M; default 4G, "
+        "or MATRIXCTL_SPOOL_LIMIT).",
+    ),
+]
+
+
 def color_enabled(stream: Any = None) -> bool:
     stream = stream or sys.stderr
     if os.environ.get("NO_COLOR", "") != "":

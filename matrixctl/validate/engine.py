@@ -203,22 +203,31 @@ def _swap_in_progress(path: str) -> bool:
         names = os.listdir(folder)
     except OSError:
         return False
-    return any(n.startswith(f".{base}.") and n.endswith(".tmp") for n in names)
+    from matrixctl.io import stale_temps
+
+    dead = {os.path.basename(p) for p, _pid in stale_temps(folder)}
+    return any(n.startswith(f".{base}.") and n.endswith(".tmp") and n not in dead for n in names)
 
 
 def _stale_findings(folder: str) -> list[Finding]:
     """verify of a folder: the temporary files and folders dead runs left in it."""
-    from matrixctl.io import STALE_TEMP, stale_temps
+    from matrixctl.io import STALE_TEMP, aside_of, stale_temps
 
-    return [
-        finding(
-            STALE_TEMP,
-            f"{os.path.basename(path)}: temporary output of a dead run (pid {pid}); the next run "
-            "writing the same output removes it, or delete it",
-            field=os.path.basename(path),
-        )
-        for path, pid in stale_temps(folder)
-    ]
+    out = []
+    for path, pid in stale_temps(folder):
+        name = os.path.basename(path)
+        dest = aside_of(name)
+        if dest is None:
+            what = "temporary output of a dead run (pid {pid}); the next run writing the same "
+            what += "output removes it, or delete it"
+        else:
+            what = (
+                f"the previous {dest}, set aside by a run (pid {{pid}}) killed while replacing "
+                f"it; the next run writing {dest} puts it back if {dest} is missing, else "
+                "removes it"
+            )
+        out.append(finding(STALE_TEMP, f"{name}: " + what.format(pid=pid), field=name))
+    return out
 
 
 def _examine(
