@@ -2,7 +2,8 @@
 spool limit (`--spool-limit SIZE`, one option shared by every such command, or
 MATRIXCTL_SPOOL_LIMIT): `/dev/zero` and `/dev/urandom` on stdin, or named as the input, end
 with one clear error (SPOOL_LIMIT, the format error the first bytes already give, or a
-device path refused), exit 1 or 2, no traceback, nothing written. docs/reliability.md, "Bounds on stdin"."""
+device path refused), exit 1 or 2, no traceback, nothing written. docs/reliability.md,
+"Bounds on stdin"."""
 
 from __future__ import annotations
 
