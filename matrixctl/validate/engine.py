@@ -152,7 +152,30 @@ def examine(
         _FULL.reset(token)
     if scan and path != "-" and os.path.isdir(path):
         report.findings.extend(_stale_findings(path))
+    elif path != "-":
+        report.findings.extend(_torn_findings(path))
     return report, desc
+
+
+def _torn_findings(path: str) -> list[Finding]:
+    """A file of a set (an STB set) a killed run left half published: TORN_SET, an error."""
+    from matrixctl.io import TORN_SET, set_members
+
+    folder = os.path.dirname(os.path.abspath(path))
+    name = os.path.basename(os.path.abspath(path))
+    members = set_members(folder)
+    if name not in members:
+        return []
+    others = sorted(members)
+    return [
+        finding(
+            TORN_SET,
+            f"is one of {', '.join(others)}, whose replacement a killed run left half done "
+            f"({os.path.basename(members[name])} holds the rest); the next matrixctl run "
+            "writing into this folder completes it",
+            field=name,
+        )
+    ]
 
 
 def _examine_held(
@@ -217,7 +240,12 @@ def _stale_findings(folder: str) -> list[Finding]:
     for path, pid in stale_temps(folder):
         name = os.path.basename(path)
         dest = aside_of(name)
-        if dest is None:
+        if name.split(".mx")[0].endswith(".set") and os.path.isdir(path):
+            what = (
+                "a file set a run (pid {pid}) was killed while putting in place (verify of "
+                "its files reports TORN_SET); the next run writing into this folder completes it"
+            )
+        elif dest is None:
             what = "temporary output of a dead run (pid {pid}); the next run writing the same "
             what += "output removes it, or delete it"
         else:
