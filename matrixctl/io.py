@@ -121,6 +121,9 @@ class _NoClose:
     def readinto(self, b: bytearray | memoryview) -> int:
         return int(self._fp.readinto(b))  # type: ignore[attr-defined]
 
+    def readline(self, limit: int = -1) -> bytes:
+        return self._fp.readline(limit)
+
     def isatty(self) -> bool:
         return self._fp.isatty()
 
@@ -224,6 +227,12 @@ class BoundedStream:
         got = int(self._fp.readinto(b))
         self._count(got)
         return got
+
+    def readline(self, limit: int = -1) -> bytes:
+        room = self._limit + 1 - self._got
+        data: bytes = self._fp.readline(room if limit is None or limit < 0 else min(limit, room))
+        self._count(len(data))
+        return data
 
     def isatty(self) -> bool:
         return bool(self._fp.isatty())

@@ -102,3 +102,39 @@ def test_an_endless_stdin_or_device_ends_with_one_clear_error(tmp_path: Path, na
         assert os.listdir(out) == [], (args, os.listdir(out))
         if res.returncode == 2:  # bounded (SPOOL_LIMIT) or a device path refused (IO_READ)
             assert "SPOOL_LIMIT" in err or "IO_READ" in err, (args, stdin, err)
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ingest_docs_of_endless_text_on_stdin_ends_at_the_limit(tmp_path: Path, jobs: str) -> None:
+    """`yes | matrixctl ingest docs -` used to read stdin without a bound (one endless text
+    document with --jobs 1; the copy made for the workers with --jobs 2) until killed."""
+    import threading
+
+    out = tmp_path / "pack"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "matrixctl", "ingest", "docs", "-", "-o", str(out),
+         "--jobs", jobs, "--spool-limit", LIMIT],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "MATRIXCTL_NO_FSYNC": "1"},
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stderr is not None
+
+    def feed() -> None:
+        line = b"the same line of text, again and again\n" * 1024
+        try:
+            for _ in range(100_000):  # 4 GB at most; the reader stops long before
+                proc.stdin.write(line)  # type: ignore[union-attr]
+        except (BrokenPipeError, ValueError):
+            pass
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    try:
+        err = proc.stderr.read().decode()
+        code = proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    assert code == 2 and "SPOOL_LIMIT" in err and "Traceback" not in err, err
+    assert not out.exists() and [p for p in os.listdir(tmp_path) if p.startswith(".")] == []
