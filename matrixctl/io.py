@@ -997,7 +997,7 @@ def _drain_set(done: str, folder: str) -> None:
 
 def set_members(folder: str) -> dict[str, str]:
     """The members of the sets dead runs left half published in `folder`: name -> set folder."""
-    out = {}
+    out: dict[str, str] = {}
     for path, _pid in stale_temps(folder):
         m = _TEMP_RE.fullmatch(os.path.basename(path))
         if m is not None and m["base"].endswith(".set") and os.path.isdir(path):
