@@ -212,8 +212,8 @@ class BoundedStream:
                 f"longer than the spool limit of {self._limit:,} bytes for stdin and "
                 "non-seekable inputs",
                 path=display_name(self._path),
-                hint=f"raise it with --spool-limit SIZE or {ENV_SPOOL_LIMIT}=SIZE, or pass a "
-                "regular file",
+                hint=f"raise it (the command's spool limit option, or {ENV_SPOOL_LIMIT}=SIZE), "
+                "or pass a regular file",
             )
 
     def read(self, n: int = -1) -> bytes:
@@ -360,8 +360,8 @@ class Source:
                         f"longer than the spool limit of {limit:,} bytes for stdin and "
                         "non-seekable inputs; spooling stopped",
                         path=display_name(path),
-                        hint=f"raise it with --spool-limit SIZE or {ENV_SPOOL_LIMIT}=SIZE, or "
-                        "pass a regular file",
+                        hint="raise it (the command's spool limit option, or "
+                        f"{ENV_SPOOL_LIMIT}=SIZE), or pass a regular file",
                     )
                 if got >= next_check:  # every 64 MiB
                     _check_spool_space(tmp.fileno(), path, got)
