@@ -198,12 +198,16 @@ EMBD_META = {
     ids=["embd", "ztensor2", "gguf"],
 )
 def test_convert_to_embd_ztensor2_and_gguf_survives_sigkill(
-    tmp_path: Path, tensors: Path, dest: str, extra: list[str]
+    tmp_path: Path, dest: str, extra: list[str]
 ) -> None:
     """The destinations of convert the first campaign left out: EMBD `.weights` (it needs
     the --meta values), zTensor 2 and GGUF."""
     out = tmp_path / dest
-    argv = ["convert", str(tensors), str(out), *extra]
+    big = tmp_path / "big.npz"  # 4x the shared input: these writers copy fast, and the kill
+    rng = np.random.default_rng(8)  # points must land inside the writing on a loaded machine
+    np.savez(big, a=rng.standard_normal(6_000_000).astype(np.float32),
+             b=rng.standard_normal((1200, 1000)).astype(np.float32))  # fmt: skip
+    argv = ["convert", str(big), str(out), *extra]
     small = tmp_path / "small.npz"
     np.savez(small, a=np.ones(10, dtype=np.float32), b=np.ones((1, 2), dtype=np.float32))
 
