@@ -19,7 +19,11 @@ from matrixctl.jsondoc import SCHEMA_VERSION, json_default
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from matrixctl.cli.options import JsonOption, QuietOption  # noqa: F401 - see __getattr__
+    from matrixctl.cli.options import (  # noqa: F401 - see __getattr__
+        JsonOption,
+        QuietOption,
+        SpoolLimitOption,
+    )
 
 PROG = "matrixctl"
 
@@ -55,7 +59,7 @@ def _set_quiet(value: bool) -> bool:
 def __getattr__(name: str) -> Any:
     # JsonOption and QuietOption are typer annotations (cli/options.py): importing this module
     # does not import typer, so `tokenize pi encode` can run without it (cli/entry.py).
-    if name in ("JsonOption", "QuietOption"):
+    if name in ("JsonOption", "QuietOption", "SpoolLimitOption"):
         from matrixctl.cli import options
 
         return getattr(options, name)
@@ -67,19 +71,6 @@ def _set_spool_limit(value: str | None) -> str | None:
 
     set_spool_limit(value)  # None (the option not given): MATRIXCTL_SPOOL_LIMIT or 4G
     return value
-
-
-# Every command that reads stdin (`-`) or a path that is a pipe or device takes it.
-SpoolLimitOption = Annotated[
-    str | None,
-    typer.Option(
-        "--spool-limit",
-        metavar="SIZE",
-        callback=_set_spool_limit,
-        help="Refuse stdin or a pipe/device path longer than SIZE (e.g. 512M; default 4G, "
-        "or MATRIXCTL_SPOOL_LIMIT).",
-    ),
-]
 
 
 def color_enabled(stream: Any = None) -> bool:
