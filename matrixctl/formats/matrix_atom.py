@@ -25,6 +25,7 @@ numpy is imported inside the functions that need it, so `inspect` stays cheap.
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -33,7 +34,7 @@ from matrixctl import codes
 from matrixctl.codes import Severity
 from matrixctl.crc import crc32, crc32_combine
 from matrixctl.errors import FormatError, UsageError
-from matrixctl.io import BackgroundWriter
+from matrixctl.io import BackgroundWriter, copy_file_range_all
 
 if TYPE_CHECKING:
     import numpy as np
@@ -354,6 +355,36 @@ class AtomWriter:
         self._write(data)
         self.tokens += ids.size
         self.max_id = max(self.max_id, hi)
+
+    def write_range(
+        self, src: int, offset: int, nbytes: int, dtype: str, *, max_id: int, crc: int
+    ) -> None:
+        """Append ids stored as they are, `nbytes` at `offset` of the file descriptor `src`
+        (little-endian `dtype`, "<u2" or "<u4"), copied inside the kernel: the caller vouches
+        for their largest id and the CRC-32 of the bytes (a staged work unit's completion
+        record). Ids of another width, or ones that need a check the caller cannot vouch for,
+        are read and written like `write`."""
+        import numpy as np
+
+        if nbytes == 0:
+            return
+        width = np.dtype(dtype).itemsize
+        if (
+            np.dtype(dtype) != np.dtype(self._np_dtype)
+            or nbytes % width
+            or (self.vocab_size is not None and max_id >= self.vocab_size)
+        ):
+            self.write(np.frombuffer(os.pread(src, nbytes, offset), dtype=dtype))
+            return
+        self._drain()
+        self.fp.flush()
+        at = self.fp.tell()
+        os.lseek(self.fp.fileno(), at, os.SEEK_SET)
+        copy_file_range_all(src, offset, nbytes, self.fp.fileno())
+        self.fp.seek(at + nbytes)
+        self.crc = crc32_combine(self.crc, crc, nbytes)
+        self.tokens += nbytes // width
+        self.max_id = max(self.max_id, max_id)
 
     def _bad(self, ids: np.ndarray, mask: np.ndarray, why: str, code: str = ATOM_ID_RANGE) -> None:
         import numpy as np

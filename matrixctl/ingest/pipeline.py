@@ -76,6 +76,9 @@ class FileResult:
     records: list[tuple[int, int]] = field(default_factory=list)  # (length, item) in memory
     spill_ids: str | None = None
     spill_records: str | None = None
+    # Tokens staged in the pack's dtype, copied as they are (--executor dask; dask_exec.py):
+    # (path, offset, bytes, dtype, largest id, CRC-32 of the bytes).
+    staged_ids: tuple[str, int, int, str, int, int] | None = None
 
 
 @dataclass
@@ -752,8 +755,6 @@ def ingest_docs(
         raise UsageError("--executor must be local or dask")
     if opts.executor != "dask" and (opts.scheduler or opts.resume):
         raise UsageError("--scheduler and --resume go with --executor dask")
-    if opts.executor == "dask" and "-" in srcs:
-        raise UsageError("--executor dask cannot read stdin (-): the workers read the inputs")
     shard = parse_shard(opts.shard)
     map_path = opts.symbols or pi.default_map_path()
     smap, map_raw = pi.load_symbol_map(map_path)
@@ -1030,7 +1031,10 @@ def _append(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int | None = 
 def _add_payload(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int) -> None:
     import numpy as np
 
-    if res.spill_ids is not None:
+    if res.staged_ids is not None:
+        tokens.flush()
+        pb.add_tokens_range(*res.staged_ids)
+    elif res.spill_ids is not None:
         tokens.flush()
         pb.add_tokens_file(res.spill_ids)
         os.unlink(res.spill_ids)
