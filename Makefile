@@ -37,10 +37,11 @@ bench: $(STAMP)
 # Every harness under fuzz/ for FUZZ_SECONDS each (coverage-guided with atheris, the `fuzz`
 # extra; a labelled seeded-mutation fallback without it). Crashes land in fuzz/crash-*.
 FUZZ_SECONDS ?= 60
+FUZZ_HARNESSES ?= fuzz/fuzz_*.py
 fuzz: $(STAMP)
 	-$(BIN)/python -m pip install --quiet -e '.[test,fuzz]'
 	$(BIN)/python fuzz/seeds.py
-	set -e; for h in fuzz/fuzz_*.py; do \
+	set -e; for h in $(FUZZ_HARNESSES); do \
 	  name=$$(basename $$h .py | sed 's/^fuzz_//'); \
 	  echo "== $$name"; \
 	  $(BIN)/python $$h -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=fuzz/ \

@@ -148,3 +148,55 @@ def main(name: str, target: Callable[[bytes], None]) -> None:
         target,
     )
     atheris.Fuzz()
+
+
+DECOMPRESS_CAP = 64 << 20  # decompressed bytes one input may produce before the target stops
+
+
+def decompress_target(kind: str) -> Callable[[bytes], None]:
+    """The bytes as a compressed input of `ingest docs` (`matrixctl.ingest.inputs`), its kind
+    forced (gzip, zstd, xz, bz2) so a mutated magic still reaches the decompressor; every
+    member / frame / stream is read. A bomb is a legitimate input (it costs time, never
+    memory): the target stops after DECOMPRESS_CAP decompressed bytes."""
+    from matrixctl.errors import MatrixError
+    from matrixctl.ingest import inputs
+
+    inputs._new(kind)  # the decompressor's module imported now, for instrument_all()
+
+    def target(data: bytes) -> None:
+        fp, _dec = inputs.decompressing(io.BytesIO(data), kind, "fuzz")
+        got = 0
+        try:
+            while got < DECOMPRESS_CAP:
+                piece = fp.read(inputs.OUT_PIECE)
+                if not piece:
+                    break
+                got += len(piece)
+        except MatrixError:
+            pass
+
+    return target
+
+
+def columnar_target(kind: str) -> Callable[[bytes], None]:
+    """The bytes as a Parquet or Arrow IPC input of `ingest docs` (`ingest/columnar.py`,
+    through pyarrow), every row of the `text` column read as a document."""
+    from matrixctl.errors import MatrixError
+    from matrixctl.ingest import columnar, extract
+
+    columnar._pyarrow("fuzz")  # pyarrow imported before instrument_all()
+    folder = Path("/dev/shm") if os.path.isdir("/dev/shm") else Path(tempfile.gettempdir())
+    path = folder / f"matrixctl-fuzz-{os.getpid()}.{kind}"
+
+    def target(data: bytes) -> None:
+        path.write_bytes(data)
+        try:
+            for _row, pieces in columnar.documents(
+                kind, str(path), "fuzz", extract.Options(), extract.Counters()
+            ):
+                for _ in pieces:
+                    pass
+        except MatrixError:
+            pass
+
+    return target

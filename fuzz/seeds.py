@@ -71,11 +71,22 @@ def build() -> None:
             "extract_jsonl": [ROOT / "fixtures" / "corpus" / "records.jsonl"],
             "extract_markdown": [ROOT / "fixtures" / "corpus" / "notes" / "readme.md"],
         }  # fmt: skip
+        from tests import zt2craft
+
+        seeds["ztensor2"] = []
+        for n, case in enumerate(zt2craft.CASES):  # the zTensor 2 conformance set
+            (d / f"zt2-{n}.zt").write_bytes(case.build())
+            seeds["ztensor2"].append(d / f"zt2-{n}.zt")
+        _cli("convert", str(d / "n.npz"), str(d / "z2.zt"), "--to", "ztensor-v2")
+        seeds["ztensor2"].append(d / "z2.zt")
+        seeds.update(_columnar(d))
         extra: dict[str, list[bytes]] = {
             "extract_json": [json.dumps([{"text": "a"}, {"text": "b\u00e9"}]).encode()],
             "scx_manifest": [json.dumps({"format": "scx-manifest"}).encode()],
+            **_compressed(),
         }
-        for name, paths in seeds.items():
+        for name in sorted(set(seeds) | set(extra)):
+            paths = seeds.get(name, [])
             out = CORPUS / name
             out.mkdir(parents=True, exist_ok=True)
             for i, p in enumerate(paths):
@@ -89,6 +100,51 @@ def build() -> None:
         values = [{"a": [1, -2, 3.5, True, None], "b": b"\x00\x01"}, [[[]]], "text", 2**40]
         for i, value in enumerate(values):
             (out / f"value{i}").write_bytes(cbor.dumps(value))
+
+
+def _compressed() -> dict[str, list[bytes]]:
+    """Multi-member / multi-frame / multi-stream inputs of each compression ingest reads."""
+    import bz2
+    import gzip
+    import lzma
+
+    import zstandard
+
+    text = (ROOT / "fixtures" / "corpus" / "records.jsonl").read_bytes()
+    half = len(text) // 2
+    a, b = text[:half], text[half:]
+    zstd = zstandard.ZstdCompressor(level=3)
+    no_size = zstandard.ZstdCompressor(level=1, write_content_size=False)
+    return {
+        "decompress_gzip": [gzip.compress(a) + gzip.compress(b), gzip.compress(text) + bytes(8)],
+        "decompress_zstd": [zstd.compress(a) + no_size.compress(b), zstd.compress(text)],
+        "decompress_xz": [lzma.compress(a) + lzma.compress(b), lzma.compress(text)],
+        "decompress_bz2": [bz2.compress(a) + bz2.compress(b), bz2.compress(text)],
+    }
+
+
+def _columnar(d: Path) -> dict[str, list[Path]]:
+    """Small Parquet and Arrow (file and stream) inputs with a `text` column (pyarrow)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc
+        import pyarrow.parquet as pq
+    except ImportError:
+        return {"columnar_parquet": [], "columnar_arrow": []}
+    table = pa.table(
+        {"text": ["a", "b\u00e9", None, "long " * 20], "n": [1, 2, 3, 4],
+         "meta": [{"text": "x"}, None, {"text": "y"}, {"text": None}]}
+    )  # fmt: skip
+    pq.write_table(table, d / "t.parquet", row_group_size=2)
+    pq.write_table(table, d / "tz.parquet", compression="zstd")
+    with pa.OSFile(str(d / "t.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table, max_chunksize=2)
+    with pa.OSFile(str(d / "s.arrows"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return {
+        "columnar_parquet": [d / "t.parquet", d / "tz.parquet"],
+        "columnar_arrow": [d / "t.arrow", d / "s.arrows"],
+    }
 
 
 if __name__ == "__main__":

@@ -121,6 +121,9 @@ class _NoClose:
     def readinto(self, b: bytearray | memoryview) -> int:
         return int(self._fp.readinto(b))  # type: ignore[attr-defined]
 
+    def readline(self, limit: int = -1) -> bytes:
+        return self._fp.readline(limit)
+
     def isatty(self) -> bool:
         return self._fp.isatty()
 
@@ -209,7 +212,7 @@ class BoundedStream:
                 f"longer than the spool limit of {self._limit:,} bytes for stdin and "
                 "non-seekable inputs",
                 path=display_name(self._path),
-                hint=f"raise it with {ENV_SPOOL_LIMIT}=SIZE (verify also takes an option for it), "
+                hint=f"raise it (the command's spool limit option, or {ENV_SPOOL_LIMIT}=SIZE), "
                 "or pass a regular file",
             )
 
@@ -224,6 +227,12 @@ class BoundedStream:
         got = int(self._fp.readinto(b))
         self._count(got)
         return got
+
+    def readline(self, limit: int = -1) -> bytes:
+        room = self._limit + 1 - self._got
+        data: bytes = self._fp.readline(room if limit is None or limit < 0 else min(limit, room))
+        self._count(len(data))
+        return data
 
     def isatty(self) -> bool:
         return bool(self._fp.isatty())
@@ -351,8 +360,8 @@ class Source:
                         f"longer than the spool limit of {limit:,} bytes for stdin and "
                         "non-seekable inputs; spooling stopped",
                         path=display_name(path),
-                        hint=f"raise it with {ENV_SPOOL_LIMIT}=SIZE (verify also takes an option "
-                        "for it), or pass a regular file",
+                        hint="raise it (the command's spool limit option, or "
+                        f"{ENV_SPOOL_LIMIT}=SIZE), or pass a regular file",
                     )
                 if got >= next_check:  # every 64 MiB
                     _check_spool_space(tmp.fileno(), path, got)
@@ -786,6 +795,9 @@ STALE_TEMP = codes.define(
 _TEMP_RE = re.compile(
     r"\.(?P<base>.+)\.mx(?P<pid>\d+)-(?P<start>\d+)-(?P<host>[0-9a-f]{4})-[0-9a-f]{12}\.tmp"
 )
+# The set-aside name of `ingest/swap.py`'s fallback in earlier versions,
+# `.NAME.PID-START.RANDOM.old`: reported and restored like `.NAME.old.mx...tmp` (no host tag).
+_OLD_RE = re.compile(r"\.(?P<base>.+)\.(?P<pid>\d+)-(?P<start>\d+)\.[0-9a-f]{12}\.old")
 _OWNER: str | None = None
 
 
@@ -851,11 +863,16 @@ def stale_temps(folder: str, base: str | None = None) -> list[tuple[str, int]]:
     out = []
     for name in sorted(names):
         m = _TEMP_RE.fullmatch(name)
-        if m is None or (base is not None and m["base"] != base):
-            continue
-        host = host or _host_tag()
-        if m["host"] != host:
-            continue
+        if m is None:
+            m = _OLD_RE.fullmatch(name)
+            if m is None or (base is not None and m["base"] + ".old" != base):
+                continue
+        else:
+            if base is not None and m["base"] != base:
+                continue
+            host = host or _host_tag()
+            if m["host"] != host:
+                continue
         pid, start = int(m["pid"]), int(m["start"])
         now = _start_time(pid)
         if now == -1 or (start and now and now != start):
@@ -864,8 +881,10 @@ def stale_temps(folder: str, base: str | None = None) -> list[tuple[str, int]]:
 
 
 def remove_stale_temps(dest: str) -> int:
-    """Remove the temporary files and folders dead runs left beside `dest`; how many."""
+    """Remove the temporary files and folders dead runs left beside `dest`; how many. File
+    sets a dead run left half published in the folder are completed first (`OutputSet`)."""
     folder = os.path.dirname(os.path.abspath(dest))
+    complete_dead_sets(folder)
     removed = 0
     for path, _pid in stale_temps(folder, os.path.basename(os.path.abspath(dest))):
         with contextlib.suppress(OSError):
@@ -883,17 +902,27 @@ def aside_name(dest: str) -> str:
     return sibling_temp_name(os.path.abspath(dest) + ".old")
 
 
-def restore_aside(dest: str) -> bool:
+def aside_of(name: str) -> str | None:
+    """The output whose previous version the set-aside name `name` holds, or None when `name`
+    is not a set-aside name (`.NAME.old.mx...tmp`, `.NAME.PID-START.RANDOM.old`)."""
+    m = _TEMP_RE.fullmatch(name)
+    if m is not None:
+        return m["base"].removesuffix(".old") if m["base"].endswith(".old") else None
+    m = _OLD_RE.fullmatch(name)
+    return None if m is None else m["base"]
+
+
+def restore_aside(dest: str) -> str | None:
     """Undo a replacement a killed run left half done: when `dest` is missing and a dead run
     moved the previous version aside, rename it back. Then remove the other dead runs'
-    set-aside copies. True when the previous version was restored."""
-    restored = False
+    set-aside copies. Returns the set-aside name restored, or None."""
+    restored = None
     folder = os.path.dirname(os.path.abspath(dest))
     for path, _pid in stale_temps(folder, os.path.basename(os.path.abspath(dest)) + ".old"):
-        if not restored and not os.path.lexists(dest):
+        if restored is None and not os.path.lexists(dest):
             with contextlib.suppress(OSError):
                 os.rename(path, dest)
-                restored = True
+                restored = path
                 continue
         with contextlib.suppress(OSError):
             if os.path.isdir(path) and not os.path.islink(path):
@@ -953,6 +982,8 @@ class AtomicFile:
                 self.tmp = None
                 raise from_os_error(exc, self.dest, writing=True) from None
             self.fp = os.fdopen(fd, "w+b")
+            if _SETS and _SETS[-1].takes(self.dest):
+                _SETS[-1].order.append(os.path.basename(self.dest))
             return self.fp
         raise OutputError(
             codes.IO_WRITE, "no free temporary name beside the output", path=self.dest
@@ -975,6 +1006,10 @@ class AtomicFile:
             os.umask(umask)
             os.fchmod(self.fp.fileno(), 0o666 & ~umask)
             self.fp.close()
+            if _SETS and _SETS[-1].takes(self.dest):
+                _SETS[-1].ready[os.path.basename(self.dest)] = self.tmp  # published with the set
+                self._done = True
+                return
             os.replace(self.tmp, self.dest)
             unregister_temp(self.tmp)
             if durable():
@@ -995,6 +1030,151 @@ class AtomicFile:
             with contextlib.suppress(OSError):
                 os.unlink(self.tmp)
             unregister_temp(self.tmp)
+
+
+# Output sets: several files that appear whole or not at all ---------------------------------
+
+TORN_SET = codes.define(
+    "TORN_SET",
+    "The file belongs to a set of outputs (an STB set: .stb files and their .stb.json "
+    "sidecar) whose publication a killed run left half done: some files are the new version, "
+    "some the old. The next matrixctl run writing into the folder completes it.",
+    group="general",
+)
+SET_ORDER = "set-order"  # in a set folder: the members' names, in publication order
+_SETS: list[OutputSet] = []
+
+
+class OutputSet:
+    """Atomic outputs in one folder published together (`output_set`). Each member is written
+    and synced under its own temporary name as usual; on success they are moved into a
+    temporary folder `.MAIN.mx...tmp` with the list of their names (SET_ORDER), the folder is
+    synced and renamed to `.MAIN.set.mx...tmp`: that rename is the commit point. Then each
+    member is renamed into place (sidecar last) and the folder removed.
+
+    A kill before the commit point leaves only temporary names (removed by the next run, the
+    previous set intact); a kill after it leaves the set folder, which the next matrixctl run
+    writing into the folder completes (`complete_dead_sets`); until then `verify` of a member
+    reports TORN_SET."""
+
+    def __init__(self, main: str) -> None:
+        self.main = os.path.abspath(main)
+        self.folder = os.path.dirname(self.main)
+        self.order: list[str] = []
+        self.ready: dict[str, str] = {}  # name -> temporary file, committed
+
+    def takes(self, dest: str) -> bool:
+        return os.path.dirname(os.path.abspath(dest)) == self.folder
+
+    def discard(self) -> None:
+        for tmp in self.ready.values():
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            unregister_temp(tmp)
+        self.ready.clear()
+
+    def publish(self) -> None:
+        holder: list[str] = []
+        try:
+            work = make_temp_dir(self.main, holder)
+            names = [n for n in self.order if n in self.ready]
+            with open(os.path.join(work, SET_ORDER), "w", encoding="utf-8") as fp:
+                fp.write("".join(n + "\n" for n in names))
+            for name in names:
+                os.rename(self.ready[name], os.path.join(work, name))
+                unregister_temp(self.ready.pop(name))
+            if durable():
+                _fsync_dir(work)
+            done = sibling_temp_name(self.main + ".set")
+            blocked = _block_signals()
+            try:
+                os.rename(work, done)  # the commit point
+                unregister_temp(work)
+                if durable():
+                    _fsync_dir(self.folder)
+                _drain_set(done, self.folder)
+            finally:
+                _unblock_signals(blocked)
+        except OSError as exc:
+            for path in holder:
+                shutil.rmtree(path, ignore_errors=True)
+                unregister_temp(path)
+            self.discard()
+            raise from_os_error(exc, self.main, writing=True) from None
+        except BaseException:
+            for path in holder:
+                shutil.rmtree(path, ignore_errors=True)
+                unregister_temp(path)
+            self.discard()
+            raise
+
+
+def _block_signals() -> set[int] | None:
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    return set(signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}))
+
+
+def _unblock_signals(previous: set[int] | None) -> None:
+    if previous is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _drain_set(done: str, folder: str) -> None:
+    """Rename the members left in the committed set folder `done` into place, in order."""
+    try:
+        with open(os.path.join(done, SET_ORDER), encoding="utf-8") as fp:
+            names = [n for n in fp.read().split("\n") if n and "/" not in n and n != SET_ORDER]
+    except FileNotFoundError:
+        names = []
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):  # already in place
+            os.replace(os.path.join(done, name), os.path.join(folder, name))
+    if durable():
+        _fsync_dir(folder)
+    shutil.rmtree(done)
+
+
+def set_members(folder: str) -> dict[str, str]:
+    """The members of the sets dead runs left half published in `folder`: name -> set folder."""
+    out: dict[str, str] = {}
+    for path, _pid in stale_temps(folder):
+        m = _TEMP_RE.fullmatch(os.path.basename(path))
+        if m is not None and m["base"].endswith(".set") and os.path.isdir(path):
+            try:
+                with open(os.path.join(path, SET_ORDER), encoding="utf-8") as fp:
+                    names = [n for n in fp.read().split("\n") if n]
+            except OSError:
+                continue
+            if any(os.path.lexists(os.path.join(path, n)) for n in names):  # not all in place
+                out.update((n, path) for n in names)
+    return out
+
+
+def complete_dead_sets(folder: str) -> None:
+    """Finish the publication of the sets dead runs committed but did not put in place."""
+    for path, _pid in stale_temps(folder):
+        name = os.path.basename(path)
+        m = _TEMP_RE.fullmatch(name)
+        if m is not None and m["base"].endswith(".set") and os.path.isdir(path):
+            with contextlib.suppress(OSError):
+                _drain_set(path, folder)
+
+
+@contextlib.contextmanager
+def output_set(main: str) -> Iterator[OutputSet]:
+    """The atomic outputs (`atomic_output`) opened inside the block, in the folder of `main`,
+    appear together when the block completes (`OutputSet`), or none of them."""
+    group = OutputSet(main)
+    _SETS.append(group)
+    try:
+        yield group
+    except BaseException:
+        _SETS.remove(group)
+        group.discard()
+        raise
+    _SETS.remove(group)
+    group.publish()
 
 
 def durable() -> bool:

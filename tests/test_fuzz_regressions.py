@@ -24,3 +24,24 @@ def test_fuzz_crash_files_give_one_clear_answer(path: Path) -> None:
         res = run_cli(*args)
         assert res.code in (0, 1, 2), (args, res.code, res.stderr)
         assert "Traceback" not in res.stderr and "INTERNAL" not in res.stderr
+
+
+INGESTED = [f for f in FILES if f.name.startswith(("columnar_", "decompress_"))]
+
+
+def test_the_arrow_crashes_are_kept() -> None:
+    """fuzz_columnar_arrow (atheris): string offsets past the data made pyarrow's to_pylist
+    raise SystemError; a column name that is not UTF-8 raised UnicodeDecodeError."""
+    names = {f.name for f in INGESTED}
+    assert {"columnar_arrow_string_offsets.arrow", "columnar_arrow_name_not_utf8.arrow"} <= names
+
+
+@pytest.mark.parametrize("path", INGESTED, ids=lambda p: p.name)
+def test_ingest_crash_files_give_one_clear_error(path: Path, tmp_path: Path) -> None:
+    """The inputs of `ingest docs` the harnesses found: one error line, nothing written."""
+    pytest.importorskip("pyarrow")
+    res = run_cli("ingest", "docs", str(path), "-o", str(tmp_path / "pack"))
+    assert res.code in (1, 2), res.stderr
+    assert "error[INGEST_" in res.stderr and res.stderr.count("error[") == 1, res.stderr
+    assert "Traceback" not in res.stderr and "INTERNAL" not in res.stderr
+    assert not (tmp_path / "pack").exists()

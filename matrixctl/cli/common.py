@@ -19,7 +19,11 @@ from matrixctl.jsondoc import SCHEMA_VERSION, json_default
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from matrixctl.cli.options import JsonOption, QuietOption  # noqa: F401 - see __getattr__
+    from matrixctl.cli.options import (  # noqa: F401 - see __getattr__
+        JsonOption,
+        QuietOption,
+        SpoolLimitOption,
+    )
 
 PROG = "matrixctl"
 
@@ -55,11 +59,18 @@ def _set_quiet(value: bool) -> bool:
 def __getattr__(name: str) -> Any:
     # JsonOption and QuietOption are typer annotations (cli/options.py): importing this module
     # does not import typer, so `tokenize pi encode` can run without it (cli/entry.py).
-    if name in ("JsonOption", "QuietOption"):
+    if name in ("JsonOption", "QuietOption", "SpoolLimitOption"):
         from matrixctl.cli import options
 
         return getattr(options, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _set_spool_limit(value: str | None) -> str | None:
+    from matrixctl.io import set_spool_limit
+
+    set_spool_limit(value)  # None (the option not given): MATRIXCTL_SPOOL_LIMIT or 4G
+    return value
 
 
 def color_enabled(stream: Any = None) -> bool:

@@ -7,7 +7,15 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperOption
 
-from matrixctl.cli.common import JsonOption, QuietOption, emit_json, note, progress, warn
+from matrixctl.cli.common import (
+    JsonOption,
+    QuietOption,
+    SpoolLimitOption,
+    emit_json,
+    note,
+    progress,
+    warn,
+)
 
 TO_HELP = "Output format, when the output name does not tell it: "
 
@@ -172,6 +180,7 @@ def convert(
     ] = False,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
+    spool_limit: SpoolLimitOption = None,
 ) -> None:
     """Convert between formats: tensor containers (zTensor, safetensors, NumPy .npy/.npz,
     EMBD .weights, STB .stb) into one another, a Hugging Face model folder or a GGUF model into

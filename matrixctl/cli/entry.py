@@ -129,6 +129,7 @@ PI_ENCODE_OPTIONS = {
     "--json": ("json_out", False),
     "--quiet": ("quiet", False),
     "-q": ("quiet", False),
+    "--spool-limit": ("spool_limit", True),
 }
 _JOBS = re.compile(r"[1-9][0-9]?\Z")  # 1..99; --jobs allows 1..64
 
@@ -197,6 +198,7 @@ def run_pi_encode(params: dict[str, Any]) -> int:
                 common._set_json(True)
                 params["json_out"] = True
             common._set_quiet(params.pop("quiet", False))
+            common._set_spool_limit(params.pop("spool_limit", None))
             from matrixctl.cli.pi_encode import run
 
             run(**params)

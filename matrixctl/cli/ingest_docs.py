@@ -13,6 +13,7 @@ import typer
 from matrixctl.cli.common import (
     JsonOption,
     QuietOption,
+    SpoolLimitOption,
     console,
     emit_json,
     note,
@@ -249,6 +250,7 @@ def docs(
     ] = False,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
+    spool_limit: SpoolLimitOption = None,
 ) -> None:
     """Turn documents into a complete ingest pack: atoms, symbol map, document index,
     optional SVG-Tensor projection and a manifest with the SHA-256 of every artifact and source.

@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from matrixctl.cli.common import JsonOption, QuietOption, emit_json, note, progress, warn
+from matrixctl.cli.common import (
+    JsonOption,
+    QuietOption,
+    SpoolLimitOption,
+    emit_json,
+    note,
+    progress,
+    warn,
+)
 
 
 class Embeddings(StrEnum):
@@ -57,6 +65,7 @@ def gguf(
     ] = False,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
+    spool_limit: SpoolLimitOption = None,
 ) -> None:
     """Ingest a GGUF model: its vocabulary as a π symbol map (symbol i = GGUF token i), the
     rest of its tokenizer as gguf_tokenizer.json, and token_embd.weight apart, with a manifest

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from matrixctl.cli.common import JsonOption, emit_json
+from matrixctl.cli.common import JsonOption, SpoolLimitOption, emit_json
 
 
 def inspect(
@@ -50,6 +50,7 @@ def inspect(
             "histogram, most frequent ids, padding share.",
         ),
     ] = False,
+    spool_limit: SpoolLimitOption = None,
 ) -> None:
     """Show a file's format (sniffed from its bytes), header, sections and a preview.
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from matrixctl.cli.common import _set_json, _set_quiet
+from matrixctl.cli.common import _set_json, _set_quiet, _set_spool_limit
 
 JsonOption = Annotated[
     bool,
@@ -25,5 +25,17 @@ QuietOption = Annotated[
         "-q",
         callback=_set_quiet,
         help="Nothing on stderr when all went well (warnings and errors still print).",
+    ),
+]
+
+# Every command that reads stdin (`-`) or a path that is a pipe or device takes it.
+SpoolLimitOption = Annotated[
+    str | None,
+    typer.Option(
+        "--spool-limit",
+        metavar="SIZE",
+        callback=_set_spool_limit,
+        help="Refuse stdin or a pipe/device path longer than SIZE (e.g. 512M; default 4G, "
+        "or MATRIXCTL_SPOOL_LIMIT).",
     ),
 ]

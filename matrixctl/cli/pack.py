@@ -7,7 +7,14 @@ from typing import Annotated
 
 import typer
 
-from matrixctl.cli.common import JsonOption, QuietOption, emit_json, note, progress
+from matrixctl.cli.common import (
+    JsonOption,
+    QuietOption,
+    SpoolLimitOption,
+    emit_json,
+    note,
+    progress,
+)
 
 app = typer.Typer(help="Pack token ids into fixed-width files.", no_args_is_help=True)
 
@@ -59,6 +66,7 @@ def atoms(
     ] = 0,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
+    spool_limit: SpoolLimitOption = None,
 ) -> None:
     """Pack token ids into a MATRIX-ATOM v1 file (streaming, bounded memory, atomic)."""
     from matrixctl.errors import UsageError
@@ -106,6 +114,7 @@ def svgt(
     ],
     json_out: JsonOption = False,
     quiet: QuietOption = False,
+    spool_limit: SpoolLimitOption = None,
 ) -> None:
     """Project MATRIX-ATOM atoms onto RxC grids in an SVG-Tensor file (ids must fit uint16)."""
     from matrixctl.errors import UsageError
@@ -169,6 +178,7 @@ def shards(
     ] = False,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
+    spool_limit: SpoolLimitOption = None,
 ) -> None:
     """Cut a binary file into SCX shards and write the tokenizer manifest (manifest.json).
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from matrixctl.cli.common import JsonOption, QuietOption
+from matrixctl.cli.common import JsonOption, QuietOption, SpoolLimitOption
 
 app = typer.Typer(
     help="The π symbol-map tokenizer: text to a token stream (encode) and back (decode).",
@@ -70,6 +70,7 @@ def encode(
     ] = 1,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
+    spool_limit: SpoolLimitOption = None,
 ) -> None:
     """Encode UTF-8 text into a token stream (`MXTOKENS`) that `pack atoms` reads, or into ids
     a person can read (--ids, --json).
@@ -118,6 +119,7 @@ def decode(
         ),
     ] = DecodeErrors.STRICT,
     quiet: QuietOption = False,
+    spool_limit: SpoolLimitOption = None,
 ) -> None:
     """Decode token ids back into UTF-8 text (the exact inverse of encode, after normalization).
 

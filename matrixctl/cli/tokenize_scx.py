@@ -6,7 +6,15 @@ from typing import Annotated, Any
 
 import typer
 
-from matrixctl.cli.common import JsonOption, QuietOption, emit_json, note, progress, warn
+from matrixctl.cli.common import (
+    JsonOption,
+    QuietOption,
+    SpoolLimitOption,
+    emit_json,
+    note,
+    progress,
+    warn,
+)
 
 app = typer.Typer(
     help="SCX (SCX-TOK-V1): a byte tokenizer whose merges come from a signed registry file; "
@@ -242,6 +250,7 @@ def encode(
     ] = 1,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
+    spool_limit: SpoolLimitOption = None,
 ) -> None:
     """Encode bytes into an SCX-TOK-V1 token stream (a matrixctl token stream, uint16).
 
@@ -345,6 +354,7 @@ def decode(
     ] = False,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
+    spool_limit: SpoolLimitOption = None,
 ) -> None:
     """Decode an SCX token stream back into the exact bytes (the strict inverse of encode).
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from matrixctl.cli.common import JsonOption, QuietOption, emit_json
+from matrixctl.cli.common import JsonOption, QuietOption, SpoolLimitOption, emit_json
 
 
 def verify(
@@ -29,15 +29,7 @@ def verify(
             "warning instead of an error (also MATRIXCTL_ALLOW_UNKNOWN_DIGEST=1).",
         ),
     ] = False,
-    spool_limit: Annotated[
-        str | None,
-        typer.Option(
-            "--spool-limit",
-            metavar="SIZE",
-            help="Refuse stdin or a pipe/device path longer than SIZE (e.g. 512M; default 4G, "
-            "or MATRIXCTL_SPOOL_LIMIT).",
-        ),
-    ] = None,
+    spool_limit: SpoolLimitOption = None,
 ) -> None:
     """Check files completely: structure, sizes, offsets, padding, checksums, id ranges.
 
@@ -48,11 +40,9 @@ def verify(
     findings that only follow from a truncated file's root cause.
     """
     from matrixctl.integrity import set_allow_unknown
-    from matrixctl.io import set_spool_limit
     from matrixctl.validate.engine import examine
 
     set_allow_unknown(allow_unknown_digest)
-    set_spool_limit(spool_limit)
 
     reports = [examine(path, scan=True)[0] for path in paths]
     worst = max(r.exit_code(strict) for r in reports)

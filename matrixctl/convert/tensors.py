@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from matrixctl import codes, tensors
 from matrixctl.convert import Result
 from matrixctl.errors import FormatError, UsageError
-from matrixctl.io import STDIO, HashingWriter, atomic_output
+from matrixctl.io import STDIO, HashingWriter, atomic_output, output_set
 from matrixctl.opening import open_with_options
 from matrixctl.tensors import (
     DTYPES,
@@ -501,6 +501,8 @@ def _run(
     tick: Callable[[int], None] = bar.advance if bar is not None else (lambda n: None)
     hashing = None
     with contextlib.ExitStack() as stack:
+        if getattr(sink, "writes_set", False) and dst_path != STDIO:
+            stack.enter_context(output_set(dst_path))  # the files appear together (STB)
         main = stack.enter_context(atomic_output(dst_path, what=f"a {dst_fmt} file"))
         if options.get("sha256") and dst_path != STDIO:
             # Library callers that record the output's SHA-256 (`ingest gguf`): written and

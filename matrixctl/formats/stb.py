@@ -884,6 +884,7 @@ class StbSink(TensorSink):
     keeps_names = False  # the sidecar keeps them
     keeps_metadata = True  # in the sidecar
     accepts = ("per_file",)
+    writes_set = True  # the .stb files and the sidecar appear together (io.output_set)
 
     def refuse(self, info: TensorInfo) -> str | None:
         why = super().refuse(info)

@@ -71,12 +71,13 @@ class Table:
                     self.batches = self.pa.ipc.open_stream(self.source)
                     self.groups = []
                 self.schema = (self.reader or self.batches).schema
-        except (OSError, self.pa.ArrowException) as exc:
+            names = self.schema.names  # decoded here: a name that is not UTF-8 is damage
+        except (OSError, UnicodeDecodeError, self.pa.ArrowException) as exc:
             raise _damaged(name, kind, exc) from None
-        if self.top not in self.schema.names:
+        if self.top not in names:
             raise FormatError(
                 extract.INGEST_TEXT_FIELD,
-                f"has no column {self.top!r} (columns: {', '.join(self.schema.names[:20])})",
+                f"has no column {self.top!r} (columns: {', '.join(names[:20])})",
                 path=name,
                 field=field,
                 hint="choose the column with --text-field",
@@ -94,10 +95,14 @@ class Table:
                 col = self.reader.get_batch(index).column(self.top)
                 for start in range(0, len(col), BATCH_ROWS):
                     yield self._values(col.slice(start, BATCH_ROWS))
-        except (OSError, self.pa.ArrowException) as exc:
+        except (OSError, KeyError, UnicodeDecodeError, self.pa.ArrowException) as exc:
             raise _damaged(self.name, self.kind, exc) from None
 
     def _values(self, col: Any) -> list[Any]:
+        # Arrow IPC buffers are taken as stored: string offsets past the data made to_pylist
+        # fail with SystemError (found by fuzz/fuzz_columnar_arrow.py). A full validation
+        # (offsets, UTF-8) turns damage into ArrowInvalid, reported as INGEST_COLUMNAR.
+        col.validate(full=True)
         values: list[Any] = col.to_pylist()
         for key in self.inner:
             values = [v.get(key) if isinstance(v, dict) else None for v in values]
@@ -110,7 +115,7 @@ class Table:
             try:
                 for batch in self.batches:
                     yield self._values(batch.column(self.top))
-            except (OSError, self.pa.ArrowException) as exc:
+            except (OSError, KeyError, UnicodeDecodeError, self.pa.ArrowException) as exc:
                 raise _damaged(self.name, self.kind, exc) from None
             return
         first, stop = groups if groups is not None else (0, len(self.groups))

@@ -199,9 +199,9 @@ def process_file(sf: SourceFile, state: WorkerState) -> FileResult:
 
 def _open_raw(sf: SourceFile) -> Any:
     if sf.path == "-":
-        import sys
+        from matrixctl.io import open_input_stream
 
-        return contextlib.nullcontext(sys.stdin.buffer)  # stdin is read, never closed
+        return open_input_stream("-")  # never closes stdin; bounded by the spool limit
     return open(sf.path, "rb")
 
 
@@ -971,11 +971,12 @@ def _spool_stdin(sf: SourceFile, spill_dir: str) -> SourceFile:
     """With --jobs > 1, stdin is first copied as it is into the pack's temporary folder, so
     the workers can read it like a file (and a large JSON Lines stream is cut into pieces)."""
     import shutil
-    import sys
+
+    from matrixctl.io import open_input_stream
 
     path = os.path.join(spill_dir, "stdin")
-    with open(path, "wb") as out:
-        shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+    with open_input_stream("-") as src, open(path, "wb") as out:  # bounded: --spool-limit
+        shutil.copyfileobj(src, out, 1 << 20)
     return dataclasses.replace(sf, path=path, size=os.path.getsize(path))
 
 

@@ -4,23 +4,22 @@ Contract (docs/reliability.md, "Ingest packs"):
 
 * A writer builds its folder under a hidden sibling name that carries its owner
   (`matrixctl.io.sibling_temp_name`: `.NAME.mxPID-START-HOST-RANDOM.tmp`); the fallback's old
-  folder is `.NAME.PID-START.XXXXXXXXXXXX.old`, START being the owner's start time (clock
-  ticks since boot, from /proc) so a reused process id is not mistaken for the owner.
+  folder is `.NAME.old.mxPID-START-HOST-RANDOM.tmp` (`matrixctl.io.aside_name`), so
+  `verify` of the folder holding it reports it as STALE_TEMP when its owner is dead.
 * The folder is complete, manifest included, before it is published. Publishing is one
   `renameat2(RENAME_EXCHANGE)` when PACKDIR exists (readers see the old or the new folder,
   never none), or one `rename` when it does not. Where the exchange is not supported the
-  old folder is first renamed to `.NAME.PID-START.XXXXXXXXXXXX.old`, then the new one into
-  place.
-* Every run that writes PACKDIR first removes the `.tmp` and `.old` siblings whose owner is
-  dead; a dead `.old` whose PACKDIR is missing (a kill between the two fallback renames) is
-  renamed back to PACKDIR first, so the previous version is never lost.
+  old folder is first renamed aside, then the new one into place.
+* Every run that writes PACKDIR first removes the temporary and set-aside siblings whose
+  owner is dead; a dead set-aside folder whose PACKDIR is missing (a kill between the two
+  fallback renames) is renamed back to PACKDIR first, so the previous version is never lost.
+  Set-aside names of earlier versions (`.NAME.PID-START.RANDOM.old`) are handled alike.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 
 from matrixctl.errors import from_os_error
@@ -48,22 +47,6 @@ def owner_tag() -> str:
     return f"{pid}-{_start_time(pid) or 0}"
 
 
-def _alive(pid: int, start: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    now = _start_time(pid)
-    return now is None or start in (0, now)
-
-
-def _pattern(dest: str) -> re.Pattern[str]:
-    base = re.escape(os.path.basename(os.path.abspath(dest)))
-    return re.compile(rf"^\.{base}\.(\d+)-(\d+)\.[0-9a-f]{{12}}\.(old)$")
-
-
 def temp_name(dest: str, kind: str = "tmp") -> str:
     folder = os.path.dirname(os.path.abspath(dest))
     base = os.path.basename(os.path.abspath(dest))
@@ -81,30 +64,22 @@ def make_temp_dir(dest: str, holder: list[str]) -> str:
 def clean_stale(dest: str) -> list[str]:
     """Remove the temporary siblings of `dest` left by dead runs; return their names.
 
-    A dead `.old` whose `dest` is missing is renamed back to `dest` instead (the previous
-    version, moved aside by a run killed before it put the new one in place)."""
-    folder = os.path.dirname(os.path.abspath(dest))
-    pattern = _pattern(dest)
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return []
-    removed: list[str] = []
-    for name in names:
-        m = pattern.match(name)
-        if m is None or _alive(int(m.group(1)), int(m.group(2))):
-            continue
-        path = os.path.join(folder, name)
-        if m.group(3) == "old" and not os.path.lexists(dest):
-            with contextlib.suppress(OSError):
-                os.rename(path, dest)
-                continue
-        shutil.rmtree(path, ignore_errors=True)
-        if not os.path.lexists(path):
-            removed.append(name)
+    A dead set-aside folder (`.NAME.old.mx...tmp`, or `.NAME.PID-START.RANDOM.old` of earlier
+    versions) whose `dest` is missing is renamed back to `dest` instead (the previous version,
+    moved aside by a run killed before it put the new one in place)."""
     from matrixctl import io
 
-    for path, _pid in io.stale_temps(folder, os.path.basename(os.path.abspath(dest))):
+    folder = os.path.dirname(os.path.abspath(dest))
+    base = os.path.basename(os.path.abspath(dest))
+    before = {os.path.basename(p) for p, _pid in io.stale_temps(folder, base + ".old")}
+    restored = io.restore_aside(dest)
+    removed = sorted(
+        n
+        for n in before
+        if not os.path.lexists(os.path.join(folder, n))
+        and (restored is None or n != os.path.basename(restored))
+    )
+    for path, _pid in io.stale_temps(folder, base):
         shutil.rmtree(path, ignore_errors=True)
         if not os.path.lexists(path):
             removed.append(os.path.basename(path))
@@ -151,7 +126,9 @@ def publish(tmp: str, dest: str) -> None:
         elif _exchange(tmp, dest):
             old = tmp  # now holds the previous folder
         else:
-            old = temp_name(dest, "old")
+            from matrixctl import io
+
+            old = io.aside_name(dest)  # `.NAME.old.mx...tmp`: verify FOLDER reports it
             os.rename(dest, old)
             try:
                 os.rename(tmp, dest)

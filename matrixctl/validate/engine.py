@@ -183,7 +183,30 @@ def examine(
         _FULL.reset(token)
     if scan and path != "-" and os.path.isdir(path):
         report.findings.extend(_stale_findings(path))
+    elif path != "-":
+        report.findings.extend(_torn_findings(path))
     return report, desc
+
+
+def _torn_findings(path: str) -> list[Finding]:
+    """A file of a set (an STB set) a killed run left half published: TORN_SET, an error."""
+    from matrixctl.io import TORN_SET, set_members
+
+    folder = os.path.dirname(os.path.abspath(path))
+    name = os.path.basename(os.path.abspath(path))
+    members = set_members(folder)
+    if name not in members:
+        return []
+    others = sorted(members)
+    return [
+        finding(
+            TORN_SET,
+            f"is one of {', '.join(others)}, whose replacement a killed run left half done "
+            f"({os.path.basename(members[name])} holds the rest); the next matrixctl run "
+            "writing into this folder completes it",
+            field=name,
+        )
+    ]
 
 
 def _examine_held(
@@ -234,22 +257,36 @@ def _swap_in_progress(path: str) -> bool:
         names = os.listdir(folder)
     except OSError:
         return False
-    return any(n.startswith(f".{base}.") and n.endswith(".tmp") for n in names)
+    from matrixctl.io import stale_temps
+
+    dead = {os.path.basename(p) for p, _pid in stale_temps(folder)}
+    return any(n.startswith(f".{base}.") and n.endswith(".tmp") and n not in dead for n in names)
 
 
 def _stale_findings(folder: str) -> list[Finding]:
     """verify of a folder: the temporary files and folders dead runs left in it."""
-    from matrixctl.io import STALE_TEMP, stale_temps
+    from matrixctl.io import STALE_TEMP, aside_of, stale_temps
 
-    return [
-        finding(
-            STALE_TEMP,
-            f"{os.path.basename(path)}: temporary output of a dead run (pid {pid}); the next run "
-            "writing the same output removes it, or delete it",
-            field=os.path.basename(path),
-        )
-        for path, pid in stale_temps(folder)
-    ]
+    out = []
+    for path, pid in stale_temps(folder):
+        name = os.path.basename(path)
+        dest = aside_of(name)
+        if name.split(".mx")[0].endswith(".set") and os.path.isdir(path):
+            what = (
+                "a file set a run (pid {pid}) was killed while putting in place (verify of "
+                "its files reports TORN_SET); the next run writing into this folder completes it"
+            )
+        elif dest is None:
+            what = "temporary output of a dead run (pid {pid}); the next run writing the same "
+            what += "output removes it, or delete it"
+        else:
+            what = (
+                f"the previous {dest}, set aside by a run (pid {{pid}}) killed while replacing "
+                f"it; the next run writing {dest} puts it back if {dest} is missing, else "
+                "removes it"
+            )
+        out.append(finding(STALE_TEMP, f"{name}: " + what.format(pid=pid), field=name))
+    return out
 
 
 def _examine(
