@@ -45,6 +45,12 @@ INGEST_NO_DOCUMENTS = codes.define(
     "field); an empty pack would look like a successful build.",
     group="ingest",
 )
+INGEST_CHANGED = codes.define(
+    "INGEST_CHANGED",
+    "An input file became shorter while it was ingested (a worker found fewer bytes than the "
+    "file held when it was cut into pieces).",
+    group="ingest",
+)
 MEM_TOKENS = 4 << 20  # a piece of 4 MiB of text (~1.3 Mi tokens) stays in memory
 MEM_DOCS = 1 << 16
 UNIT_MAX_BYTES = 4 << 20  # a work unit: consecutive files up to this many bytes...
@@ -76,6 +82,12 @@ class FileResult:
     records: list[tuple[int, int]] = field(default_factory=list)  # (length, item) in memory
     spill_ids: str | None = None
     spill_records: str | None = None
+    # Tokens in the pack's dtype in a file the writer appends file to file (`direct` mode):
+    # its path, count, largest id and CRC-32.
+    raw_ids: str | None = None
+    raw_count: int = 0
+    raw_max: int = -1
+    raw_crc: int = 0
 
 
 @dataclass
@@ -89,15 +101,24 @@ class WorkerState:
     on_error: str = "fail"  # fail | skip: what a per-file failure does
     strict: bool = False  # a file that is not a document is an error
     on_bytes: Callable[[int], None] | None = None  # progress within a file (--jobs 1)
+    # Worker processes write every unit's tokens to a file in the pack's dtype, so only the
+    # counts travel back and the writer copies the bytes file to file (see _Acc).
+    direct: bool = False
 
 
 _STATE: WorkerState | None = None
 
 
 class _Acc:
-    """A file's tokens and records, in memory until they grow, then in spill files."""
+    """A file's tokens and records, in memory until they grow, then in spill files.
 
-    def __init__(self, spill_dir: str, ordinal: int | str, out_dtype: str = "<u4") -> None:
+    `direct` (worker processes): the tokens always go to one file in the pack's dtype, with
+    their count, largest id and CRC-32 kept as they are written; the writer appends that file
+    to the atoms without reading it (`AtomWriter.append_file`)."""
+
+    def __init__(
+        self, spill_dir: str, ordinal: int | str, out_dtype: str = "<u4", direct: bool = False
+    ) -> None:
         self.spill_dir = spill_dir
         self.out_dtype = out_dtype
         self.ordinal = ordinal
@@ -106,13 +127,38 @@ class _Acc:
         self.records: list[tuple[int, int]] = []
         self.ids_path: str | None = None
         self.recs_path: str | None = None
+        self.direct = direct
+        self.raw_path: str | None = None
+        self.raw_count = 0
+        self.raw_max = -1
+        self.raw_crc = 0
 
     def add(self, ids: np.ndarray) -> None:
         if ids.size:
             self.parts.append(ids)
             self.n += ids.size
             if self.n >= MEM_TOKENS:
-                self._spill_ids()
+                if self.direct:
+                    self._spill_raw()
+                else:
+                    self._spill_ids()
+
+    def _spill_raw(self) -> None:
+        import numpy as np
+
+        from matrixctl.crc import crc32
+
+        if self.raw_path is None:
+            self.raw_path = os.path.join(self.spill_dir, f"{self.ordinal}.raw")
+        block = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts)
+        block = block.astype(self.out_dtype, copy=False)
+        self.raw_max = max(self.raw_max, int(block.max()))
+        data = block.data.cast("B")
+        self.raw_crc = crc32(data, self.raw_crc)
+        with open(self.raw_path, "ab") as fp:
+            fp.write(data)
+        self.raw_count += block.size
+        self.parts, self.n = [], 0
 
     def record(self, length: int, item: int) -> None:
         self.records.append((length, item))
@@ -140,7 +186,16 @@ class _Acc:
     def close(self, result: FileResult) -> None:
         import numpy as np
 
-        if self.ids_path is not None:
+        if self.direct:
+            if self.parts:
+                self._spill_raw()
+            result.raw_ids = self.raw_path
+            result.raw_count, result.raw_max, result.raw_crc = (
+                self.raw_count,
+                self.raw_max,
+                self.raw_crc,
+            )
+        elif self.ids_path is not None:
             if self.parts:
                 self._spill_ids()
             result.spill_ids = self.ids_path
@@ -287,7 +342,12 @@ def _tokenize(
     import numpy as np
 
     assert state.tok is not None
-    acc = _Acc(state.spill_dir, sf.ordinal if piece is None else piece.id, state.out_dtype)
+    acc = _Acc(
+        state.spill_dir,
+        sf.ordinal if piece is None else piece.id,
+        state.out_dtype,
+        state.direct,
+    )
     counters = extract.Counters()
     eos = None if state.eos_id is None else np.array([state.eos_id], dtype=np.int64)
     if piece is not None and piece.kind == "parquet":
@@ -297,8 +357,9 @@ def _tokenize(
             "parquet", sf.path, sf.recorded, state.opts, counters, piece.groups, piece.first_line
         )
     elif piece is not None:
+        data = piece.data if not piece.length else _read_range(sf, piece.start, piece.length)
         docs = extract._jsonl(
-            io.BytesIO(piece.data), sf.recorded, state.opts, counters, piece.first_line, piece.start
+            io.BytesIO(data), sf.recorded, state.opts, counters, piece.first_line, piece.start
         )
     elif kind in extract.COLUMNAR:
         from matrixctl.ingest import columnar
@@ -325,9 +386,28 @@ def _tokenize(
     result.skipped_records = counters.skipped_records
 
 
+def _read_range(sf: SourceFile, start: int, length: int) -> bytes:
+    """The bytes of a ranged piece, read by the worker from the file as stored."""
+    try:
+        with open(sf.path, "rb") as fp:
+            fp.seek(start)
+            data = fp.read(length)
+    except OSError as exc:
+        raise from_os_error(exc, sf.recorded) from None
+    if len(data) != length:
+        raise InputError(
+            INGEST_CHANGED,
+            f"changed while it was read: {length:,} bytes expected at byte {start:,}, "
+            f"{len(data):,} found",
+            path=sf.recorded,
+            offset=start,
+        )
+    return data
+
+
 def _discard(acc: _Acc) -> None:
     """Remove the spill files of a file that is left out or failed."""
-    for path in (acc.ids_path, acc.recs_path):
+    for path in (acc.ids_path, acc.recs_path, acc.raw_path):
         if path:
             with contextlib.suppress(OSError):
                 os.unlink(path)
@@ -363,6 +443,9 @@ class Piece:
     decompressed: int | None = None
     kind: str = "jsonl"
     groups: tuple[int, int] | None = None  # Parquet: the row groups [first, stop)
+    # A piece of a file as stored (not compressed) may travel without its bytes: `data` is
+    # then empty and the worker reads these `length` bytes at `start` itself.
+    length: int = 0
 
 
 def _split_parquet(sf: SourceFile, size: int) -> Iterator[Piece]:
@@ -384,10 +467,22 @@ def _split_parquet(sf: SourceFile, size: int) -> Iterator[Piece]:
         yield piece
 
 
-def split_file(sf: SourceFile, state: WorkerState, size: int = 0) -> Iterator[Piece | None]:
+def split_file(
+    sf: SourceFile,
+    state: WorkerState,
+    size: int = 0,
+    *,
+    hashes: bool = True,
+    ranged: bool = False,
+) -> Iterator[Piece | None]:
     """Cut one source into pieces if it is JSON Lines: yields None (and nothing else) when it
     is not, so the caller hands it out whole. Runs in the main process, reading the stream
-    once, in order: it hashes the stored bytes and counts lines as it cuts."""
+    once, in order: it hashes the stored bytes and counts lines as it cuts.
+
+    `hashes=False` leaves each piece's own SHA-256 out (only a cluster's staged units are
+    checked by it). `ranged=True` cuts a file as stored (not compressed, not stdin) into
+    byte ranges without their bytes: the worker reads its range itself, so the bytes cross
+    no pipe and this process only hashes and cuts."""
     from matrixctl.ingest import inputs
 
     size = size or PIECE_BYTES
@@ -416,7 +511,12 @@ def split_file(sf: SourceFile, state: WorkerState, size: int = 0) -> Iterator[Pi
             if kind != "jsonl":
                 yield None
                 return
-            yield from _cut(sf, stream, reader, dec, compression, size, state.opts.max_doc)
+            if ranged and compression is None and sf.path != "-":
+                yield from _cut_ranges(sf, stream, reader, size, state.opts.max_doc)
+                return
+            yield from _cut(
+                sf, stream, reader, dec, compression, size, state.opts.max_doc, hashes=hashes
+            )
         except OSError as exc:
             raise from_os_error(exc, sf.recorded) from None
 
@@ -429,6 +529,8 @@ def _cut(
     compression: str | None,
     size: int,
     max_doc: int,
+    *,
+    hashes: bool = True,
 ) -> Iterator[Piece]:
     import hashlib
 
@@ -465,7 +567,7 @@ def _cut(
             lines,
             count,
             body,
-            "sha256:" + hashlib.sha256(body).hexdigest(),
+            "sha256:" + hashlib.sha256(body).hexdigest() if hashes else "",
             reader.size,
         )
         if pending is not None:
@@ -485,6 +587,59 @@ def _cut(
     pending.stored_end = reader.size
     pending.compression = compression
     pending.decompressed = None if dec is None else dec.produced
+    yield pending
+
+
+def _too_long(sf: SourceFile, line: int, start: int, max_doc: int) -> FormatError:
+    return FormatError(
+        extract.INGEST_TOO_LARGE,
+        f"line {line} is longer than --max-doc-size ({max_doc:,} bytes)",
+        path=sf.recorded,
+        offset=start,
+        field=f"line {line}",
+    )
+
+
+def _cut_ranges(
+    sf: SourceFile, stream: Any, reader: extract.HashingReader, size: int, max_doc: int
+) -> Iterator[Piece]:
+    """The pieces of a JSON Lines file as stored, as byte ranges (see `split_file`): the
+    same cuts as `_cut`, found without copying or keeping any of the bytes."""
+    start = pos = lines = count = index = 0
+    pending: Piece | None = None
+    while True:
+        data = stream.read(size)
+        if data:
+            newline = data.rfind(b"\n")
+            pos += len(data)
+            if newline < 0:
+                if pos - start > max_doc + 1:
+                    raise _too_long(sf, lines + 1, start, max_doc)
+                continue
+            count += data.count(b"\n")
+            end = pos - len(data) + newline + 1
+        else:
+            end = pos
+            if end == start and pending is not None:
+                break
+        piece = Piece(
+            f"{sf.ordinal}:{start}-{end}", sf, index, start, lines, count, b"", "", reader.size
+        )
+        piece.length = end - start
+        if pending is not None:
+            yield pending
+        pending = piece
+        index += 1
+        start = end
+        lines += count
+        count = 0
+        if not data:
+            break
+    assert pending is not None
+    pending.last = True
+    reader.drain()
+    pending.file_sha256 = "sha256:" + reader.sha.hexdigest()
+    pending.file_size = pending.stored_end = reader.size
     yield pending
 
 
@@ -509,7 +664,12 @@ def process_piece(piece: Piece, state: WorkerState) -> FileResult:
 
 
 def plan_work(
-    files: list[SourceFile], state: WorkerState, jobs: int
+    files: list[SourceFile],
+    state: WorkerState,
+    jobs: int,
+    *,
+    hashes: bool = True,
+    ranged: bool = False,
 ) -> Iterator[list[SourceFile] | Piece]:
     """The work units in input order: runs of small files (`plan_units`), and the pieces of
     every large JSON Lines file (`split_file`), so one big file keeps every worker busy.
@@ -518,7 +678,7 @@ def plan_work(
         sf = unit[0]
         # stdin ("-") is never cut here: it is read once (with --jobs N it was spooled first).
         if len(unit) == 1 and state.on_error == "fail" and sf.size >= SPLIT_MIN and sf.path != "-":
-            pieces = split_file(sf, state)
+            pieces = split_file(sf, state, hashes=hashes, ranged=ranged)
             first = next(pieces)
             if first is None:
                 yield unit
@@ -589,6 +749,7 @@ def _init_worker() -> None:
 def _work(unit: list[SourceFile] | Piece, spill_dir: str) -> tuple[str, Any]:
     assert _STATE is not None
     _STATE.spill_dir = spill_dir
+    _STATE.direct = True
     if _STATE.tok is None:
         assert _STATE.smap is not None
         _STATE.tok = pi.Tokenizer(_STATE.smap)
@@ -640,7 +801,7 @@ class Workers:
     def results(self, files: list[SourceFile], spill_dir: str) -> Iterator[FileResult]:
         """Each file's result, in input order."""
         window: deque[Any] = deque()
-        pending = plan_work(files, self.state, self.jobs)
+        pending = plan_work(files, self.state, self.jobs, hashes=False, ranged=True)
         for unit in pending:
             window.append(self.pool.apply_async(_work, (unit, spill_dir)))
             if len(window) >= 2 * self.jobs + 2:
@@ -671,7 +832,7 @@ def ordered_results(files: list[SourceFile], state: WorkerState, jobs: int) -> I
             state.tok = pi.Tokenizer(state.smap)
         # Large JSON Lines and Parquet files go piece by piece here too: each piece's tokens
         # stay in memory instead of the whole file's being spilled and read back.
-        for unit in plan_work(files, state, 1):
+        for unit in plan_work(files, state, 1, hashes=False):
             if isinstance(unit, Piece):
                 yield process_piece(unit, state)
             else:
@@ -1029,7 +1190,11 @@ def _append(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int | None = 
 def _add_payload(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int) -> None:
     import numpy as np
 
-    if res.spill_ids is not None:
+    if res.raw_ids is not None:
+        tokens.flush()
+        pb.atoms.append_file(res.raw_ids, res.raw_count, res.raw_max, res.raw_crc)
+        os.unlink(res.raw_ids)
+    elif res.spill_ids is not None:
         tokens.flush()
         pb.add_tokens_file(res.spill_ids)
         os.unlink(res.spill_ids)
