@@ -140,7 +140,7 @@ def _docs(
                 path=name,
                 field=opts.text_field,
             )
-        yield row, iter([value.replace("\r\n", "\n")])
+        yield row, iter([extract.crlf(value)])
 
 
 def row_group_pieces(path: str, name: str, target: int) -> list[tuple[int, int, int]]:

@@ -200,7 +200,7 @@ class _Acc:
                 self._spill_ids()
             result.spill_ids = self.ids_path
         elif self.parts:
-            result.ids = np.concatenate(self.parts).astype(self.out_dtype)
+            result.ids = np.concatenate(self.parts).astype(self.out_dtype, copy=False)
         if self.recs_path is not None:
             if self.records:
                 self._spill_records()
@@ -210,25 +210,34 @@ class _Acc:
 
 
 def _encode_doc(tok: pi.Tokenizer, pieces: Iterator[str], acc: _Acc) -> int:
+    """One document's tokens into `acc`, in the tokenizer's own dtype (uint16 for a map of at
+    most 65,536 ids): the kernel writes them at that width, no int64 array is made."""
+    import numpy as np
+
     first = next(pieces, None)
     if first is None:
         return 0
     second = next(pieces, None)
     if second is None:
-        ids = tok.encode(first)
+        data = tok.prepare(first)
+        if not data:
+            return 0
+        if tok.prefix:
+            data = tok.prefix + data
+        ids = np.frombuffer(tok.trie.match(data, len(data), tok.itemsize)[0], dtype=tok.dtype)
         acc.add(ids)
         return int(ids.size)
     enc = tok.stream()
     n = 0
     for piece in (first, second):
-        ids = enc.feed(piece)
+        ids = np.frombuffer(enc.feed_bytes(piece), dtype=tok.dtype)
         acc.add(ids)
         n += ids.size
     for piece in pieces:
-        ids = enc.feed(piece)
+        ids = np.frombuffer(enc.feed_bytes(piece), dtype=tok.dtype)
         acc.add(ids)
         n += ids.size
-    ids = enc.finish()
+    ids = np.frombuffer(enc.finish_bytes(), dtype=tok.dtype)
     acc.add(ids)
     return int(n + ids.size)
 
@@ -349,7 +358,7 @@ def _tokenize(
         state.direct,
     )
     counters = extract.Counters()
-    eos = None if state.eos_id is None else np.array([state.eos_id], dtype=np.int64)
+    eos = None if state.eos_id is None else np.array([state.eos_id], dtype=state.tok.dtype)
     if piece is not None and piece.kind == "parquet":
         from matrixctl.ingest import columnar
 
