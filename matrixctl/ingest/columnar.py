@@ -17,7 +17,9 @@ from typing import Any
 from matrixctl.errors import FormatError
 from matrixctl.ingest import extract
 
-BATCH_ROWS = 1024  # rows converted to Python strings at a time
+BATCH_ROWS = 1024  # rows converted to Python strings at a time, at most...
+BATCH_BYTES = 1 << 20  # ...and about this many bytes of text (from the footer's sizes)
+READ_BUFFER = 1 << 20  # a column chunk is read through a buffer this large, not whole
 
 
 def _pyarrow(name: str) -> Any:
@@ -50,11 +52,20 @@ class Table:
         self.top, *self.inner = field.split(".")
         try:
             if kind == "parquet":
-                self.pf = self.pa.parquet.ParquetFile(path)
+                # Memory (docs/inputs.md, "Memory"): the column chunk streams through a
+                # buffer, batches hold about BATCH_BYTES of text, and the pool gives back
+                # what it holds after each row group (`group_texts`).
+                self.pf = self.pa.parquet.ParquetFile(
+                    path, buffer_size=READ_BUFFER, pre_buffer=False
+                )
                 self.schema = self.pf.schema_arrow
-                self.groups = [
-                    self.pf.metadata.row_group(i).num_rows
-                    for i in range(self.pf.metadata.num_row_groups)
+                meta = self.pf.metadata
+                self.groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+                self.rows = [
+                    max(1, min(BATCH_ROWS, BATCH_BYTES * rows // max(1, group.total_byte_size)))
+                    for rows, group in (
+                        (n, meta.row_group(i)) for i, n in enumerate(self.groups)
+                    )
                 ]
             else:
                 self.source = self.pa.memory_map(path, "r")
@@ -87,9 +98,16 @@ class Table:
         try:
             if self.kind == "parquet":
                 for batch in self.pf.iter_batches(
-                    batch_size=BATCH_ROWS, row_groups=[index], columns=[self.top]
+                    batch_size=self.rows[index],
+                    row_groups=[index],
+                    columns=[self.top],
+                    use_threads=False,  # one column: threads only add buffers
                 ):
                     yield self._values(batch.column(0))
+                    del batch
+                release = getattr(self.pa.default_memory_pool(), "release_unused", None)
+                if release is not None:
+                    release()
             else:
                 col = self.reader.get_batch(index).column(self.top)
                 for start in range(0, len(col), BATCH_ROWS):
