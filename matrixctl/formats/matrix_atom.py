@@ -368,8 +368,7 @@ class AtomWriter:
             return
         width = np.dtype(self._np_dtype).itemsize
         if (
-            max_id >= UINT16_LIMIT
-            and self.dtype == "uint16"
+            (max_id >= UINT16_LIMIT and self.dtype == "uint16")
             or (self.vocab_size is not None and max_id >= self.vocab_size)
             or max_id > MAX_ID
             or os.path.getsize(path) != count * width

@@ -63,9 +63,7 @@ class Table:
                 self.groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
                 self.rows = [
                     max(1, min(BATCH_ROWS, BATCH_BYTES * rows // max(1, group.total_byte_size)))
-                    for rows, group in (
-                        (n, meta.row_group(i)) for i, n in enumerate(self.groups)
-                    )
+                    for rows, group in ((n, meta.row_group(i)) for i, n in enumerate(self.groups))
                 ]
             else:
                 self.source = self.pa.memory_map(path, "r")
@@ -179,6 +177,26 @@ def row_group_pieces(path: str, name: str, target: int) -> list[tuple[int, int, 
             pieces.append((first, i + 1, before))
             first, before, size = i + 1, rows, 0
     return pieces or [(0, 0, 0)]
+
+
+def row_group_ends(path: str, name: str) -> list[int]:
+    """The byte where each row group ends in the file (its column chunks' last byte, from the
+    footer): how far the progress of a file read in runs of row groups has come."""
+    pa = _pyarrow(name)
+    try:
+        meta = pa.parquet.ParquetFile(path).metadata
+        ends: list[int] = []
+        for i in range(meta.num_row_groups):
+            group = meta.row_group(i)
+            end = 0
+            for c in range(group.num_columns):
+                col = group.column(c)
+                begin = col.dictionary_page_offset or col.data_page_offset
+                end = max(end, begin + col.total_compressed_size)
+            ends.append(max(end, ends[-1] if ends else 0))
+    except (OSError, pa.ArrowException) as exc:
+        raise _damaged(name, "parquet", exc) from None
+    return ends
 
 
 def documents(

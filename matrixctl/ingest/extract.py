@@ -250,11 +250,12 @@ def decode_whole(data: bytes, name: str, opts: Options) -> str:
     return text.removeprefix("\ufeff")
 
 
-def iter_decoded(fp: HashingReader, name: str, opts: Options) -> Iterator[str]:
-    """Stream UTF-8 text in pieces with CRLF and lone CR turned into LF; BOM dropped."""
+def iter_decoded(fp: Any, name: str, opts: Options, offset: int = 0) -> Iterator[str]:
+    """Stream UTF-8 text in pieces with CRLF and lone CR turned into LF; BOM dropped. `offset`:
+    where `fp` starts in its file (a piece of it), for the offsets errors give."""
     errors = "replace" if opts.encoding_errors == "replace" else "strict"
     decoder = codecs.getincrementaldecoder("utf-8")(errors)
-    consumed = 0
+    consumed = offset
     first = True
     held_cr = False
     while True:

@@ -104,6 +104,7 @@ class WorkerState:
     # Worker processes write every unit's tokens to a file in the pack's dtype, so only the
     # counts travel back and the writer copies the bytes file to file (see _Acc).
     direct: bool = False
+    text_followers: bytes | None = None  # cache of text_cut_followers (b"": never cut)
 
 
 _STATE: WorkerState | None = None
@@ -365,6 +366,9 @@ def _tokenize(
         docs = columnar.documents(
             "parquet", sf.path, sf.recorded, state.opts, counters, piece.groups, piece.first_line
         )
+    elif piece is not None and piece.kind == "text":
+        part = _RangeReader(sf, piece.start, piece.length)
+        docs = iter([(0, extract.iter_decoded(part, sf.recorded, state.opts, piece.start))])
     elif piece is not None:
         data = piece.data if not piece.length else _read_range(sf, piece.start, piece.length)
         docs = extract._jsonl(
@@ -377,6 +381,12 @@ def _tokenize(
     else:
         docs = extract.documents(kind, stream, sf.recorded, state.opts, counters)
     try:
+        if piece is not None and piece.kind == "text":
+            # A piece of one document: its tokens only. The writer counts the document, adds
+            # its end-of-document token and its index record after the last piece.
+            for _, pieces in docs:
+                result.tokens += _encode_doc(state.tok, pieces, acc)
+            docs = iter(())
         for item, pieces in docs:
             n = _encode_doc(state.tok, pieces, acc)
             if n == 0:
@@ -412,6 +422,24 @@ def _read_range(sf: SourceFile, start: int, length: int) -> bytes:
             offset=start,
         )
     return data
+
+
+class _RangeReader:
+    """`length` bytes of a file from `start`, read as a stream (a piece of a text file)."""
+
+    def __init__(self, sf: SourceFile, start: int, length: int) -> None:
+        self.sf = sf
+        self.pos = start
+        self.left = length
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        if n <= 0:
+            return b""
+        data = _read_range(self.sf, self.pos, n)
+        self.pos += n
+        self.left -= n
+        return data
 
 
 def _discard(acc: _Acc) -> None:
@@ -462,11 +490,13 @@ def _split_parquet(sf: SourceFile, size: int) -> Iterator[Piece]:
     from matrixctl.ingest import columnar
 
     ranges = columnar.row_group_pieces(sf.path, sf.recorded, size)
+    ends = columnar.row_group_ends(sf.path, sf.recorded)
     for index, (first, stop, rows) in enumerate(ranges):
         piece = Piece(
             f"{sf.ordinal}:rg{first}-{stop}", sf, index, first, rows, 0, b"", "", 0, kind="parquet"
         )
         piece.groups = (first, stop)
+        piece.stored_end = ends[stop - 1] if stop > 0 else 0  # progress by bytes
         if index == len(ranges) - 1:
             from matrixctl.io import sha256_file
 
@@ -517,10 +547,15 @@ def split_file(
             if kind == "parquet" and compression is None and sf.path != "-":
                 yield from _split_parquet(sf, size)
                 return
+            as_stored = ranged and compression is None and sf.path != "-"
+            followers = text_cut_followers(state) if kind == "text" and as_stored else None
+            if followers is not None:
+                yield from _cut_ranges(sf, stream, reader, size, state.opts.max_doc, followers)
+                return
             if kind != "jsonl":
                 yield None
                 return
-            if ranged and compression is None and sf.path != "-":
+            if as_stored:
                 yield from _cut_ranges(sf, stream, reader, size, state.opts.max_doc)
                 return
             yield from _cut(
@@ -609,23 +644,73 @@ def _too_long(sf: SourceFile, line: int, start: int, max_doc: int) -> FormatErro
     )
 
 
+def text_cut_followers(state: WorkerState) -> bytes | None:
+    """Where a plain text file (one document) may be cut into pieces that give the same
+    tokens (docs/inputs.md, "Plain text in pieces"): right after a line feed, before an ASCII
+    byte that no symbol of the map has right after a line feed inside it (nor a carriage
+    return, which the text reader turns into a line feed). Returns those
+    bytes (a cut must not be followed by one of them), or None when text is never cut: a map
+    whose space marking adds a prefix to each document or splits words (wordpiece), or
+    `--encoding-errors skip-file` (a file must be skipped whole)."""
+    if state.opts.encoding_errors == "skip-file" or state.smap is None:
+        return None
+    if state.text_followers is not None:
+        return state.text_followers or None
+    smap = state.smap
+    marking = smap.space_marking
+    followers = bytearray()
+    if marking is None or not (marking.scheme == "wordpiece" or marking.adds_prefix):
+        for sid, text in smap.symbols:
+            if sid in smap.specials or "\n" not in text:
+                continue
+            key = smap.key(text)
+            at = key.find(b"\n")
+            while 0 <= at < len(key) - 1:
+                if key[at + 1] not in followers:
+                    followers.append(key[at + 1])
+                at = key.find(b"\n", at + 1)
+        followers.append(0)  # never empty: b"" means "never cut" in the cache
+    state.text_followers = bytes(followers) if followers else b""
+    return state.text_followers or None
+
+
+def _text_cut(data: bytes, followers: bytes) -> int:
+    """The index of the last line feed in `data` after which a text file may be cut, or -1."""
+    at = len(data) - 1
+    while True:
+        at = data.rfind(b"\n", 0, at)
+        if at < 0:
+            return -1
+        nxt = data[at + 1]
+        if nxt < 0x80 and nxt != 0x0D and nxt not in followers:  # CR is read as a line feed
+            return at
+
+
 def _cut_ranges(
-    sf: SourceFile, stream: Any, reader: extract.HashingReader, size: int, max_doc: int
+    sf: SourceFile,
+    stream: Any,
+    reader: extract.HashingReader,
+    size: int,
+    max_doc: int,
+    followers: bytes | None = None,
 ) -> Iterator[Piece]:
     """The pieces of a JSON Lines file as stored, as byte ranges (see `split_file`): the
-    same cuts as `_cut`, found without copying or keeping any of the bytes."""
+    same cuts as `_cut`, found without copying or keeping any of the bytes. With
+    `followers`, the file is plain text (one document) cut where `text_cut_followers` says."""
     start = pos = lines = count = index = 0
     pending: Piece | None = None
+    kind = "jsonl" if followers is None else "text"
     while True:
         data = stream.read(size)
         if data:
-            newline = data.rfind(b"\n")
+            newline = data.rfind(b"\n") if followers is None else _text_cut(data, followers)
             pos += len(data)
             if newline < 0:
-                if pos - start > max_doc + 1:
+                if followers is None and pos - start > max_doc + 1:
                     raise _too_long(sf, lines + 1, start, max_doc)
                 continue
-            count += data.count(b"\n")
+            if followers is None:
+                count += data.count(b"\n")
             end = pos - len(data) + newline + 1
         else:
             end = pos
@@ -635,6 +720,7 @@ def _cut_ranges(
             f"{sf.ordinal}:{start}-{end}", sf, index, start, lines, count, b"", "", reader.size
         )
         piece.length = end - start
+        piece.kind = kind
         if pending is not None:
             yield pending
         pending = piece
@@ -1153,6 +1239,8 @@ def _append_piece(pb: Any, res: FileResult, tokens: _TokenBuffer) -> None:
     assert res.piece is not None
     if res.piece.index == 0:
         _append(pb, res, tokens)
+        if res.piece.kind == "text" and res.piece.last:
+            _end_text(pb, tokens)
         return
     entry = pb.sources[-1]
     for key, value in (
@@ -1170,6 +1258,26 @@ def _append_piece(pb: Any, res: FileResult, tokens: _TokenBuffer) -> None:
             decompressed_bytes=res.decompressed,
         )
     _append(pb, res, tokens, len(pb.sources) - 1)
+    if res.piece.kind == "text" and res.piece.last:
+        _end_text(pb, tokens)
+
+
+def _end_text(pb: Any, tokens: _TokenBuffer) -> None:
+    """After the last piece of a plain text file: the document's end-of-document token and
+    index record, as one whole-file unit would have them (or it is counted empty)."""
+    import numpy as np
+
+    entry = pb.sources[-1]
+    n = entry["tokens"]
+    if n == 0:
+        entry["empty_documents"] += 1
+        return
+    if pb.plan.eos_id is not None:
+        tokens.add(np.array([pb.plan.eos_id], dtype=pb.plan.dtype))
+        n += 1
+        entry["tokens"] = n
+    pb.add_record(n, len(pb.sources) - 1, 0)
+    entry["documents"] += 1
 
 
 def _append(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int | None = None) -> None:
