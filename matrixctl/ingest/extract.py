@@ -805,6 +805,7 @@ Doc = tuple[int, Iterator[str]]
 @dataclass
 class Counters:
     skipped_records: int = 0
+    lines: int = 0  # JSON Lines: lines read
 
 
 def _read_whole(fp: Any, name: str, what: str, limit: int = MAX_WHOLE) -> bytes:
@@ -921,6 +922,7 @@ def _jsonl(
     while True:
         raw, fits = _read_line(fp, opts.max_doc + 1)
         if not raw and fits:
+            counters.lines = line_no - first_line
             return
         line_no += 1
         if not fits:
@@ -933,7 +935,7 @@ def _jsonl(
             )
         start = offset
         offset += len(raw)
-        if line_no == 1 and first_line == 0 and raw.startswith(b"\xef\xbb\xbf"):
+        if start == 0 and raw.startswith(b"\xef\xbb\xbf"):  # the file's first line
             raw = raw[3:]
             start += 3
         if fast is not None:

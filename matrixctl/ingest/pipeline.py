@@ -88,6 +88,8 @@ class FileResult:
     raw_count: int = 0
     raw_max: int = -1
     raw_crc: int = 0
+    lines: int = 0  # JSON Lines: the lines read (a piece whose lines the worker counts)
+    item_base: int = 0  # added to the records' items by the writer (set there)
 
 
 @dataclass
@@ -372,7 +374,12 @@ def _tokenize(
     elif piece is not None:
         data = piece.data if not piece.length else _read_range(sf, piece.start, piece.length)
         docs = extract._jsonl(
-            io.BytesIO(data), sf.recorded, state.opts, counters, piece.first_line, piece.start
+            io.BytesIO(data),
+            sf.recorded,
+            state.opts,
+            counters,
+            max(0, piece.first_line),  # -1: counted here from 0, the writer adds the base
+            piece.start,
         )
     elif kind in extract.COLUMNAR:
         from matrixctl.ingest import columnar
@@ -403,6 +410,7 @@ def _tokenize(
         raise
     acc.close(result)
     result.skipped_records = counters.skipped_records
+    result.lines = counters.lines
 
 
 def _read_range(sf: SourceFile, start: int, length: int) -> bytes:
@@ -422,6 +430,22 @@ def _read_range(sf: SourceFile, start: int, length: int) -> bytes:
             offset=start,
         )
     return data
+
+
+def _lines_before(sf: SourceFile, end: int) -> int:
+    """The line feeds in the first `end` bytes of a file as stored."""
+    count = 0
+    try:
+        with open(sf.path, "rb") as fp:
+            while end > 0:
+                block = fp.read(min(end, 8 << 20))
+                if not block:
+                    break
+                count += block.count(b"\n")
+                end -= len(block)
+    except OSError as exc:
+        raise from_os_error(exc, sf.recorded) from None
+    return count
 
 
 class _RangeReader:
@@ -550,13 +574,13 @@ def split_file(
             as_stored = ranged and compression is None and sf.path != "-"
             followers = text_cut_followers(state) if kind == "text" and as_stored else None
             if followers is not None:
-                yield from _cut_ranges(sf, stream, reader, size, state.opts.max_doc, followers)
+                yield from _cut_ranges(sf, size, state.opts.max_doc, followers)
                 return
             if kind != "jsonl":
                 yield None
                 return
             if as_stored:
-                yield from _cut_ranges(sf, stream, reader, size, state.opts.max_doc)
+                yield from _cut_ranges(sf, size, state.opts.max_doc)
                 return
             yield from _cut(
                 sf, stream, reader, dec, compression, size, state.opts.max_doc, hashes=hashes
@@ -674,9 +698,10 @@ def text_cut_followers(state: WorkerState) -> bytes | None:
     return state.text_followers or None
 
 
-def _text_cut(data: bytes, followers: bytes) -> int:
-    """The index of the last line feed in `data` after which a text file may be cut, or -1."""
-    at = len(data) - 1
+def _text_cut(data: bytearray, n: int, followers: bytes) -> int:
+    """The index of the last line feed in `data[:n]` after which a text file may be cut, or
+    -1."""
+    at = n - 1
     while True:
         at = data.rfind(b"\n", 0, at)
         if at < 0:
@@ -687,54 +712,57 @@ def _text_cut(data: bytes, followers: bytes) -> int:
 
 
 def _cut_ranges(
-    sf: SourceFile,
-    stream: Any,
-    reader: extract.HashingReader,
-    size: int,
-    max_doc: int,
-    followers: bytes | None = None,
+    sf: SourceFile, size: int, max_doc: int, followers: bytes | None = None
 ) -> Iterator[Piece]:
     """The pieces of a JSON Lines file as stored, as byte ranges (see `split_file`): the
-    same cuts as `_cut`, found without copying or keeping any of the bytes. With
-    `followers`, the file is plain text (one document) cut where `text_cut_followers` says."""
-    start = pos = lines = count = index = 0
+    same cuts as `_cut`, found without keeping any of the bytes. The file is read again from
+    its start into one reused buffer (no allocation per read), hashed there, and searched for
+    the last line end of each read. With `followers`, the file is plain text (one document)
+    cut where `text_cut_followers` says."""
+    import hashlib
+
+    sha = hashlib.sha256()
+    buf = bytearray(size)
+    view = memoryview(buf)
+    start = pos = index = 0
     pending: Piece | None = None
     kind = "jsonl" if followers is None else "text"
-    while True:
-        data = stream.read(size)
-        if data:
-            newline = data.rfind(b"\n") if followers is None else _text_cut(data, followers)
-            pos += len(data)
-            if newline < 0:
-                if followers is None and pos - start > max_doc + 1:
-                    raise _too_long(sf, lines + 1, start, max_doc)
-                continue
-            if followers is None:
-                count += data.count(b"\n")
-            end = pos - len(data) + newline + 1
-        else:
-            end = pos
-            if end == start and pending is not None:
+    with open(sf.path, "rb", buffering=0) as fp:
+        while True:
+            n = fp.readinto(view)
+            if n:
+                sha.update(view[:n])
+                if followers is None:
+                    newline = buf.rfind(b"\n", 0, n)
+                else:
+                    newline = _text_cut(buf, n, followers)
+                pos += n
+                if newline < 0:
+                    if followers is None and pos - start > max_doc + 1:
+                        raise _too_long(sf, _lines_before(sf, start) + 1, start, max_doc)
+                    continue
+                end = pos - n + newline + 1
+            else:
+                end = pos
+                if end == start and pending is not None:
+                    break
+            # Lines are not counted here (a pass over every byte on the serial path): the
+            # worker counts its piece's lines from 0 (first_line -1), the writer adds the
+            # lines before it.
+            piece = Piece(f"{sf.ordinal}:{start}-{end}", sf, index, start, -1, -1, b"", "", pos)
+            piece.length = end - start
+            piece.kind = kind
+            if pending is not None:
+                yield pending
+            pending = piece
+            index += 1
+            start = end
+            if not n:
                 break
-        piece = Piece(
-            f"{sf.ordinal}:{start}-{end}", sf, index, start, lines, count, b"", "", reader.size
-        )
-        piece.length = end - start
-        piece.kind = kind
-        if pending is not None:
-            yield pending
-        pending = piece
-        index += 1
-        start = end
-        lines += count
-        count = 0
-        if not data:
-            break
     assert pending is not None
     pending.last = True
-    reader.drain()
-    pending.file_sha256 = "sha256:" + reader.sha.hexdigest()
-    pending.file_size = pending.stored_end = reader.size
+    pending.file_sha256 = "sha256:" + sha.hexdigest()
+    pending.file_size = pending.stored_end = pos
     yield pending
 
 
@@ -742,7 +770,24 @@ def process_piece(piece: Piece, state: WorkerState) -> FileResult:
     """Tokenize one piece (runs in a worker); the result carries the piece without its data."""
     result = FileResult(piece.source, piece.kind)
     try:
-        _tokenize(piece.source, piece.kind, None, state, result, piece)
+        try:
+            _tokenize(piece.source, piece.kind, None, state, result, piece)
+        except FormatError:
+            if piece.first_line >= 0:
+                raise
+            # The error names lines counted from the piece's start: count the lines before
+            # it (an error is rare, so its cost is paid only here) and read it again for
+            # the file's own line numbers.
+            base = _lines_before(piece.source, piece.start)
+            _tokenize(
+                piece.source,
+                piece.kind,
+                None,
+                state,
+                FileResult(piece.source, piece.kind),
+                dataclasses.replace(piece, first_line=base),
+            )
+            raise
     except FormatError as err:
         if piece.compression is not None and err.offset is not None:
             err.message += f" (offset into the {piece.compression}-decompressed stream)"
@@ -1120,8 +1165,13 @@ def _ingest(
             results = ordered_results(files, state, 1)
         tokens = _TokenBuffer(pb)
         split_at = 0  # stored bytes of the file being read in pieces, already counted
+        lines_before = 0  # lines of the file being read in pieces, before this piece
         for res in results:
             if res.piece is not None:
+                if res.piece.first_line < 0:  # a piece whose lines its worker counted
+                    lines_before = 0 if res.piece.index == 0 else lines_before
+                    res.item_base = lines_before
+                    lines_before += res.lines
                 ntokens += res.tokens
                 _append_piece(pb, res, tokens)
                 nbytes += res.piece.stored_end - split_at
@@ -1324,7 +1374,7 @@ def _add_payload(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int) -> 
                 if not block:
                     break
                 for length, item in np.frombuffer(block, dtype="<u8").reshape(-1, 2).tolist():
-                    pb.add_record(length, index, item)
+                    pb.add_record(length, index, item + res.item_base)
         os.unlink(res.spill_records)
     for length, item in res.records:
-        pb.add_record(length, index, item)
+        pb.add_record(length, index, item + res.item_base)
