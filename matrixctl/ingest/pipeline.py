@@ -716,22 +716,33 @@ def _cut_ranges(
 ) -> Iterator[Piece]:
     """The pieces of a JSON Lines file as stored, as byte ranges (see `split_file`): the
     same cuts as `_cut`, found without keeping any of the bytes. The file is read again from
-    its start into one reused buffer (no allocation per read), hashed there, and searched for
-    the last line end of each read. With `followers`, the file is plain text (one document)
-    cut where `text_cut_followers` says."""
+    its start into two buffers in turn (no allocation per read); each read is hashed on a
+    helper thread (hashlib releases the GIL) while this one searches it for its last line end
+    and reads the next. With `followers`, the file is plain text (one document) cut where
+    `text_cut_followers` says."""
     import hashlib
+    from concurrent.futures import ThreadPoolExecutor
 
     sha = hashlib.sha256()
-    buf = bytearray(size)
-    view = memoryview(buf)
-    start = pos = index = 0
+    bufs = [bytearray(size), bytearray(size)]
+    hashing: list[Any] = [None, None]  # the hash of each buffer's last read, in flight
+    start = pos = index = reads = 0
     pending: Piece | None = None
     kind = "jsonl" if followers is None else "text"
-    with open(sf.path, "rb", buffering=0) as fp:
+    with (
+        open(sf.path, "rb", buffering=0) as fp,
+        ThreadPoolExecutor(1, thread_name_prefix="matrixctl-hash") as hasher,
+    ):
         while True:
+            which = reads % 2
+            reads += 1
+            buf = bufs[which]
+            if hashing[which] is not None:
+                hashing[which].result()  # its last read is hashed: the buffer is free
+            view = memoryview(buf)
             n = fp.readinto(view)
             if n:
-                sha.update(view[:n])
+                hashing[which] = hasher.submit(sha.update, view[:n])
                 if followers is None:
                     newline = buf.rfind(b"\n", 0, n)
                 else:
@@ -759,6 +770,9 @@ def _cut_ranges(
             start = end
             if not n:
                 break
+        for future in hashing:
+            if future is not None:
+                future.result()
     assert pending is not None
     pending.last = True
     pending.file_sha256 = "sha256:" + sha.hexdigest()
@@ -972,7 +986,7 @@ def ordered_results(files: list[SourceFile], state: WorkerState, jobs: int) -> I
             state.tok = pi.Tokenizer(state.smap)
         # Large JSON Lines and Parquet files go piece by piece here too: each piece's tokens
         # stay in memory instead of the whole file's being spilled and read back.
-        for unit in plan_work(files, state, 1, hashes=False):
+        for unit in plan_work(files, state, 1, hashes=False, ranged=True):
             if isinstance(unit, Piece):
                 yield process_piece(unit, state)
             else:
