@@ -18,6 +18,7 @@ from matrixctl.codes import Severity
 from matrixctl.convert.tensors import open_source
 from matrixctl.errors import FormatError
 from matrixctl.formats import embd
+from matrixctl.tensors import DTYPES
 from matrixctl.validate.engine import examine
 from tests import golden_embd as ge
 from tests.conftest import run_cli, run_sub
@@ -656,7 +657,7 @@ def test_round_trip_is_byte_identical(tensors, tokens, via) -> None:
 
     arrays = {}
     for name, (dtype, shape, seed) in tensors.items():
-        d = embd.DTYPES[dtype]
+        d = DTYPES[dtype]
         n = int(np.prod(shape)) * d.itemsize
         raw = (seed * (n // max(len(seed), 1) + 1))[:n] if seed else bytes(n)
         if dtype == "bf16":
