@@ -772,6 +772,21 @@ def test_bad_utf8_in_a_later_text_piece_names_the_file_offset(tmp_path: Path) ->
         assert "INGEST_UTF8" in err and f"offset {bad} " in err, err
 
 
+def test_a_file_that_shrinks_under_a_worker_is_one_error(tmp_path: Path) -> None:
+    """Decision: a worker that finds fewer bytes than the range the main process cut (the
+    file was cut short meanwhile) stops the ingest with INGEST_CHANGED, naming the offset."""
+    from matrixctl.errors import InputError
+    from matrixctl.ingest.sources import SourceFile
+
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(b'{"text": "a"}\n' * 100)
+    sf = SourceFile(0, str(path), "one.jsonl", 1400, True)
+    assert pipeline._read_range(sf, 14, 28) == b'{"text": "a"}\n' * 2
+    with pytest.raises(InputError) as caught:
+        pipeline._read_range(sf, 1386, 28)
+    assert caught.value.code == "INGEST_CHANGED" and caught.value.offset == 1386
+
+
 def _ticks(tmp_path: Path, src: Path, jobs: int, name: str) -> list[tuple[int, int, int]]:
     ticks: list[tuple[int, int, int]] = []
     pipeline.ingest_docs(
