@@ -19,7 +19,6 @@ from matrixctl.ingest import extract
 
 BATCH_ROWS = 1024  # rows converted to Python strings at a time, at most...
 BATCH_BYTES = 1 << 20  # ...and about this many bytes of text (from the footer's sizes)
-READ_BUFFER = 1 << 20  # a column chunk is read through a buffer this large, not whole
 
 
 def _pyarrow(name: str) -> Any:
@@ -52,12 +51,9 @@ class Table:
         self.top, *self.inner = field.split(".")
         try:
             if kind == "parquet":
-                # Memory (docs/inputs.md, "Memory"): the column chunk streams through a
-                # buffer, batches hold about BATCH_BYTES of text, and the pool gives back
-                # what it holds after each row group (`group_texts`).
-                self.pf = self.pa.parquet.ParquetFile(
-                    path, buffer_size=READ_BUFFER, pre_buffer=False
-                )
+                # Memory (docs/inputs.md, "Parquet and Arrow"): batches hold about
+                # BATCH_BYTES of text and are decoded on this thread only (`group_texts`).
+                self.pf = self.pa.parquet.ParquetFile(path)
                 self.schema = self.pf.schema_arrow
                 meta = self.pf.metadata
                 self.groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
@@ -102,10 +98,6 @@ class Table:
                     use_threads=False,  # one column: threads only add buffers
                 ):
                     yield self._values(batch.column(0))
-                    del batch
-                release = getattr(self.pa.default_memory_pool(), "release_unused", None)
-                if release is not None:
-                    release()
             else:
                 col = self.reader.get_batch(index).column(self.top)
                 for start in range(0, len(col), BATCH_ROWS):
