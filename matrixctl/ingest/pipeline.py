@@ -7,11 +7,14 @@
   about the same number of bytes (`plan_units`), at most 2N + 2 units in flight, and the writer
   consumes the results strictly in input order. The output bytes therefore do not depend on N,
   on how the files are grouped into units, or on which worker finishes first.
-- A worker keeps a file's tokens in memory up to 4 Mi tokens / 64 Ki documents, then spills
-  them to a temporary file in the pack's temporary folder, so memory does not grow with the
-  size of a file or of the corpus (a 5 GB text file streams through in 1 MiB pieces). Tokens
-  travel back already in the pack's dtype (uint16 when the map allows), and the writer appends
-  a unit's in-memory tokens with one write.
+- A worker process writes every unit's tokens, in the pack's dtype, to a file in the pack's
+  temporary folder and sends back only their count, largest id and CRC-32; the writer appends
+  the file to the atoms with `os.copy_file_range` (docs/inputs.md, "What crosses between
+  processes"). Pieces of a file as stored go to the workers as byte ranges, not bytes.
+- With `--jobs 1` a unit's tokens stay in memory up to 4 Mi tokens, then go to such a file;
+  records spill past 64 Ki documents. Memory does not grow with the size of a file or of the
+  corpus (a 5 GB text file streams through in 1 MiB pieces). `--executor dask` keeps the
+  uint32 spill files its staging knows.
 """
 
 from __future__ import annotations
@@ -106,6 +109,9 @@ class WorkerState:
     # Worker processes write every unit's tokens to a file in the pack's dtype, so only the
     # counts travel back and the writer copies the bytes file to file (see _Acc).
     direct: bool = False
+    # --jobs 1: tokens stay in memory, and past MEM_TOKENS go to such a file too (not to the
+    # uint32 spill that is read back and converted).
+    raw_spill: bool = False
     text_followers: bytes | None = None  # cache of text_cut_followers (b"": never cut)
 
 
@@ -120,7 +126,12 @@ class _Acc:
     to the atoms without reading it (`AtomWriter.append_file`)."""
 
     def __init__(
-        self, spill_dir: str, ordinal: int | str, out_dtype: str = "<u4", direct: bool = False
+        self,
+        spill_dir: str,
+        ordinal: int | str,
+        out_dtype: str = "<u4",
+        direct: bool = False,
+        raw_spill: bool = False,
     ) -> None:
         self.spill_dir = spill_dir
         self.out_dtype = out_dtype
@@ -131,6 +142,7 @@ class _Acc:
         self.ids_path: str | None = None
         self.recs_path: str | None = None
         self.direct = direct
+        self.raw_spill = raw_spill
         self.raw_path: str | None = None
         self.raw_count = 0
         self.raw_max = -1
@@ -141,7 +153,7 @@ class _Acc:
             self.parts.append(ids)
             self.n += ids.size
             if self.n >= MEM_TOKENS:
-                if self.direct:
+                if self.direct or self.raw_spill:
                     self._spill_raw()
                 else:
                     self._spill_ids()
@@ -189,7 +201,7 @@ class _Acc:
     def close(self, result: FileResult) -> None:
         import numpy as np
 
-        if self.direct:
+        if self.direct or self.raw_path is not None:
             if self.parts:
                 self._spill_raw()
             result.raw_ids = self.raw_path
@@ -359,6 +371,7 @@ def _tokenize(
         sf.ordinal if piece is None else piece.id,
         state.out_dtype,
         state.direct,
+        state.raw_spill,
     )
     counters = extract.Counters()
     eos = None if state.eos_id is None else np.array([state.eos_id], dtype=state.tok.dtype)
@@ -984,6 +997,7 @@ def ordered_results(files: list[SourceFile], state: WorkerState, jobs: int) -> I
         if state.tok is None:
             assert state.smap is not None
             state.tok = pi.Tokenizer(state.smap)
+        state.raw_spill = True
         # Large JSON Lines and Parquet files go piece by piece here too: each piece's tokens
         # stay in memory instead of the whole file's being spilled and read back.
         for unit in plan_work(files, state, 1, hashes=False, ranged=True):
