@@ -1,4 +1,5 @@
-"""CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320, the zlib CRC).
+"""CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320, the zlib CRC), and CRC-32C (Castagnoli,
+the zTensor digest) through the compiled kernel `matrixctl/_crc_kernel.c`.
 
 zlib-ng's implementation (PCLMULQDQ/AVX2 folding) measured 13 GiB/s against 3.5 GiB/s for
 CPython's `zlib.crc32` on the development machine (docs/benchmarks.md), and gives identical
@@ -31,6 +32,14 @@ def crc32(data: Any, value: int = 0) -> int:
     """CRC-32 of a bytes-like object, continuing from `value`."""
     fn = _crc32 or _load()
     return fn(data, value) & 0xFFFFFFFF
+
+
+def crc32c(data: Any, value: int = 0) -> int:
+    """CRC-32C of any bytes-like object (mapped-file slices included: no copy, no numpy),
+    continuing from the finished value `value` (google_crc32c.extend's convention)."""
+    from matrixctl._crc_kernel import crc32c as kernel
+
+    return kernel(data, value)
 
 
 def crc32_chunked(buf: Any, start: int, end: int, value: int = 0, chunk: int = 8 << 20) -> int:

@@ -158,6 +158,19 @@ def test_npy_writer_gives_numpy_save_bytes(tmp_path: Path, shape: tuple, dtype: 
     assert npy.header_bytes(name, shape) + arr.tobytes() == ref.read_bytes()
 
 
+def test_npy_header_descr_is_numpy_dtype_str_for_every_numeric_dtype(tmp_path: Path) -> None:
+    """Decision: the .npy writer takes `descr` from the dtype table's storage string, without
+    importing numpy (convert's start-up); it must be numpy's own `dtype.str` for every dtype
+    .npy output accepts, so the header is what `numpy.save` writes."""
+    for d in npy.DTYPES.values():
+        if not d.numeric:
+            continue
+        arr = np.zeros((2,), dtype=d.storage)
+        ref = tmp_path / f"{d.name}.npy"
+        np.save(ref, arr)
+        assert npy.header_bytes(d.name, (2,)) + arr.tobytes() == ref.read_bytes(), d.name
+
+
 def test_npy_big_endian_and_fortran_are_read_as_little_endian_c_order(tmp_path: Path) -> None:
     """Decision: big-endian and Fortran-ordered arrays are converted to little-endian C order
     (both lossless); the output is what numpy would save for the same values."""

@@ -148,8 +148,8 @@ def destination_format(dst: str, to: str | None) -> str:
         )
     ext = os.path.splitext(dst)[1].lower()
     fmt = OUTPUT_EXTENSIONS.get(ext)
-    for c in _writable().values():
-        if fmt is None and ext in c.extensions:
+    for c in TENSOR_CONTAINERS:  # imports only the codec the extension names (start-up time)
+        if fmt is None and ext in c.extensions and c.io()[1] is not None:
             fmt = c.format
     if fmt is None:
         raise UsageError(

@@ -29,6 +29,7 @@ from matrixctl.opening import open_with_options
 from matrixctl.tensors import (
     DTYPES,
     Outputs,
+    StoredBytes,
     TensorInfo,
     TensorSink,
     TensorSource,
@@ -392,15 +393,19 @@ def _streams(source: TensorSource, item: Planned) -> Callable[[str], Iterator[An
     return parts
 
 
-class _Ticking:
-    def __init__(self, stream: Iterator[Any], tick: Callable[[int], None]) -> None:
-        self.stream = stream
-        self.tick = tick
+def _ticking(stream: Iterator[Any], tick: Callable[[int], None]) -> Iterator[Any]:
+    """The stream, telling `tick` each byte count. Stored bytes stay `StoredBytes` (they tick
+    themselves), so a sink's `copy_stream` can still copy them inside the kernel."""
+    if isinstance(stream, StoredBytes):
+        stream.tick = tick
+        return stream
+    return _ticked(stream, tick)
 
-    def __iter__(self) -> Iterator[Any]:
-        for piece in self.stream:
-            yield piece
-            self.tick(memoryview(piece).nbytes)
+
+def _ticked(stream: Iterator[Any], tick: Callable[[int], None]) -> Iterator[Any]:
+    for piece in stream:
+        yield piece
+        tick(memoryview(piece).nbytes)
 
 
 def convert(
@@ -513,7 +518,7 @@ def _run(
         for item in plan:
             streams = _streams(source, item)
             try:
-                sink.add(item.out, lambda role, s=streams: iter(_Ticking(s(role), tick)))  # type: ignore[misc]
+                sink.add(item.out, lambda role, s=streams: _ticking(s(role), tick))  # type: ignore[misc]
             except FormatError as err:
                 raise err.with_path(src.name) from None
             source.release(item.src)

@@ -36,6 +36,7 @@ from matrixctl.tensors import (
     PartStreams,
     TensorInfo,
     TensorSink,
+    copy_stream,
 )
 
 FORMAT = "gguf"
@@ -300,10 +301,7 @@ class GgufSink(TensorSink):
         if quant_here:
             got = self._write_q8_0(info, parts(role))
         else:
-            for piece in parts(role):
-                view = memoryview(piece).cast("B")
-                got += view.nbytes
-                self.fp.write(view)
+            got = copy_stream(self.fp, parts(role), nbytes, where=info.name, code=GGUF_WRITE)
         if got != nbytes:
             raise FormatError(
                 GGUF_WRITE,

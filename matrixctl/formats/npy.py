@@ -40,6 +40,7 @@ from matrixctl.tensors import (
     TensorSink,
     TensorSource,
     chunked,
+    copy_stream,
     drop_pages,
     element_count,
     mapped_chunks,
@@ -178,10 +179,10 @@ def parse_header(head: bytes, where: str = "header", base: int = 0) -> NpyHeader
 
 
 def header_bytes(dtype: str, shape: tuple[int, ...]) -> bytes:
-    """The header `numpy.save` writes for a C-ordered little-endian array."""
-    import numpy as np
-
-    descr = np.dtype(DTYPES[dtype].storage).str
+    """The header `numpy.save` writes for a C-ordered little-endian array. The storage string
+    of a numeric dtype is numpy's `dtype.str` for it (tests/test_containers.py checks), so no
+    numpy import is needed to write one."""
+    descr = DTYPES[dtype].storage
     text = "{" + f"'descr': {descr!r}, 'fortran_order': False, 'shape': {shape!r}, " + "}"
     if shape:
         text += " " * (GROWTH_AXIS_MAX_DIGITS - len(repr(shape[0])))
@@ -256,14 +257,7 @@ class NpySink(TensorSink):
     def add(self, info: TensorInfo, parts: PartStreams) -> None:
         head = header_bytes(info.dtype, info.shape)
         self.fp.write(head)
-        got = 0
-        for piece in parts("data"):
-            self.fp.write(piece)
-            got += memoryview(piece).nbytes
-        if got != info.nbytes:
-            raise FormatError(
-                NPY_SIZE, f"{info.name}: {got:,} bytes arrived, expected {info.nbytes:,}"
-            )
+        got = copy_stream(self.fp, parts("data"), info.nbytes, where=info.name, code=NPY_SIZE)
         self.size = len(head) + got
 
     def finish(self) -> dict[str, Any]:
@@ -567,22 +561,16 @@ class NpzSink(TensorSink):
         member.compress_type = zipfile.ZIP_STORED
         member.external_attr = 0o644 << 16
         member.file_size = len(head) + info.nbytes
-        got = 0
         try:
             with self.zf.open(member, "w") as fp:
                 fp.write(head)
-                for piece in parts("data"):
-                    fp.write(piece)
-                    got += memoryview(piece).nbytes
+                # zipfile computes the member's CRC-32 as it writes: the plain copy loop.
+                copy_stream(fp, parts("data"), info.nbytes, where=info.name, code=NPY_SIZE)
         except BaseException:
             # The output is discarded: keep ZipFile.__del__ from writing its central directory
             # into a closed temporary file later (a traceback on stderr).
             self.zf.fp = None
             raise
-        if got != info.nbytes:
-            raise FormatError(
-                NPY_SIZE, f"{info.name}: {got:,} bytes arrived, expected {info.nbytes:,}"
-            )
         self.count += 1
 
     def finish(self) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from matrixctl.tensors import (
     TensorInfo,
     TensorSink,
     TensorSource,
+    copy_stream,
     drop_pages,
     element_count,
     mapped_chunks,
@@ -366,17 +367,9 @@ class StSink(TensorSink):
         self.count = 0
 
     def add(self, info: TensorInfo, parts: PartStreams) -> None:
-        got = 0
-        for piece in parts("data"):
-            self.fp.write(piece)
-            got += memoryview(piece).nbytes
-        if got != info.nbytes:
-            raise FormatError(
-                ST_LENGTH,
-                f"{info.name}: {got:,} bytes arrived, shape and dtype give {info.nbytes:,}",
-                field=info.name,
-            )
-        self.size += got
+        self.size += copy_stream(
+            self.fp, parts("data"), info.nbytes, where=info.name, code=ST_LENGTH
+        )
         self.count += 1
 
     def finish(self) -> dict[str, Any]:

@@ -27,11 +27,11 @@ import contextlib
 import hashlib
 import re
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from matrixctl import cbor, codes
+from matrixctl import cbor, codes, crc
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.io import BackgroundWriter
@@ -41,9 +41,11 @@ from matrixctl.tensors import (
     Component,
     Outputs,
     PartStreams,
+    StoredBytes,
     TensorInfo,
     TensorSink,
     TensorSource,
+    copy_stream,
     drop_pages,
     element_count,
     mapped_chunks,
@@ -60,7 +62,6 @@ HEADER_SIZE = 8
 FOOTER_SIZE = 16  # manifest size (u64) + magic
 ALIGNMENT = 64
 BACKGROUND_MIN = 256 << 10  # pieces this large are written on a helper thread
-WRITE_SLICE = 1 << 20  # large raw pieces are digested and written in slices of this size
 MAX_MANIFEST = 1 << 30  # spec IV.1 step 4: abort above 1 GiB
 VERSION = "1.1.0"
 SUPPORTED_MAJOR = 1
@@ -538,10 +539,7 @@ class Digester:
     def __init__(self, algorithm: str) -> None:
         self.algorithm = algorithm
         if algorithm == "crc32c":
-            import google_crc32c
-
             self._crc = 0
-            self._extend = google_crc32c.extend
         elif algorithm == "sha256":
             self._sha = hashlib.sha256()
         else:  # pragma: no cover - callers validate
@@ -549,11 +547,7 @@ class Digester:
 
     def update(self, data: Any) -> None:
         if self.algorithm == "crc32c":
-            # The C extension refuses buffers with a release hook (memoryview, mmap) but takes
-            # a numpy view of the same memory: no copy.
-            import numpy as np
-
-            self._crc = self._extend(self._crc, np.frombuffer(data, dtype=np.uint8))
+            self._crc = crc.crc32c(data, self._crc)
         else:
             self._sha.update(data)
 
@@ -759,21 +753,38 @@ def stream_component(
     chunk: int = CHUNK_BYTES,
 ) -> Iterator[Any]:
     """Decoded bytes of a component whose bounds were checked. Raw data comes as zero-copy
-    slices of `buf`; the digest (over the stored bytes) is checked before the last chunk is
-    handed out, so a consumer never finishes with damaged data."""
+    slices of `buf` (`StoredBytes`, which a sink may copy inside the kernel); the digest (over
+    the stored bytes) is checked before the first byte is handed out or copied, so a consumer
+    never starts on damaged data."""
     where = f"{obj.name}/{comp.role}"
-    digester: Digester | None = None
+    check = None
     if verify_digest and comp.digest:
         known = parse_digest(comp.digest)
         if known is not None:
-            digester = Digester(known[0])
-    if digester is not None:
-        for piece in mapped_chunks(buf, comp.offset, comp.length, chunk):
-            digester.update(piece)
-        _check_digest(comp, digester)
+            algorithm = known[0]
+
+            def check() -> None:
+                digester = Digester(algorithm)
+                for piece in mapped_chunks(buf, comp.offset, comp.length, chunk):
+                    digester.update(piece)
+                _check_digest(comp, digester)
+
     if comp.encoding == "raw":
-        yield from mapped_chunks(buf, comp.offset, comp.length, chunk)
-        return
+        return StoredBytes(buf, comp.offset, comp.length, chunk, check)
+    return _zstd_pieces(buf, obj, comp, where, exact, chunk, check)
+
+
+def _zstd_pieces(
+    buf: Any,
+    obj: ZtObject,
+    comp: ZtComponent,
+    where: str,
+    exact: bool,
+    chunk: int,
+    check: Callable[[], None] | None,
+) -> Iterator[bytes]:
+    if check is not None:
+        check()
     cap, is_exact = decoded_cap(obj, comp)
     total = 0
     stored = memoryview(buf)[comp.offset : comp.end]
@@ -866,8 +877,9 @@ class ZtSource(TensorSource):
         if comp.encoding != "raw":
             return super().array(info, role, verify=verify)
         if comp.digest and verify:
-            for _ in stream_component(self.src.buf, obj, comp):
-                pass
+            stored = stream_component(self.src.buf, obj, comp)
+            assert isinstance(stored, StoredBytes)  # raw
+            stored.start()  # the digest check, one pass
         return storage_array(memoryview(self.src.buf)[comp.offset : comp.end], comp.dtype)
 
     def release(self, info: TensorInfo) -> None:
@@ -943,6 +955,10 @@ class ZtWriter:
             self.fp.write(data)
         self.pos += n
 
+    def _wait_queue(self) -> None:
+        if self._bg is not None:
+            self._bg.drain()
+
     def _drain(self) -> None:
         if self._bg is not None:
             bg, self._bg = self._bg, None
@@ -996,17 +1012,20 @@ class ZtWriter:
         digester = Digester(self.digest) if self.digest else None
         got = 0
         if self.level is None:
-            for piece in stream:
-                view = memoryview(piece).cast("B")
-                got += view.nbytes
-                for start in range(0, view.nbytes, WRITE_SLICE):
-                    part = view[start : start + WRITE_SLICE]
-                    if digester is not None:
-                        digester.update(part)
-                    self._write(part)
-                if not self.overlap_pieces and self._bg is not None:
-                    self._bg.drain()
-            length = self.pos - offset
+            if digester is None and self._bg is not None:
+                self._bg.drain()  # stored bytes may go by the kernel: queued writes first
+            got = copy_stream(
+                self.fp,
+                stream,
+                nbytes,
+                where=where,
+                code=ZT_WRITE,
+                update=digester.update if digester is not None else None,
+                write=self._write,
+                piece_done=None if self.overlap_pieces else self._wait_queue,
+            )
+            self.pos = offset + got  # copy_stream wrote past self._write when the kernel copied
+            length = got
         else:
             import zstandard
 

@@ -51,6 +51,7 @@ from matrixctl.tensors import (
     TensorInfo,
     TensorSink,
     TensorSource,
+    copy_stream,
     drop_pages,
     element_count,
     mapped_chunks,
@@ -1698,17 +1699,17 @@ class Zt2Writer:
         if ltype is not None:
             part["type"] = ltype
         if self.level is None:
-            for piece in stream:
-                view = memoryview(piece).cast("B")
-                if not view.nbytes:
-                    continue
-                if got == 0:
-                    self._pad_to(offset)
-                got += view.nbytes
-                if digester is not None:
-                    digester.update(view)
-                self.fp.write(view)
-                self.pos += view.nbytes
+            if nbytes:  # an empty part takes no padding (its offset is where the next begins)
+                self._pad_to(offset)
+            got = copy_stream(
+                self.fp,
+                stream,
+                nbytes,
+                where=where,
+                code=ZT2_WRITE,
+                update=digester.update if digester is not None else None,
+            )
+            self.pos += got
             length = got
         else:
             self._pad_to(offset)

@@ -64,6 +64,7 @@ from matrixctl.tensors import (
     TensorInfo,
     TensorSink,
     TensorSource,
+    copy_stream,
     drop_pages,
     mapped_chunks,
     storage_array,
@@ -557,19 +558,15 @@ class EmbdSink(TensorSink):
             self.fp.write(pad)
             self.data_crc = crc.crc32(pad, self.data_crc)
             self.rel = at
-        got = 0
-        for piece in parts("data"):
+
+        def checksum(data: Any) -> None:
             # CRC first: it faults a mapped source's pages in from user space, in batches,
             # which makes the write after it ~1.5x faster than faulting inside write().
-            self.data_crc = crc.crc32(piece, self.data_crc)
-            self.fp.write(piece)
-            got += memoryview(piece).nbytes
-        if got != info.nbytes:
-            raise FormatError(
-                EMBD_BOUNDS,
-                f"{info.name}: {got:,} bytes arrived, shape and dtype give {info.nbytes:,}",
-                field=info.name,
-            )
+            self.data_crc = crc.crc32(data, self.data_crc)
+
+        got = copy_stream(
+            self.fp, parts("data"), info.nbytes, where=info.name, code=EMBD_BOUNDS, update=checksum
+        )
         self.rel += got
         self.next += 1
 

@@ -1,0 +1,165 @@
+"""`matrixctl convert` between every lossless container pair against `cp` of the same bytes.
+
+    .venv/bin/python bench/bench_convert.py              # full run (~5 min), markdown on stdout
+    .venv/bin/python bench/bench_convert.py --quick      # 16 MiB workloads, a smoke test
+    .venv/bin/python bench/bench_convert.py --only safetensors:ztensor   # one pair
+
+Workloads (float32, random values): "4 x 64 MiB" (a 256 MiB model of a few big tensors),
+"300 x 256 KiB" (75 MiB in hundreds of small tensors), and "1 x 256 MiB" for the pairs with
+.npy, which holds one tensor. The inputs are written once per workload (safetensors by the
+safetensors package, the others by `matrixctl convert` from it); the page cache is warm and
+nothing is dropped from it.
+
+Each row times whole processes, start-up included: `python -m matrixctl convert IN OUT`
+(which writes a temporary file, fsyncs it and renames it: the output is on disk when it
+returns) against two anchors copying the input file: `cp IN X && sync X` (the same durability:
+coreutils' `sync FILE` fsyncs the copy) and a bare `cp IN X` (no fsync: the page cache only).
+The three commands run in turn, REPEATS rounds; every figure is the median over the rounds, and
+each ratio is the median of the per-round ratios (anchor time / convert time: 0.5x means
+convert takes twice as long as the anchor). Wall time and CPU time (user + system of the
+process and its children, from os.wait4) are both given: on a machine other jobs share, the
+CPU ratio is the steadier one.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REPEATS = 5
+MiB = 1 << 20
+EXT = {
+    "safetensors": ".safetensors",
+    "ztensor": ".zt",
+    "npz": ".npz",
+    "stb": ".stb",
+    "embd": ".weights",
+    "npy": ".npy",
+}
+MANY = ("safetensors", "ztensor", "npz", "stb", "embd")
+# EMBD needs the model's description; any values do for a copy of tensors.
+EMBD_META = [
+    f"--meta={k}={v}"
+    for k, v in (
+        ("model_name", "bench"),
+        ("embedding_dim", 1),
+        ("vocab_size", 1),
+        ("num_layers", 1),
+        ("num_attention_heads", 1),
+        ("hidden_size", 1),
+        ("intermediate_size", 1),
+        ("max_position_emb", 1),
+    )
+]
+
+
+def workloads(quick: bool) -> dict[str, tuple[list[tuple[str, int]], tuple[str, ...]]]:
+    """label -> ([(tensor name, float32 count)], formats)."""
+    scale = 16 if quick else 1
+    big = 64 * MiB // 4 // scale
+    small = 256 * 1024 // 4 // scale
+    return {
+        f"4 x {64 // scale} MiB": ([(f"w{i}", big) for i in range(4)], MANY),
+        f"300 x {256 // scale} KiB": ([(f"layer.{i}.weight", small) for i in range(300)], MANY),
+        f"1 x {256 // scale} MiB": ([("w", 4 * big)], (*MANY, "npy")),
+    }
+
+
+def run(args: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process and its children) of one command."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    if status != 0:
+        raise SystemExit(f"failed: {' '.join(args)}\n{err.decode(errors='replace')}")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def convert_cmd(src: str, dst: str, dst_fmt: str) -> list[str]:
+    cmd = [sys.executable, "-m", "matrixctl", "convert", src, dst]
+    return cmd + (EMBD_META if dst_fmt == "embd" else [])
+
+
+def prepare(tmp: Path, spec: list[tuple[str, int]], formats: tuple[str, ...]) -> dict[str, str]:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    st = tmp / "in.safetensors"
+    save_file({name: rng.standard_normal(n, dtype=np.float32) for name, n in spec}, str(st))
+    inputs = {"safetensors": str(st)}
+    for fmt in formats:
+        if fmt != "safetensors":
+            path = str(tmp / f"in{EXT[fmt]}")
+            run(convert_cmd(str(st), path, fmt))
+            inputs[fmt] = path
+    return inputs
+
+
+def measure(src: str, dst: str, dst_fmt: str, tmp: Path) -> dict[str, float]:
+    copy = str(tmp / "copy.bin")
+    conv = convert_cmd(src, dst, dst_fmt)
+    synced = ["sh", "-c", 'cp "$1" "$2" && sync "$2"', "sh", src, copy]
+    bare = ["cp", src, copy]
+    rounds: list[tuple[tuple[float, float], ...]] = []
+    run(conv)  # warm-up: imports cached, output folder primed
+    for _ in range(REPEATS):
+        rounds.append((run(conv), run(synced), run(bare)))
+    med = statistics.median
+    return {
+        "wall": med(r[0][0] for r in rounds),
+        "cpu": med(r[0][1] for r in rounds),
+        "sync_wall": med(r[1][0] for r in rounds),
+        "cp_wall": med(r[2][0] for r in rounds),
+        "sync_ratio": med(r[1][0] / r[0][0] for r in rounds),
+        "cp_ratio": med(r[2][0] / r[0][0] for r in rounds),
+        "sync_cpu_ratio": med(r[1][1] / r[0][1] for r in rounds),
+        "cp_cpu_ratio": med(r[2][1] / r[0][1] for r in rounds),
+    }
+
+
+def main(argv: list[str]) -> int:
+    quick = "--quick" in argv
+    only = argv[argv.index("--only") + 1] if "--only" in argv else None
+    rows = [
+        "| workload | convert | convert wall (s) | cp + sync wall (s) | cp wall (s) | "
+        "vs cp + sync: wall, CPU | vs cp: wall, CPU |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    out = ROOT / "bench" / "out"  # gitignored: the inputs and outputs are big
+    out.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out) as name:
+        tmp = Path(name)
+        for label, (spec, formats) in workloads(quick).items():
+            inputs = prepare(tmp, spec, formats)
+            for s in formats:
+                for d in formats:
+                    if s == d or (only and only != f"{s}:{d}"):
+                        continue
+                    if "npy" in formats and "npy" not in (s, d):
+                        continue  # the one-tensor workload is for the .npy pairs
+                    m = measure(inputs[s], str(tmp / f"out{EXT[d]}"), d, tmp)
+                    rows.append(
+                        f"| {label} | {s} -> {d} | {m['wall']:.3f} | {m['sync_wall']:.3f} | "
+                        f"{m['cp_wall']:.3f} | {m['sync_ratio']:.2f}x, "
+                        f"{m['sync_cpu_ratio']:.2f}x | {m['cp_ratio']:.2f}x, "
+                        f"{m['cp_cpu_ratio']:.2f}x |"
+                    )
+                    sys.stderr.write(rows[-1] + "\n")
+            for path in tmp.iterdir():
+                path.unlink()
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
