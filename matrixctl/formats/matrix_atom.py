@@ -34,7 +34,7 @@ from matrixctl import codes
 from matrixctl.codes import Severity
 from matrixctl.crc import crc32, crc32_combine
 from matrixctl.errors import FormatError, UsageError
-from matrixctl.io import BackgroundWriter
+from matrixctl.io import BackgroundWriter, copy_file_range_all
 
 if TYPE_CHECKING:
     import numpy as np
@@ -359,9 +359,10 @@ class AtomWriter:
     def append_file(self, path: str, count: int, max_id: int, crc: int) -> None:
         """Append `count` ids stored in the writer's own dtype (little-endian) in the file
         `path`, whose largest id and CRC-32 the producer computed as it wrote them: the bytes
-        go file to file in the kernel (`os.copy_file_range`, else `os.sendfile`, else a read
-        loop) without passing through this process. Ids in another dtype, or a largest id
-        the range checks refuse, take the `write` path (which names the bad token)."""
+        go file to file in the kernel (`io.copy_file_range_all`: `os.copy_file_range`, else
+        `os.sendfile`, else a read loop) without passing through this process. Ids in another
+        dtype, or a largest id the range checks refuse, take the `write` path (which names the
+        bad token)."""
         import numpy as np
 
         if count == 0:
@@ -382,8 +383,9 @@ class AtomWriter:
         out = self.fp.fileno()
         pos = self.fp.tell()
         size = count * width
+        os.lseek(out, pos, os.SEEK_SET)
         with open(path, "rb") as src:
-            _copy_range(src.fileno(), out, size, pos)
+            copy_file_range_all(src.fileno(), 0, size, out)
         self.fp.seek(pos + size)
         self.crc = crc32_combine(self.crc, crc, size)
         self.tokens += count
@@ -474,24 +476,6 @@ class AtomWriter:
         self.fp.seek(0, 2)
         self.padding = pad
         return header
-
-
-def _copy_range(src: int, dst: int, size: int, pos: int) -> None:
-    """Copy `size` bytes from the start of file descriptor `src` to `dst` at offset `pos`."""
-    done = 0
-    try:
-        while done < size:
-            n = os.copy_file_range(src, dst, size - done, done, pos + done)
-            if n == 0:
-                break
-            done += n
-    except (OSError, AttributeError):  # an old kernel, another system: through user space
-        pass
-    while done < size:
-        block = os.pread(src, min(size - done, 8 << 20), done)
-        if not block:
-            raise OSError(f"spill file ended after {done} of {size} bytes")
-        done += os.pwrite(dst, block, pos + done)
 
 
 def write_atoms(
