@@ -27,7 +27,11 @@
 #define BUNDLE_START 0x0100
 #define BUNDLE_END 0x0101
 #define LANE_MARK 0x0103
+#define SHARD_START 0x0200
+#define SHARD_END 0x0201
 #define CHUNK_MARK 0x0203
+#define SCRATCH_MAX ((Py_ssize_t)4 << 20) /* the largest scratch buffer a Codec keeps */
+#define SCRATCH_SLOTS 4                     /* scratch buffers a Codec keeps (threads)  */
 #define HASH_MULT 0x9E3779B97F4A7C15ULL
 #define HOT static inline __attribute__((always_inline))
 
@@ -42,6 +46,10 @@ typedef struct {
     uint64_t filter[1024]; /* W > 2: a bit per 16-bit hash fragment of the keys (no bit: no key) */
     uint8_t *expand;    /* TOKEN_LIMIT * width pattern bytes */
     uint8_t *canon;     /* TOKEN_LIMIT flags: an active composite its pattern's lookup gives */
+    /* Output buffers reused from call to call (see take_scratch); NULL until first used. */
+    uint8_t *scratch[SCRATCH_SLOTS];
+    Py_ssize_t scratch_size[SCRATCH_SLOTS];
+    int scratch_busy[SCRATCH_SLOTS]; /* taken (only ever changed with the GIL held) */
 } CodecObject;
 
 static void Codec_dealloc(CodecObject *self) {
@@ -50,6 +58,7 @@ static void Codec_dealloc(CodecObject *self) {
     PyMem_RawFree(self->hids);
     PyMem_RawFree(self->expand);
     PyMem_RawFree(self->canon);
+    for (int s = 0; s < SCRATCH_SLOTS; s++) PyMem_RawFree(self->scratch[s]);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -166,6 +175,36 @@ static int ready(CodecObject *self) {
     return 1;
 }
 
+/* A free scratch buffer of at least `size` bytes for one call, grown when short; its slot in
+ * *slot. NULL (and *slot -1) when every slot is taken or size > SCRATCH_MAX: the caller then
+ * allocates its own. The GIL must be held (it guards the busy flags).
+ *
+ * Why: an output buffer of the worst-case size, fresh for every call, is fresh memory (for
+ * SCXQ4 text about 2.5x what decode writes), and the allocator hands blocks of this size out
+ * as new mappings, so every 4 KiB written cost a page fault; a kept buffer is already in
+ * memory, and the copy into an exact-size bytes object costs less than the faults did. */
+static uint8_t *take_scratch(CodecObject *c, Py_ssize_t size, int *slot) {
+    *slot = -1;
+    if (size > SCRATCH_MAX) return NULL;
+    for (int s = 0; s < SCRATCH_SLOTS; s++) {
+        if (c->scratch_busy[s]) continue;
+        if (c->scratch_size[s] < size) {
+            PyMem_RawFree(c->scratch[s]);
+            c->scratch[s] = PyMem_RawMalloc(size);
+            c->scratch_size[s] = c->scratch[s] ? size : 0;
+            if (!c->scratch[s]) return NULL;
+        }
+        c->scratch_busy[s] = 1;
+        *slot = s;
+        return c->scratch[s];
+    }
+    return NULL;
+}
+
+static void give_scratch(CodecObject *c, int slot) {
+    if (slot >= 0) c->scratch_busy[slot] = 0;
+}
+
 /* lookup(data) -> bytes: the active composite id (u16) of every whole lane of data, 0 when
  * none; data must be whole lanes. */
 static PyObject *Codec_lookup(CodecObject *self, PyObject *args) {
@@ -192,14 +231,18 @@ static PyObject *Codec_lookup(CodecObject *self, PyObject *args) {
     return out;
 }
 
-/* The tokens of nb whole bundles at p into o (room for 3 + N * (W + 1) per bundle); returns
- * how many. Branch-free per lane: the W byte tokens are written, then the first replaced by
- * the composite id when there is one, and the cursor moves by 1 or W. */
+/* The tokens of nb whole bundles at p into o (room for 5 + N * (W + 1) per bundle); returns
+ * how many. Bundle j = first + b opens a shard when j % shard == 0 and closes it when
+ * (j + 1) % shard == 0 (shard 0: no shard markers); counters, not divisions, track both.
+ * Branch-free per lane: the W byte tokens are written, then the first replaced by the
+ * composite id when there is one, and the cursor moves by 1 or W. */
 HOT Py_ssize_t encode_run(const CodecObject *c, const uint8_t *p, Py_ssize_t nb, long long first,
-                          int debug, long long chunk, uint16_t *o, const int w) {
+                          int debug, long long chunk, long long shard, uint16_t *o, const int w) {
     Py_ssize_t n = c->lanes, k = 0;
+    long long in_chunk = first % chunk, in_shard = shard ? first % shard : 1;
     for (Py_ssize_t b = 0; b < nb; b++) {
-        if (debug && (first + b) % chunk == 0) o[k++] = CHUNK_MARK;
+        if (in_shard == 0) o[k++] = SHARD_START;
+        if (debug && in_chunk == 0) o[k++] = CHUNK_MARK;
         o[k++] = BUNDLE_START;
         for (Py_ssize_t l = 0; l < n; l++, p += w) {
             if (debug) o[k++] = LANE_MARK;
@@ -209,56 +252,126 @@ HOT Py_ssize_t encode_run(const CodecObject *c, const uint8_t *p, Py_ssize_t nb,
             k += id ? 1 : w;
         }
         o[k++] = BUNDLE_END;
+        if (++in_chunk == chunk) in_chunk = 0;
+        if (shard && ++in_shard == shard) {
+            o[k++] = SHARD_END;
+            in_shard = 0;
+        }
     }
     return k;
 }
 
-/* encode(data, first_bundle, debug, chunk_bundles) -> bytes of u16 tokens for whole bundles
- * (no shard markers): per bundle [CHUNK_MARK when debug and its index is a multiple of
- * chunk_bundles] BUNDLE_START, per lane [LANE_MARK when debug] the lane's active composite or
- * its W byte tokens, BUNDLE_END. */
+/* encode(data, first_bundle, debug, chunk_bundles, shard_bundles=0) -> bytes of u16 tokens for
+ * whole bundles: per bundle j [SHARD_START when shard_bundles and j is a multiple of it]
+ * [CHUNK_MARK when debug and j is a multiple of chunk_bundles] BUNDLE_START, per lane
+ * [LANE_MARK when debug] the lane's active composite or its W byte tokens, BUNDLE_END
+ * [SHARD_END when shard_bundles and j + 1 is a multiple of it]. The framing of a block of the
+ * stream, all made without the GIL. */
 static PyObject *Codec_encode(CodecObject *self, PyObject *args) {
     Py_buffer buf;
     long long first;
     int debug;
-    long long chunk;
-    if (!ready(self) || !PyArg_ParseTuple(args, "y*LpL", &buf, &first, &debug, &chunk))
+    long long chunk, shard = 0;
+    if (!ready(self) || !PyArg_ParseTuple(args, "y*LpL|L", &buf, &first, &debug, &chunk, &shard))
         return NULL;
     int w = self->width;
     Py_ssize_t n = self->lanes, bb = n * w;
-    if (buf.len % bb || first < 0 || chunk < 1) {
+    if (buf.len % bb || first < 0 || chunk < 1 || shard < 0) {
         PyBuffer_Release(&buf);
-        PyErr_SetString(PyExc_ValueError, "data must be whole bundles; first >= 0, chunk >= 1");
+        PyErr_SetString(PyExc_ValueError,
+                        "data must be whole bundles; first >= 0, chunk >= 1, shard >= 0");
         return NULL;
     }
     Py_ssize_t nb = buf.len / bb;
-    Py_ssize_t per = 3 + n * (w + 1); /* the most tokens one bundle takes */
-    PyObject *out = PyBytes_FromStringAndSize(NULL, 2 * nb * per);
-    if (!out) {
-        PyBuffer_Release(&buf);
-        return NULL;
+    Py_ssize_t per = 5 + n * (w + 1); /* the most tokens one bundle takes */
+    /* Into a scratch buffer, then copied at its exact size (take_scratch); without one, into
+     * a bytes object of the worst-case size, shrunk after. */
+    int slot;
+    PyObject *out = NULL;
+    uint16_t *o = (uint16_t *)take_scratch(self, 2 * nb * per, &slot);
+    if (!o) {
+        out = PyBytes_FromStringAndSize(NULL, 2 * nb * per);
+        if (!out) {
+            PyBuffer_Release(&buf);
+            return NULL;
+        }
+        o = (uint16_t *)PyBytes_AS_STRING(out);
     }
-    uint16_t *o = (uint16_t *)PyBytes_AS_STRING(out);
     const uint8_t *p = buf.buf;
     Py_ssize_t k = 0;
     Py_BEGIN_ALLOW_THREADS
     switch (w) {
-    case 1: k = encode_run(self, p, nb, first, debug, chunk, o, 1); break;
-    case 2: k = encode_run(self, p, nb, first, debug, chunk, o, 2); break;
-    case 4: k = encode_run(self, p, nb, first, debug, chunk, o, 4); break;
-    case 8: k = encode_run(self, p, nb, first, debug, chunk, o, 8); break;
-    default: k = encode_run(self, p, nb, first, debug, chunk, o, w); break;
+    case 1: k = encode_run(self, p, nb, first, debug, chunk, shard, o, 1); break;
+    case 2: k = encode_run(self, p, nb, first, debug, chunk, shard, o, 2); break;
+    case 4: k = encode_run(self, p, nb, first, debug, chunk, shard, o, 4); break;
+    case 8: k = encode_run(self, p, nb, first, debug, chunk, shard, o, 8); break;
+    default: k = encode_run(self, p, nb, first, debug, chunk, shard, o, w); break;
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
+    if (slot >= 0) {
+        out = PyBytes_FromStringAndSize((const char *)o, 2 * k);
+        give_scratch(self, slot);
+        return out;
+    }
     if (_PyBytes_Resize(&out, 2 * k) < 0) return NULL;
     return out;
+}
+
+/* The W tokens at t read as a lane: their low bytes as a little-endian integer, and in *high
+ * their high bytes (not 0: one of them is not a byte token). W is a constant where this is
+ * inlined, so 2, 4 and 8 take one or two word reads and a few shifts, no loop. */
+HOT uint64_t pack_lane(const uint16_t *t, const int w, uint64_t *high) {
+    uint64_t x, y;
+    uint32_t x2;
+    switch (w) {
+    case 1:
+        *high = t[0] >> 8;
+        return t[0] & 0xFF;
+    case 2:
+        memcpy(&x2, t, 4);
+        *high = x2 & 0xFF00FF00u;
+        x2 &= 0x00FF00FFu;
+        return (x2 | x2 >> 8) & 0xFFFFu;
+    case 4:
+    case 8:
+        memcpy(&x, t, 8);
+        *high = x & 0xFF00FF00FF00FF00ULL;
+        x &= 0x00FF00FF00FF00FFULL;
+        x = (x | x >> 8) & 0x0000FFFF0000FFFFULL;
+        x = (x | x >> 16) & 0xFFFFFFFFULL;
+        if (w == 4) return x;
+        memcpy(&y, t + 4, 8);
+        *high |= y & 0xFF00FF00FF00FF00ULL;
+        y &= 0x00FF00FF00FF00FFULL;
+        y = (y | y >> 8) & 0x0000FFFF0000FFFFULL;
+        y = (y | y >> 16) & 0xFFFFFFFFULL;
+        return x | y << 32;
+    default: {
+        uint64_t k = 0, h = 0;
+        for (int j = 0; j < w; j++) {
+            k |= (uint64_t)(t[j] & 0xFF) << (8 * j);
+            h |= t[j] >> 8;
+        }
+        *high = h;
+        return k;
+    }
+    }
+}
+
+/* Whether the lane key may have a composite: the direct table's answer for W <= 2, else the
+ * filter bit of its hash (clear: no composite; set: `lookup_key` decides). */
+HOT int may_have_composite(const CodecObject *c, uint64_t key) {
+    if (c->direct) return c->direct[key] != 0;
+    uint64_t f = (key * HASH_MULT >> 24) & 0xFFFF;
+    return (int)(c->filter[f >> 6] >> (f & 63) & 1);
 }
 
 /* Whole canonical bundles of t[0:nt] into o; 1 and the byte and bundle counts when t is
  * exactly such bundles, else 0. o has room for nt / (N + 2) bundles and 8 bytes more. A bundle
  * with N * W + 2 tokens left in the window takes the branch-free lane step (both readings of
- * a lane are made, every read stays in the window); a bundle near the end the checked one. */
+ * a lane are made, every read stays in the window; the one branch, into the hash table for a
+ * byte lane whose filter bit is set, is rarely taken); a bundle near the end the checked one. */
 HOT int decode_run(const CodecObject *c, const uint16_t *t, Py_ssize_t nt, uint8_t *o,
                    Py_ssize_t *pk, Py_ssize_t *pnb, const int w) {
     const uint8_t *expand = c->expand, *canon = c->canon;
@@ -268,20 +381,17 @@ HOT int decode_run(const CodecObject *c, const uint16_t *t, Py_ssize_t nt, uint8
         if (t[i] != BUNDLE_START || nt - i < n + 2) return 0;
         i++;
         if (nt - i >= n * w + 1) {
-            unsigned bad = 0;
+            uint64_t bad = 0;
             for (Py_ssize_t l = 0; l < n; l++) {
                 uint16_t id = t[i];
-                uint64_t raw = 0, pat;
-                unsigned high = 0;
-                for (int j = 0; j < w; j++) {
-                    raw |= (uint64_t)(t[i + j] & 0xFF) << (8 * j);
-                    high |= t[i + j];
-                }
+                uint64_t high, pat;
+                uint64_t raw = pack_lane(t + i, w, &high);
                 memcpy(&pat, expand + (size_t)id * w, 8);
                 int comp = id >= 256;
                 /* a composite must be canonical; a byte lane W bytes with no composite */
-                unsigned raw_bad = (high >> 8) | (lookup_key(c, raw) != 0);
-                bad |= comp ? !canon[id] : raw_bad;
+                bad |= comp ? (uint64_t)!canon[id] : high;
+                if (__builtin_expect(!comp & may_have_composite(c, raw), 0))
+                    bad |= lookup_key(c, raw) != 0;
                 uint64_t v = comp ? pat : raw;
                 memcpy(o + k, &v, 8);
                 k += w;
@@ -333,13 +443,17 @@ static PyObject *Codec_decode(CodecObject *self, PyObject *args) {
     }
     int w = self->width;
     Py_ssize_t n = self->lanes, nt = buf.len / 2;
-    Py_ssize_t cap = nt / (n + 2) * n * w; /* a bundle takes at least N + 2 tokens */
-    PyObject *out = PyBytes_FromStringAndSize(NULL, cap + 8); /* +8: word writes */
-    if (!out) {
+    /* a bundle takes at least N + 2 tokens; +8: word writes */
+    Py_ssize_t cap = nt / (n + 2) * n * w + 8;
+    /* Into a scratch buffer, then copied at its exact size (take_scratch); without one, into
+     * a buffer of its own. */
+    int slot;
+    uint8_t *o = take_scratch(self, cap, &slot);
+    if (!o) o = PyMem_RawMalloc(cap);
+    if (!o) {
         PyBuffer_Release(&buf);
-        return NULL;
+        return PyErr_NoMemory();
     }
-    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
     const uint16_t *t = buf.buf;
     Py_ssize_t k = 0, nb = 0;
     int good = 0;
@@ -353,11 +467,11 @@ static PyObject *Codec_decode(CodecObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
-    if (!good) {
-        Py_DECREF(out);
-        Py_RETURN_NONE;
-    }
-    if (_PyBytes_Resize(&out, k) < 0) return NULL;
+    PyObject *out = good ? PyBytes_FromStringAndSize((const char *)o, k) : NULL;
+    if (slot < 0) PyMem_RawFree(o);
+    give_scratch(self, slot);
+    if (!good) Py_RETURN_NONE;
+    if (!out) return NULL;
     return Py_BuildValue("(Nn)", out, nb);
 }
 
@@ -365,7 +479,8 @@ static PyMethodDef Codec_methods[] = {
     {"lookup", (PyCFunction)Codec_lookup, METH_VARARGS,
      "lookup(data) -> u16 bytes: the active composite id of every lane, 0 when none."},
     {"encode", (PyCFunction)Codec_encode, METH_VARARGS,
-     "encode(data, first_bundle, debug, chunk_bundles) -> u16 bytes of whole bundles."},
+     "encode(data, first_bundle, debug, chunk_bundles, shard_bundles=0) -> u16 bytes of "
+     "whole bundles (with shard markers when shard_bundles)."},
     {"decode", (PyCFunction)Codec_decode, METH_VARARGS,
      "decode(tokens) -> (bytes, bundles) for whole canonical bundles, else None."},
     {NULL, NULL, 0, NULL},

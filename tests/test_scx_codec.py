@@ -101,6 +101,102 @@ def test_replay_is_independent_of_chunking_and_jobs(
     assert b"".join(o.tobytes() for o in out) == data
 
 
+@pytest.mark.parametrize("mode", list(SOURCES))
+@pytest.mark.parametrize("debug", [False, True])
+def test_jobs_give_the_same_tokens_with_blocks_shards_and_carries(mode: str, debug: bool) -> None:
+    """Chunks of several encode blocks, cut inside bundles, as bytes, bytearray and memoryview:
+    `--jobs 2` and `--jobs 3` give exactly the tokens of one encoder."""
+    tok = TOKENIZERS[mode]
+    rng = np.random.default_rng(7)
+    data = bytes(rng.choice(np.frombuffer(ALPHABET, np.uint8), 3 * api.BLOCK_BYTES + 1001))
+    whole = api.encode_bytes(tok, data, emit_debug_markers=debug)
+    cuts = [0, 5, api.BLOCK_BYTES + 7, 2 * api.BLOCK_BYTES + 3, len(data)]
+    kinds = [bytes, bytearray, memoryview, bytes]
+    pieces = [kind(data[a:b]) for kind, a, b in zip(kinds, cuts[:-1], cuts[1:], strict=True)]
+    for jobs in (2, 3):
+        parts = api.encode_chunks(tok, pieces, jobs=jobs, emit_debug_markers=debug)
+        assert np.array_equal(np.concatenate(list(parts)), whole)
+    assert decode_ok(tok, whole) == data
+
+
+def test_feeds_longer_than_a_window_decode_like_one_feed() -> None:
+    """The decoder joins what a feed leaves over with the next feed's first window only: feeds
+    of a window and a bit give the same bytes, and the same error at the same token."""
+    tok = TOKENIZERS["SCXQ4"]
+    rng = np.random.default_rng(11)
+    data = bytes(rng.choice(np.frombuffer(ALPHABET, np.uint8), 700_000))
+    tokens = api.encode_bytes(tok, data)
+    step = api.DECODE_WINDOW + 13
+    assert tokens.size > 3 * step
+    dec = api.Decoder(tok)
+    out = []
+    for i in range(0, tokens.size, step):
+        out += dec.feed(tokens[i : i + step])
+    out += dec.finish()
+    assert b"".join(o.tobytes() for o in out) == data
+    bad = tokens.copy()
+    at = 2 * step + 5 + int(np.flatnonzero(tokens[2 * step + 5 :] == tk.BUNDLE_START)[0])
+    bad[at] = tk.BUNDLE_END  # BUNDLE_END without BUNDLE_START, in the third feed
+    want = decode_error(tok, bad)
+    assert want.code == tk.INVALID_BUNDLE_BOUNDARY and want.token_index == at
+    dec = api.Decoder(tok)
+    with pytest.raises(api.ScxFailure) as err:
+        for i in range(0, bad.size, step):
+            dec.feed(bad[i : i + step])
+        dec.finish()
+    assert (err.value.issue.code, err.value.issue.token_index) == (want.code, at)
+
+
+class _Trickle:
+    """A pipe-like reader: `readinto` fills at most `most` bytes a call (or none: no method)."""
+
+    def __init__(self, data: bytes, most: int, readinto: bool) -> None:
+        self.data, self.pos, self.most = data, 0, most
+        if not readinto:
+            self.readinto = None  # type: ignore[assignment]
+
+    def read(self, n: int = -1) -> bytes:
+        n = len(self.data) - self.pos if n < 0 else min(n, self.most)
+        out = self.data[self.pos : self.pos + n]
+        self.pos += len(out)
+        return out
+
+    def readinto(self, b: memoryview) -> int:
+        out = self.read(len(b))
+        b[: len(out)] = out
+        return len(out)
+
+
+def test_token_stream_decode_reuses_its_frame_buffer_safely() -> None:
+    """`decode_token_stream` reads frame bodies into one reused buffer: many frames, read
+    whole or a few KiB at a time (a pipe) or without `readinto`, decode to the same bytes."""
+    import io
+
+    from matrixctl.formats.token_stream import TokenStreamWriter
+    from matrixctl.tokenizing import decode_token_stream
+
+    tok = TOKENIZERS["SCXQ4"]
+    rng = np.random.default_rng(3)
+    data = bytes(rng.choice(np.frombuffer(ALPHABET, np.uint8), 600_000))
+    tokens = api.encode_bytes(tok, data)
+    blob = io.BytesIO()
+    writer = TokenStreamWriter(blob, dtype="uint16", vocab_size=1 << 16)
+    for i in range(0, tokens.size, 70_001):  # frames of 140 KB: above the reuse size
+        writer.write(tokens[i : i + 70_001])
+    writer.end_document("")
+    writer.close()
+    readers = [
+        io.BytesIO(blob.getvalue()),
+        _Trickle(blob.getvalue(), 5_000, readinto=True),
+        _Trickle(blob.getvalue(), 5_000, readinto=False),
+    ]
+    for reader in readers:
+        out = io.BytesIO()
+        result = decode_token_stream(tok, reader, out)
+        assert out.getvalue() == data
+        assert result["tokens"] == tokens.size
+
+
 def test_large_input_uses_the_fast_path_and_many_windows() -> None:
     tok = TOKENIZERS["SCXQ4"]
     rng = np.random.default_rng(5)

@@ -40,12 +40,22 @@ def ref_ids(
 
 
 def ref_encode(
-    width: int, lanes: int, ids: dict[bytes, int], data: bytes, first: int, debug: bool, chunk: int
+    width: int,
+    lanes: int,
+    ids: dict[bytes, int],
+    data: bytes,
+    first: int,
+    debug: bool,
+    chunk: int,
+    shard: int = 0,
 ) -> list[int]:
     out: list[int] = []
     bb = width * lanes
     for b in range(len(data) // bb):
-        if debug and (first + b) % chunk == 0:
+        j = first + b
+        if shard and j % shard == 0:
+            out.append(tk.SHARD_START)
+        if debug and j % chunk == 0:
             out.append(tk.CHUNK_MARK)
         out.append(tk.BUNDLE_START)
         for lane in range(lanes):
@@ -55,6 +65,8 @@ def ref_encode(
             pat = data[at : at + width]
             out += [ids[pat]] if pat in ids else list(pat)
         out.append(tk.BUNDLE_END)
+        if shard and (j + 1) % shard == 0:
+            out.append(tk.SHARD_END)
     return out
 
 
@@ -172,6 +184,44 @@ def test_decode_of_hostile_windows_is_exact_or_none(
         assert nb == len(data) // (width * lanes) and nb > 0
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    width=st.sampled_from([1, 2, 3, 4, 8]),
+    lanes=st.integers(1, 4),
+    bundles=st.integers(0, 30),
+    first=st.integers(0, 1 << 40),
+    debug=st.booleans(),
+    chunk=st.integers(1, 7),
+    shard=st.integers(1, 9),
+    seed=st.integers(0, 2**16),
+)
+def test_encode_frames_shards_like_the_reference(
+    width: int,
+    lanes: int,
+    bundles: int,
+    first: int,
+    debug: bool,
+    chunk: int,
+    shard: int,
+    seed: int,
+) -> None:
+    """With shard_bundles, SHARD_START before every bundle j with j % S == 0 and SHARD_END after
+    every bundle j with (j + 1) % S == 0, wherever the block starts in the stream."""
+    patterns = {0x400: bytes(range(width)), 0x401: b"\x01" * width}
+    codec = make(width, lanes, patterns)
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 2, width * lanes * bundles, dtype=np.uint8).tobytes()
+    ids = ref_ids(width, patterns, ())
+    want = ref_encode(width, lanes, ids, data, first, debug, chunk, shard)
+    got = np.frombuffer(codec.encode(data, first, debug, chunk, shard), dtype="<u2").tolist()
+    assert got == want
+    # shard_bundles 0 (the default) is the bare bundles
+    assert codec.encode(data, first, debug, chunk, 0) == codec.encode(data, first, debug, chunk)
+    assert codec.encode(data, first, debug, chunk) == u16(
+        ref_encode(width, lanes, ids, data, first, debug, chunk)
+    )
+
+
 def test_bad_arguments_are_value_errors() -> None:
     with pytest.raises(ValueError):
         _scx_kernel.Codec(9, 1, bytes(LIMIT * 9), bytes(LIMIT))
@@ -186,6 +236,8 @@ def test_bad_arguments_are_value_errors() -> None:
         codec.lookup(b"abc")  # not whole lanes
     with pytest.raises(ValueError):
         codec.encode(b"abcd", 0, False, 1)  # not a whole bundle
+    with pytest.raises(ValueError):
+        codec.encode(b"abcdabcd", 0, False, 1, -1)  # a negative shard size
     with pytest.raises(ValueError):
         codec.decode(b"\x00\x01\x02")  # not u16 tokens
     with pytest.raises(ValueError):
@@ -209,3 +261,14 @@ def test_threads_share_a_codec() -> None:
         t.join()
     assert got == [want] * 4
     assert codec.decode(want) == (data, 4000)
+    # Decoding threads: one takes the Codec's scratch buffer, the others their own.
+    found: list[tuple[bytes, int] | None] = []
+    threads = [threading.Thread(target=lambda: found.append(codec.decode(want))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert found == [(data, 4000)] * 4
+    # A window larger than the scratch a Codec keeps (4 MiB of bytes) decodes the same.
+    big = data * 40
+    assert codec.decode(codec.encode(big, 0, False, 4)) == (big, 4000 * 40)

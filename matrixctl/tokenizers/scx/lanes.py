@@ -93,12 +93,20 @@ class LaneCodec:
     # Encoding --------------------------------------------------------------------------------
 
     def bundle_tokens(
-        self, data: np.ndarray, first_bundle: int, debug: bool, chunk_bundles: int
+        self,
+        data: np.ndarray,
+        first_bundle: int,
+        debug: bool,
+        chunk_bundles: int,
+        shard_bundles: int = 0,
     ) -> np.ndarray:
-        """Tokens of whole bundles (no shard markers): `data` holds a multiple of N*W bytes."""
+        """Tokens of whole bundles, the first of which is bundle `first_bundle` of the stream:
+        `data` holds a multiple of N*W bytes. With `shard_bundles`, SHARD_START comes before
+        every bundle j with j % shard_bundles == 0 and SHARD_END after every bundle j with
+        (j + 1) % shard_bundles == 0; 0: no shard markers."""
         import numpy as np
 
-        raw = self.kernel.encode(data, first_bundle, debug, chunk_bundles)
+        raw = self.kernel.encode(data, first_bundle, debug, chunk_bundles, shard_bundles)
         return np.frombuffer(raw, dtype="<u2")
 
     def partial_bundle(self, tail: bytes, debug: bool, chunk_mark: bool) -> list[int]:

@@ -1,0 +1,204 @@
+"""The streaming encoder: bytes in, token arrays out, block by block, on one thread or more.
+
+The token stream grammar is in `matrixctl.tokenizers.scx.api` (and docs/formats/scx.md).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from matrixctl.tokenizers.scx import tokens as tk
+from matrixctl.tokenizers.scx.config import Tokenizer
+from matrixctl.tokenizers.scx.issues import Issue, fail
+
+if TYPE_CHECKING:
+    import numpy as np
+
+BLOCK_BYTES = 1 << 16  # encoder work unit: small enough for the kernels to stay in L2
+
+
+class Encoder:
+    """Bytes in, token arrays out, block by block (memory bounded by the block size)."""
+
+    def __init__(
+        self, tok: Tokenizer, *, strict_alignment: bool = False, emit_debug_markers: bool = False
+    ) -> None:
+        self.tok = tok
+        self.strict = strict_alignment
+        self.debug = emit_debug_markers
+        self.carry = b""
+        self.bytes_in = 0
+        self.bundles = 0
+        self.warnings: list[Issue] = []
+        self.pad_bytes = 0  # PAD-BYTEs that complete the last bundle (0: none)
+        self._started = False
+        self._done = False
+        self.block = max(1, BLOCK_BYTES // tok.bundle_bytes) * tok.bundle_bytes
+
+    def _emit(self, arrays: list[np.ndarray], extra: list[int]) -> None:
+        import numpy as np
+
+        if extra:
+            arrays.append(np.array(extra, dtype="<u2"))
+            extra.clear()
+
+    def feed(self, data: Any) -> list[np.ndarray]:
+        """Tokens for the whole bundles completed by `data` (a bytes-like object)."""
+        import numpy as np
+
+        out: list[np.ndarray] = []
+        pending: list[int] = []
+        if not self._started:
+            self._started = True
+            pending += [tk.TOK_CONFIG, *self.tok.h_tok]
+        view = memoryview(data).cast("B")
+        self.bytes_in += len(view)
+        bb = self.tok.bundle_bytes
+        pos = 0
+        if self.carry:
+            need = bb - len(self.carry)
+            if len(view) < need:
+                self.carry += bytes(view)
+                self._emit(out, pending)
+                return out
+            first = np.frombuffer(self.carry + bytes(view[:need]), dtype=np.uint8)
+            self._bundles(first, out, pending)
+            self.carry = b""
+            pos = need
+        whole = pos + (len(view) - pos) // bb * bb
+        if whole > pos:
+            self._bundles(np.frombuffer(view, dtype=np.uint8)[pos:whole], out, pending)
+        self.carry = bytes(view[whole:])
+        self._emit(out, pending)
+        return out
+
+    def _bundles(self, data: np.ndarray, out: list[np.ndarray], pending: list[int]) -> None:
+        self._emit(out, pending)
+        out.extend(self.tokens_for(data, self.bundles))
+        self.bundles += data.size // self.tok.bundle_bytes
+
+    def tokens_for(self, data: np.ndarray, first_bundle: int) -> list[np.ndarray]:
+        """Tokens of whole bundles starting at bundle `first_bundle` of the stream, with the
+        SHARD_START / SHARD_END markers among them: one kernel call (framing included, the GIL
+        released) per block of `self.block` bytes. A pure function of its arguments and the
+        config, so blocks may be encoded in any order (or in parallel) and joined."""
+        tok = self.tok
+        bb = tok.bundle_bytes
+        return [
+            tok.codec.bundle_tokens(
+                data[start : start + self.block],
+                first_bundle + start // bb,
+                self.debug,
+                tok.chunk_bundles,
+                tok.shard_bundles,
+            )
+            for start in range(0, data.size, self.block)
+        ]
+
+    def finish(self) -> list[np.ndarray]:
+        """The last (padded) bundle, the closing SHARD_END, STREAM_END and the byte count."""
+        import numpy as np
+
+        if self._done:
+            return []
+        self._done = True
+        out = self.feed(b"") if not self._started else []
+        pending: list[int] = []
+        tok = self.tok
+        if self.carry:
+            at = self.bytes_in - len(self.carry)
+            pad = tok.bundle_bytes - len(self.carry)
+            if self.strict:
+                raise fail(
+                    tk.MISALIGNED_SHARD,
+                    f"input is {self.bytes_in} bytes, not a multiple of the bundle size "
+                    f"{tok.bundle_bytes}; strict_alignment refuses to pad the last "
+                    f"{len(self.carry)} bytes",
+                    byte_offset=at,
+                    context={"bundle_bytes": tok.bundle_bytes, "input_bytes": self.bytes_in},
+                )
+            # Not a warning: padding is the alignment law's normal case and lossless
+            # (STREAM_END has the byte count); strict_alignment refuses it (docs/formats/scx.md).
+            self.pad_bytes = pad
+            j = self.bundles
+            if j % tok.shard_bundles == 0:
+                pending.append(tk.SHARD_START)
+            chunk_mark = self.debug and j % tok.chunk_bundles == 0
+            pending += tok.codec.partial_bundle(self.carry, self.debug, chunk_mark)
+            self.bundles += 1
+            pending.append(tk.SHARD_END)
+        elif self.bundles % tok.shard_bundles:
+            pending.append(tk.SHARD_END)
+        pending += [tk.STREAM_END, *struct.pack("<Q", self.bytes_in)]
+        out.append(np.array(pending, dtype="<u2"))
+        return out
+
+
+def encode_chunks(
+    tok: Tokenizer,
+    chunks: Iterable[Any],
+    *,
+    jobs: int = 1,
+    strict_alignment: bool = False,
+    emit_debug_markers: bool = False,
+    warnings: list[Issue] | None = None,
+    padding: list[int] | None = None,
+) -> Iterator[np.ndarray]:
+    """Encode a stream of byte chunks; with `jobs` > 1, every chunk is cut into `jobs` parts
+    (whole blocks of BLOCK_BYTES) that the threads of a pool encode (the compiled kernel makes
+    a block's tokens, shard markers included, with the GIL released; a thread holds it only
+    between blocks), and the token arrays are joined in input order: the same tokens as
+    `jobs` = 1. While the threads encode one chunk, the main thread reads the next; it waits
+    for a chunk's parts before it reads the chunk after, so no more chunks are alive than with
+    one thread (more live read buffers cost page faults). `warnings` and `padding` (the
+    PAD-BYTEs that complete the last bundle) are filled in at the end."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    import numpy as np
+
+    enc = Encoder(tok, strict_alignment=strict_alignment, emit_debug_markers=emit_debug_markers)
+    try:
+        if jobs <= 1:
+            for chunk in chunks:
+                yield from enc.feed(chunk)
+            yield from enc.finish()
+            return
+        bb = tok.bundle_bytes
+        enc._started = True
+        yield np.array([tk.TOK_CONFIG, *tok.h_tok], dtype="<u2")
+        carry = b""
+        running: list[Future[list[np.ndarray]]] = []  # the parts of the chunk being encoded
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for piece in chunks:
+                # bytes are immutable, so a chunk that is bytes is used as it is (no copy)
+                data = piece if isinstance(piece, bytes) else bytes(piece)
+                enc.bytes_in += len(data)
+                if carry:
+                    data = carry + data
+                whole = len(data) // bb * bb
+                blocks = -(-whole // enc.block)
+                step = max(1, -(-blocks // jobs)) * enc.block  # bytes per part: whole blocks
+                arr = np.frombuffer(data, dtype=np.uint8, count=whole)
+                parts = [
+                    pool.submit(
+                        enc.tokens_for, arr[start : start + step], enc.bundles + start // bb
+                    )
+                    for start in range(0, whole, step)
+                ]
+                enc.bundles += whole // bb
+                carry = data[whole:]
+                del data, arr
+                for done in running:
+                    yield from done.result()
+                running = parts
+            for done in running:
+                yield from done.result()
+        enc.carry = carry
+        yield from enc.finish()
+    finally:
+        if warnings is not None:
+            warnings.extend(enc.warnings)
+        if padding is not None:
+            padding.append(enc.pad_bytes)
