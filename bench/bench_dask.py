@@ -1,6 +1,6 @@
 """Benchmark: `ingest docs --executor dask` against local `--jobs 2` (docs/scale-out.md).
 
-    python bench/bench_dask.py [--size-mb 1024]
+    python bench/bench_dask.py [--size-mb 1024] [--repeat N]
 
 Corpus: the JSON Lines of bench/bench_inputs.py (every file's text of bench/corpus.py --large,
 one record per file, large files cut into ~256 KiB records), --size-mb of it. Each run is
@@ -9,7 +9,9 @@ one record per file, large files cut into ~256 KiB records), --size-mb of it. Ea
 - dask, own cluster: `--executor dask` (the command starts a LocalCluster of 2 single-threaded
   worker processes on 127.0.0.1 and stops it: what a user without a cluster pays);
 - dask, running cluster: `--executor dask --scheduler ADDR` on a LocalCluster of 2
-  single-threaded workers started by this script before the clock.
+  single-threaded workers started by this script before the clock, once with the worker
+  settings docs/scale-out.md recommends (`dask_exec.QUIET_WORKERS`), once with Dask's defaults.
+- the fixed cost: local and own LocalCluster on two small files.
 
 Overhead = dask / local - 1 (target: at most 15 %), in wall seconds and in CPU seconds of every
 process involved (the command's tree; for the running cluster also the scheduler and workers
@@ -21,6 +23,7 @@ staging writes and the hash checks cost each work unit. The packs' hashes must b
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import resource
@@ -73,60 +76,112 @@ def run(cmd: list[str]) -> dict:
     return doc
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--size-mb", type=int, default=1024)
-    args = ap.parse_args()
-    import distributed
-
-    WORK.mkdir(parents=True, exist_ok=True)
-    if not bench_inputs.CORPUS.exists():
-        subprocess.run([sys.executable, str(HERE / "corpus.py"), "--large"], check=True)
-    jsonl = WORK / f"corpus-{args.size_mb}.jsonl"
-    if not jsonl.exists():
-        bench_inputs.build_jsonl(jsonl, args.size_mb << 20)
-    pack = WORK / "pack"
-    base = ["matrixctl", "ingest", "docs", str(jsonl), "-o", str(pack), "-j", "2", "--json"]
-    runs: dict[str, dict] = {}
-    runs["local --jobs 2"] = run(base)
-    runs["dask, own LocalCluster"] = run([*base, "--executor", "dask"])
-    with (
-        distributed.LocalCluster(
+def cluster(distributed, dask, settings: dict) -> object:
+    with dask.config.set(settings):
+        return distributed.LocalCluster(
             n_workers=2,
             threads_per_worker=1,
             processes=True,
             host="127.0.0.1",
             dashboard_address=":0",
-        ) as lc,
-        distributed.Client(lc) as client,
-    ):
-        client.wait_for_workers(2)
-        runs["dask, running cluster"] = run(
-            [*base, "--executor", "dask", "--scheduler", lc.scheduler_address]
         )
+
+
+def median(values: list[float]) -> float:
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size-mb", type=int, default=1024)
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each, in turn; medians")
+    args = ap.parse_args()
+    import dask
+    import distributed
+
+    from matrixctl.ingest.dask_exec import QUIET_WORKERS
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    jsonl = WORK / f"corpus-{args.size_mb}.jsonl"
+    if not jsonl.exists():
+        if not bench_inputs.CORPUS.exists():
+            subprocess.run([sys.executable, str(HERE / "corpus.py"), "--large"], check=True)
+        bench_inputs.build_jsonl(jsonl, args.size_mb << 20)
+    tiny = WORK / "tiny"  # two small files: what is left is the fixed cost
+    if not tiny.exists():
+        tiny.mkdir()
+        for i in range(2):
+            (tiny / f"{i}.txt").write_text(f"document {i}\n" * 100, encoding="utf-8")
+    pack = WORK / "pack"
+
+    def base(src: Path) -> list[str]:
+        return ["matrixctl", "ingest", "docs", str(src), "-o", str(pack), "-j", "2", "--json"]
+
+    own = ["--executor", "dask"]
+    # A running cluster as a user starts it (Dask's defaults), and one started with the worker
+    # settings docs/scale-out.md recommends (those of the command's own LocalCluster). Each is
+    # up only for its own run: this process's tree is counted in that run's CPU seconds.
+    settings = {
+        "dask, running cluster (recommended settings)": QUIET_WORKERS,
+        "dask, running cluster (Dask defaults)": {},
+    }
+
+    def on_cluster(name: str, src: Path) -> dict:
+        lc = cluster(distributed, dask, settings[name])
+        try:
+            with distributed.Client(lc) as client:
+                client.wait_for_workers(2)
+                # Workers that have imported matrixctl, as after an earlier build or with
+                # `dask worker --preload matrixctl.ingest.dask_exec` (docs/scale-out.md).
+                client.run(importlib.import_module, "matrixctl.ingest.dask_exec")
+                return run([*base(src), *own, "--scheduler", lc.scheduler_address])
+        finally:
+            lc.close()
+
+    runs: dict[str, list[dict]] = {}
+    fixed: dict[str, list[dict]] = {}
+    for _ in range(args.repeat):
+        runs.setdefault("local --jobs 2", []).append(run(base(jsonl)))
+        runs.setdefault("dask, own LocalCluster", []).append(run([*base(jsonl), *own]))
+        for name in settings:
+            runs.setdefault(name, []).append(on_cluster(name, jsonl))
+        fixed.setdefault("local --jobs 2", []).append(run(base(tiny)))
+        fixed.setdefault("dask, own LocalCluster", []).append(run([*base(tiny), *own]))
     shutil.rmtree(pack, ignore_errors=True)
-    hashes = {r["hash"] for r in runs.values()}
+    hashes = {r["hash"] for rs in runs.values() for r in rs}
     if len(hashes) != 1:
         raise SystemExit(f"the packs differ: {hashes}")
-    local = runs["local --jobs 2"]["wall"]
-    units = runs["dask, running cluster"]["executor"]["units"]
+    wall = {name: median([r["wall"] for r in rs]) for name, rs in runs.items()}
+    cpu = {name: median([r["cpu"] for r in rs]) for name, rs in runs.items()}
+    first = runs["local --jobs 2"][0]
+    units = runs["dask, own LocalCluster"][0]["executor"]["units"]
     mb = jsonl.stat().st_size / 1e6
-    print(f"Corpus: {mb:,.0f} MB of JSON Lines, {runs['local --jobs 2']['tokens']:,} tokens, ")
-    print(f"{units} work units, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}.\n")
-    cpu = runs["local --jobs 2"]["cpu"]
+    print(f"Corpus: {mb:,.0f} MB of JSON Lines, {first['tokens']:,} tokens, {units} Dask units, ")
+    print(f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, medians of {args.repeat}.\n")
     print("| run | seconds | MB/s | wall vs local | CPU seconds (all processes) | CPU vs local |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for name, r in runs.items():
+    lw, lc = wall["local --jobs 2"], cpu["local --jobs 2"]
+    for name in runs:
         print(
-            f"| {name} | {r['wall']:.1f} | {mb / r['wall']:.1f} | {r['wall'] / local - 1:+.1%} "
-            f"| {r['cpu']:.1f} | {r['cpu'] / cpu - 1:+.1%} |"
+            f"| {name} | {wall[name]:.1f} | {mb / wall[name]:.1f} | {wall[name] / lw - 1:+.1%} "
+            f"| {cpu[name]:.1f} | {cpu[name] / lc - 1:+.1%} |"
         )
-    running = runs["dask, running cluster"]
+    fw = {name: median([r["wall"] for r in rs]) for name, rs in fixed.items()}
+    fc = {name: median([r["cpu"] for r in rs]) for name, rs in fixed.items()}
+    own_name = "dask, own LocalCluster"
     print(
-        f"\nPer-unit overhead (running cluster, {units} units): "
-        f"{(running['wall'] - local) / units * 1000:.0f} ms wall, "
-        f"{(running['cpu'] - cpu) / units * 1000:.0f} ms CPU."
+        f"\nFixed cost of the own LocalCluster (2 small files): "
+        f"{fw[own_name] - fw['local --jobs 2']:+.2f} s wall, "
+        f"{fc[own_name] - fc['local --jobs 2']:+.2f} CPU s against local --jobs 2."
     )
+    for name in list(runs)[2:]:
+        print(
+            f"Per-unit overhead ({name}, {units} units): "
+            f"{(wall[name] - lw) / units * 1000:.0f} ms wall, "
+            f"{(cpu[name] - lc) / units * 1000:.0f} ms CPU."
+        )
     return 0
 
 

@@ -1,6 +1,6 @@
 """Benchmark: the π tokenizer against tiktoken, ratios measured in one run.
 
-    python bench/bench_pi.py [--mb 20] [--repeat 3] [--cold 15]
+    python bench/bench_pi.py [--mb 20] [--repeat 3] [--cold 15] [--only cold|throughput|jobs]
 
 1. Cold start: `echo LINE | matrixctl tokenize pi encode` (the token stream to stdout, a
    pipe) with the bundled map (a fresh process each time; the map cache warmed once, in a
@@ -13,6 +13,10 @@
    library (`Tokenizer.encode`, `Tokenizer.decode`) and by tiktoken (`encode_ordinary`,
    `decode`), alternating, best of --repeat.
 3. Two threads: the same text in two halves on two threads (the kernel releases the GIL).
+4. `tokenize pi encode --jobs N` on the same --mb MB (a file): N = 1 and 2, alternating, best
+   of --repeat, each in a fresh process: the library call (`encode_file`, map cache warm) timed
+   inside it, with the CPU seconds of the main process and of its workers (their ratio is the
+   serial fraction, readable on a loaded machine), and the whole command (start-up included).
 
 Prints markdown tables. Figures and the command belong in docs/benchmarks.md.
 """
@@ -162,17 +166,86 @@ def throughput(mb: int, repeat: int) -> None:
     print()
 
 
+JOBS_CHILD = r"""
+import json, resource, sys, time
+from matrixctl.tokenizing import encode_file
+src, out, jobs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+encode_file(src, out, symbols=None)  # warm: the map cache, the page cache
+s0, c0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+t = time.perf_counter()
+encode_file(src, out, symbols=None, jobs=jobs)
+wall = time.perf_counter() - t
+s1, c1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+cpu = lambda a, b: b.ru_utime + b.ru_stime - a.ru_utime - a.ru_stime
+print(json.dumps({"wall": wall, "main": cpu(s0, s1), "workers": cpu(c0, c1)}))
+"""
+
+
+def jobs(mb: int, repeat: int) -> None:
+    folder = tempfile.mkdtemp(prefix="bench-pi-jobs-")
+    src = os.path.join(folder, "text.txt")
+    with open(src, "wb") as fp:
+        fp.write(TEXT.read_bytes()[: mb * 1_000_000])
+    out = os.path.join(folder, "out.mxt")
+    env = dict(os.environ, MATRIXCTL_CACHE_DIR=folder, PYTHONPATH=str(ROOT))
+    py = sys.executable
+    lib: dict[int, dict] = {}
+    cli: dict[int, dict] = {}
+    outputs: dict[int, bytes] = {}
+    for _ in range(repeat):
+        for n in (1, 2):
+            run = subprocess.run(
+                [py, "-c", JOBS_CHILD, src, out, str(n)],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=True,
+            )
+            res = json.loads(run.stdout)
+            if n not in lib or res["wall"] < lib[n]["wall"]:
+                lib[n] = res
+            outputs[n] = Path(out).read_bytes()
+            cmd = [py, "-m", "matrixctl", "tokenize", "pi", "encode", "-q", "-j", str(n), src]
+            res = measure([*cmd, "-o", out], env)
+            if n not in cli or res["wall"] < cli[n]["wall"]:
+                cli[n] = res
+    assert outputs[1] == outputs[2], "--jobs 2 wrote other bytes than --jobs 1"
+    print(f"### `tokenize pi encode --jobs N`: {mb} MB of corpus text, a file (best of {repeat})\n")
+    print("| what | N | wall s | x --jobs 1 (wall) | CPU s main | CPU s workers | main share |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for n in (1, 2):
+        r = lib[n]
+        total = r["main"] + r["workers"]
+        print(
+            f"| encode_file (library, in one process) | {n} | {r['wall']:.3f} | "
+            f"{lib[1]['wall'] / r['wall']:.2f} | {r['main']:.3f} | {r['workers']:.3f} | "
+            f"{r['main'] / total:.0%} |"
+        )
+    for n in (1, 2):
+        r = cli[n]
+        print(
+            f"| matrixctl tokenize pi encode -j {n} FILE -o OUT (whole command) | {n} | "
+            f"{r['wall']:.3f} | {cli[1]['wall'] / r['wall']:.2f} | {r['cpu']:.3f} (all) | | |"
+        )
+    print()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cold", type=int, default=15)
+    ap.add_argument("--only", choices=("cold", "throughput", "jobs"), help="one section")
     args = ap.parse_args()
     if not TEXT.exists():
         subprocess.run([sys.executable, str(HERE / "corpus.py")], check=True)
         subprocess.run([sys.executable, str(HERE / "bench_ingest.py"), "--text-only"], check=True)
-    cold(args.cold)
-    throughput(args.mb, args.repeat)
+    if args.only in (None, "cold"):
+        cold(args.cold)
+    if args.only in (None, "throughput"):
+        throughput(args.mb, args.repeat)
+    if args.only in (None, "jobs"):
+        jobs(args.mb, args.repeat)
     return 0
 
 

@@ -1,5 +1,5 @@
 """`python -m matrixctl` runs the command line."""
 
-from matrixctl.cli.app import main
+from matrixctl.cli.entry import main
 
 raise SystemExit(main())

@@ -456,6 +456,53 @@ static PyObject *Trie_spans(TrieObject *self, PyObject *arg) {
     return out;
 }
 
+/* cut(data, start, stop) -> the first position p in [start, stop) where the greedy tiling of
+ * ANY text containing data has a token boundary, whatever comes before or after data; -1 when
+ * there is none. p qualifies when no pattern occurrence spans it: for every s in
+ * [p - maxlen + 1, p - 1] (all inside data, so p >= maxlen - 1), the trie walk from s reaches no
+ * pattern end beyond p, and dies before the end of data (a walk that runs off the end could
+ * continue in the next bytes). Every byte is a pattern, so the token covering byte p - 1 then
+ * ends at p; and tokenizing the parts before and after p alone gives the same tokens
+ * (docs/formats/pi-symbol-map.md, "Parallel encoding"). */
+static PyObject *Trie_cut(TrieObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t start, stop, found = -1;
+    if (!trie_ready(self)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*nn", &buf, &start, &stop)) return NULL;
+    Py_ssize_t n = buf.len, reach = (Py_ssize_t)self->maxlen - 1;
+    if (start < reach) start = reach;
+    if (start < 1) start = 1;
+    if (stop > n) stop = n;
+    const uint8_t *d = (const uint8_t *)buf.buf;
+    Py_BEGIN_ALLOW_THREADS
+    const Slot *slots = self->slots;
+    for (Py_ssize_t p = start; p < stop && found < 0; p++) {
+        int spans = 0;
+        for (Py_ssize_t s = p - 1; s >= p - reach && s >= 0 && !spans; s--) {
+            int32_t node = slots[0].base + d[s];
+            Py_ssize_t q = s + 1; /* bytes [s, q) walked */
+            for (;;) {
+                if (q > p && slots[node].value != NO_VALUE) {
+                    spans = 1; /* a pattern [s, q) covers bytes p - 1 and p */
+                    break;
+                }
+                if (q == n) {
+                    spans = q > p || q == p; /* off the end, still on a path: unknown */
+                    break;
+                }
+                int32_t t = slots[node].base + d[q];
+                if (slots[t].check != node) break;
+                node = t;
+                q++;
+            }
+        }
+        if (!spans) found = p;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    return PyLong_FromSsize_t(found);
+}
+
 static PyObject *Trie_to_bytes(TrieObject *self, PyObject *Py_UNUSED(ignored)) {
     if (!trie_ready(self)) return NULL;
     size_t size = 8 + HEADER_WORDS * 8 + (size_t)self->nslots * sizeof(Slot);
@@ -527,6 +574,8 @@ static PyObject *Trie_get_lookahead(TrieObject *self, void *Py_UNUSED(closure)) 
 static PyMethodDef Trie_methods[] = {
     {"match", (PyCFunction)Trie_match, METH_VARARGS,
      "match(data, limit, itemsize) -> (ids as bytes, bytes consumed)"},
+    {"cut", (PyCFunction)Trie_cut, METH_VARARGS,
+     "cut(data, start, stop) -> the first position in [start, stop) no pattern spans, or -1."},
     {"spans", (PyCFunction)Trie_spans, METH_O,
      "spans(data) -> int64 (value, start, end) triples of every match, as bytes"},
     {"to_bytes", (PyCFunction)Trie_to_bytes, METH_NOARGS, "The trie as bytes."},
@@ -799,9 +848,72 @@ static PyObject *segments(PyObject *Py_UNUSED(module), PyObject *args) {
     return out;
 }
 
+/* normalize_runs(text, gap, normalize) -> text with normalize(part) applied to each part
+ * segments(text, gap) names and the rest kept: the loop of tokenizers/pi.py's normalize() in C
+ * (one call per part, no bytecode between them). A part that comes back as the same object
+ * (unicodedata's quick check: already normalized) is not copied; text itself is returned when
+ * no part changed. */
+static PyObject *normalize_runs(PyObject *module, PyObject *args) {
+    PyObject *text, *func;
+    Py_ssize_t gap;
+    if (!PyArg_ParseTuple(args, "UnO", &text, &gap, &func)) return NULL;
+    PyObject *seg_args = Py_BuildValue("(On)", text, gap);
+    if (!seg_args) return NULL;
+    PyObject *cuts = segments(module, seg_args);
+    Py_DECREF(seg_args);
+    if (!cuts) return NULL;
+    Py_ssize_t m = PyList_GET_SIZE(cuts), n = PyUnicode_GET_LENGTH(text), last = 0;
+    PyObject *parts = PyList_New(0), *out = NULL;
+    if (!parts) goto done;
+    for (Py_ssize_t k = 0; k + 1 < m; k += 2) {
+        Py_ssize_t a = PyLong_AsSsize_t(PyList_GET_ITEM(cuts, k));
+        Py_ssize_t b = PyLong_AsSsize_t(PyList_GET_ITEM(cuts, k + 1));
+        PyObject *seg = PyUnicode_Substring(text, a, b);
+        if (!seg) goto done;
+        PyObject *normed = PyObject_CallOneArg(func, seg);
+        if (!normed) {
+            Py_DECREF(seg);
+            goto done;
+        }
+        if (normed == seg) { /* unchanged: stays in the plain part */
+            Py_DECREF(normed);
+            Py_DECREF(seg);
+            continue;
+        }
+        Py_DECREF(seg);
+        PyObject *plain = PyUnicode_Substring(text, last, a);
+        int bad = !plain || PyList_Append(parts, plain) < 0 || PyList_Append(parts, normed) < 0;
+        Py_XDECREF(plain);
+        Py_DECREF(normed);
+        if (bad) goto done;
+        last = b;
+    }
+    if (last == 0 && PyList_GET_SIZE(parts) == 0) {
+        Py_INCREF(text);
+        out = text;
+        goto done;
+    }
+    PyObject *tail = PyUnicode_Substring(text, last, n);
+    if (!tail || PyList_Append(parts, tail) < 0) {
+        Py_XDECREF(tail);
+        goto done;
+    }
+    Py_DECREF(tail);
+    PyObject *empty = PyUnicode_New(0, 0);
+    if (!empty) goto done;
+    out = PyUnicode_Join(empty, parts);
+    Py_DECREF(empty);
+done:
+    Py_XDECREF(parts);
+    Py_DECREF(cuts);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"segments", segments, METH_VARARGS,
      "segments(text, gap) -> [a0, b0, ...]: the parts of text normalization can change."},
+    {"normalize_runs", normalize_runs, METH_VARARGS,
+     "normalize_runs(text, gap, normalize) -> text with normalize() applied to those parts."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl.errors import FormatError, from_os_error
-from matrixctl.io import STDIO, atomic_output, display_name, open_input_stream
+from matrixctl.io import STDIO, _is_regular, atomic_output, display_name, open_input_stream
 from matrixctl.tokenizers import pi
 
 if TYPE_CHECKING:
@@ -37,8 +37,12 @@ def encode_file(
     label: str | None = None,
     form: str = "stream",
     json_ids: BinaryIO | None = None,
+    jobs: int = 1,
 ) -> dict[str, Any]:
     """Stream UTF-8 text into token ids of one document. Returns a summary.
+
+    `jobs` > 1 encodes units of the input in that many worker processes
+    (`tokenizers/pi_jobs.py`); the ids, and so every output byte, are the same for any `jobs`.
 
     `form` is `stream` (a token stream, binary, on `output`), `text` (the ids as one line of
     space-separated decimals on `output`, which `decode` and `pack atoms` read) or `json` (the
@@ -69,10 +73,22 @@ def encode_file(
             sink = _TextSink(json_ids, ", ")
         else:
             sink = _TextSink(out, " ")
-        enc = tok.stream()
-        for text in pi.iter_text(Counting(), name, READ_CHUNK):
-            sink.write_bytes(enc.feed_bytes(text), tok.dtype)
-        sink.write_bytes(enc.finish_bytes(), tok.dtype)
+        if jobs > 1:
+            from matrixctl.tokenizers import pi_jobs
+
+            fd = raw.fileno() if _is_regular(raw) else None
+            try:
+                for used, ids in pi_jobs.encode(tok, Counting(), name, jobs, fd=fd):
+                    if fd is not None:
+                        nbytes += used
+                    sink.write_bytes(ids, tok.dtype)
+            except OSError as exc:  # a worker's read of the file
+                raise from_os_error(exc, input_path) from None
+        else:
+            enc = tok.stream()
+            for text in pi.iter_text(Counting(), name, READ_CHUNK):
+                sink.write_bytes(enc.feed_bytes(text), tok.dtype)
+            sink.write_bytes(enc.finish_bytes(), tok.dtype)
         sink.end_document(name if label is None else label)
         crc = sink.close()
     summary: dict[str, Any] = {
@@ -110,21 +126,37 @@ class _IdSink:
         raise NotImplementedError
 
 
+FRAME_TOKENS = 1 << 20  # ids per TOKENS frame of an encoded stream (the last one may be short)
+
+
 class _StreamSink(_IdSink):
+    """The token stream: ids regrouped into frames of `FRAME_TOKENS`, so the bytes do not
+    depend on how the ids arrive (read sizes of a pipe, --jobs)."""
+
     def __init__(self, out: Any, dtype: str, vocab_size: int) -> None:
         from matrixctl.formats.token_stream import TokenStreamWriter
 
         self.writer = TokenStreamWriter(out, dtype=dtype, vocab_size=vocab_size)
-
-    def write(self, ids: Any) -> None:
-        self.writer.write(ids)
-        self.tokens = self.writer.tokens
+        self.frame = FRAME_TOKENS * self.writer.header.itemsize
+        self.pending = bytearray()
 
     def write_bytes(self, data: bytes, dtype: str) -> None:
-        self.writer.write_bytes(data)  # no numpy: a one-line input starts fast
-        self.tokens = self.writer.tokens
+        # No numpy: a one-line input starts fast.
+        pending = self.pending
+        pending += data
+        if len(pending) >= self.frame:
+            view = memoryview(pending)
+            whole = len(pending) - len(pending) % self.frame
+            for start in range(0, whole, self.frame):
+                self.writer.write_bytes(view[start : start + self.frame])
+            view.release()
+            del pending[:whole]
+        self.tokens += len(data) // self.writer.header.itemsize
 
     def end_document(self, label: str) -> None:
+        if self.pending:
+            self.writer.write_bytes(bytes(self.pending))
+            self.pending.clear()
         self.writer.end_document(label)
 
     def close(self) -> int:

@@ -12,7 +12,13 @@ import signal
 import sys
 import time
 
-import matrixctl.cli.app  # noqa: F401 - imported once, before any fork
+import matrixctl.cli.app
+from matrixctl.cli import docgen
+
+# Imported and built once, before any fork: the commands are built on first use (cli/lazy.py),
+# and a child that had to do it would spend its first milliseconds importing.
+docgen.commands()
+assert matrixctl.cli.app.command_tree() is not None
 
 TIMEOUT = 60.0
 

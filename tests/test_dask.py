@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -396,7 +397,7 @@ def test_pieces_of_a_large_jsonl_file_travel_to_the_workers(
     cluster, tmp_path: Path, monkeypatch
 ) -> None:
     """A JSON Lines file cut into pieces (sizes lowered here, in the client that cuts): the
-    pieces' bytes reach the workers apart from the tasks and the pack is that of --jobs 1."""
+    workers read each piece's byte range from the file and the pack is that of --jobs 1."""
     from matrixctl.ingest import pipeline
 
     lc, _ = cluster
@@ -428,3 +429,211 @@ def test_unreachable_scheduler_is_one_error_line(tmp_path: Path) -> None:
     assert run.code in (1, 2)
     assert "INGEST_DASK_CLUSTER" in run.stderr and "bogus://nowhere" in run.stderr
     assert "Traceback" not in run.stderr and not out.exists()
+
+
+# Range pieces, compressed and stdin sources, the staged merge (docs/scale-out.md) ------------
+
+
+def _big_jsonl(path: Path, n: int = 3000) -> bytes:
+    import random
+
+    rng = random.Random(3)  # random numbers: the gzip of it is still larger than SPLIT_MIN
+    lines = [
+        json.dumps(
+            {"text": " ".join(f"{rng.choice(WORDS)} {rng.getrandbits(40)}" for _ in range(8))}
+        )
+        for _ in range(n)
+    ]
+    data = ("\n".join(lines) + "\n").encode()
+    path.write_bytes(data)
+    return data
+
+
+def _small_units(monkeypatch) -> None:
+    from matrixctl.ingest import pipeline
+
+    monkeypatch.setattr(pipeline, "SPLIT_MIN", 64 << 10)
+    monkeypatch.setattr(pipeline, "PIECE_BYTES", 16 << 10)
+
+
+def _state():
+    from matrixctl.ingest import extract, pipeline
+    from matrixctl.tokenizers import pi
+
+    smap, _ = pi.load_symbol_map(pi.default_map_path())
+    opts = extract.Options("text", "skip", "error", extract.MAX_WHOLE, "auto")
+    return pipeline.WorkerState(None, smap.eos_id, opts, "", smap, "<u2")
+
+
+def _plan(path: Path, staging: Path) -> Any:
+    from matrixctl.ingest import dask_exec
+    from matrixctl.ingest.sources import enumerate_sources
+
+    files, _ = enumerate_sources([str(path)], exclude=[])
+    staging.mkdir(exist_ok=True)
+    return dask_exec.plan(files, _state(), 2, str(staging))
+
+
+def test_range_pieces_cover_the_file_in_whole_lines(tmp_path: Path, monkeypatch) -> None:
+    """The client cuts a stored JSON Lines file into byte ranges of whole lines that cover it
+    back to back; each worker read gives exactly those bytes, and the last piece carries the
+    file's SHA-256."""
+    import hashlib
+
+    from matrixctl.ingest import dask_exec
+
+    _small_units(monkeypatch)
+    src = tmp_path / "big.jsonl"
+    data = _big_jsonl(src)
+    units = list(_plan(src, tmp_path / "staging"))
+    assert len(units) > 4 and all(isinstance(u, dask_exec.RangePiece) for u in units)
+    pos = lines = 0
+    for u in units:
+        assert u.path == str(src) and u.offset == pos and u.piece.first_line == lines
+        got = dask_exec.read_range(u)
+        assert got == data[pos : pos + u.length] and got.endswith(b"\n")
+        pos += u.length
+        lines += got.count(b"\n")
+    assert pos == len(data)
+    assert units[-1].piece.last and not any(u.piece.last for u in units[:-1])
+    assert units[-1].piece.file_sha256 == "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize("change", ["rewritten", "appended", "replaced"])
+def test_a_source_changed_under_a_worker_is_io_changed(
+    tmp_path: Path, monkeypatch, change: str
+) -> None:
+    """A worker reads a range only from the file the client cut (same size, mtime_ns and
+    inode): a source rewritten in place, grown, or replaced by another file at its path gives
+    the IO_CHANGED error for the unit, never tokens of other bytes."""
+    from matrixctl.ingest import dask_exec
+
+    _small_units(monkeypatch)
+    src = tmp_path / "big.jsonl"
+    data = _big_jsonl(src)
+    staging = tmp_path / "staging"
+    first = next(iter(_plan(src, staging)))
+    if change == "rewritten":  # same size, new content and mtime
+        src.write_bytes(data.replace(b"matrix", b"MATRIX"))
+    elif change == "appended":
+        with open(src, "ab") as fp:
+            fp.write(b'{"text": "late"}\n')
+    else:
+        other = tmp_path / "other.jsonl"
+        other.write_bytes(data)
+        os.replace(other, src)
+    st = src.stat()
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # a tick later, surely
+    blob = tmp_path / "state"
+    import hashlib
+    import pickle
+
+    state = pickle.dumps(_state())
+    blob.write_bytes(state)
+    status, payload = dask_exec.run_unit(
+        hashlib.sha256(state).hexdigest(), str(blob), first, "k", str(staging)
+    )
+    assert status == "error"
+    assert payload[1] == "IO_CHANGED" and payload[3] == str(src)
+    assert not list(staging.glob("k.*"))  # nothing staged
+
+
+def test_a_source_changed_while_the_client_cuts_it_is_io_changed(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The client checks, after its last read, that the file it hashed and cut is still the
+    one at its path: a change in between stops the build with IO_CHANGED."""
+    from matrixctl.errors import InputError
+
+    _small_units(monkeypatch)
+    src = tmp_path / "big.jsonl"
+    _big_jsonl(src)
+    units = _plan(src, tmp_path / "staging")
+    next(units)
+    with open(src, "ab") as fp:
+        fp.write(b'{"text": "late"}\n')
+    with pytest.raises(InputError) as err:
+        list(units)
+    assert err.value.code == "IO_CHANGED" and err.value.path == str(src)
+
+
+@pytest.mark.parametrize("kind", ["gzip", "stdin"])
+def test_compressed_and_stdin_sources_build_the_local_pack(
+    cluster, tmp_path: Path, monkeypatch, kind: str
+) -> None:
+    """Sources that cannot be read by range: a gzip JSON Lines file (the client spools each
+    decompressed range to the staging folder, removed once merged) and stdin (spooled whole
+    first); both give the pack of --jobs 1."""
+    import gzip
+
+    lc, _ = cluster
+    _small_units(monkeypatch)
+    data = _big_jsonl(tmp_path / "big.jsonl")
+    src, stdin = "-", data
+    if kind == "gzip":
+        src, stdin = str(tmp_path / "big.jsonl.gz"), b""
+        Path(src).write_bytes(gzip.compress(data, mtime=0))
+    local = tmp_path / "local"
+    assert run_cli("ingest", "docs", src, "-o", str(local), stdin=stdin).code == 0
+    out = tmp_path / "pack"
+    run = run_cli(
+        "ingest", "docs", src, "-o", str(out), "--executor", "dask",
+        "--scheduler", lc.scheduler_address, "-j", "2", "--json", stdin=stdin,
+    )  # fmt: skip
+    assert run.code == 0, run.stderr
+    assert json.loads(run.out)["executor"]["units"] > 4
+    assert _tree(out) == _tree(local)
+    assert not _staging(out).exists()
+
+
+def test_staged_tokens_are_copied_as_written() -> None:
+    """The merge copies a staged unit's tokens inside the kernel (or through a buffer where
+    the kernel refuses) with the CRC-32 and largest id its record vouches for: the atom file
+    is the one `write` makes from the same ids."""
+    import io
+
+    import numpy as np
+
+    from matrixctl import io as mio
+    from matrixctl.crc import crc32
+    from matrixctl.formats import matrix_atom as ma
+
+    ids = (np.arange(70_001, dtype=np.int64) * 7919 % 50_000).astype("<u2")
+    staged = io.BytesIO()
+    reference = io.BytesIO()
+    writer = ma.AtomWriter(reference, atom_size=256, dtype="uint16", vocab_size=50_000)
+    writer.write(ids[:100])
+    writer.write(ids[100:])
+    writer.finish()
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "staged")
+        with open(src, "wb") as fp:
+            fp.write(b"head" + ids.tobytes())
+        for fast in (True, False):
+            dst = os.path.join(tmp, f"atoms-{fast}")
+            with open(dst, "w+b") as fp, open(src, "rb") as sfp:
+                w = ma.AtomWriter(fp, atom_size=256, dtype="uint16", vocab_size=50_000)
+                w.write(ids[:100])
+                rest = ids[100:].tobytes()
+                real, real_sendfile = os.copy_file_range, os.sendfile
+                if not fast:
+
+                    def refuse(*a: Any) -> int:
+                        raise OSError(18, "cross-device")  # EXDEV: the buffered copy
+
+                    mio.os.copy_file_range = refuse  # type: ignore[attr-defined]
+                    mio.os.sendfile = refuse  # type: ignore[attr-defined]
+                try:
+                    w.write_range(
+                        sfp.fileno(), 4 + 200, len(rest), "<u2",
+                        max_id=int(ids[100:].max()), crc=crc32(rest),
+                    )  # fmt: skip
+                finally:
+                    mio.os.copy_file_range = real  # type: ignore[attr-defined]
+                    mio.os.sendfile = real_sendfile  # type: ignore[attr-defined]
+                w.finish()
+            with open(dst, "rb") as fp:
+                staged = fp.read()
+            assert staged == reference.getvalue()

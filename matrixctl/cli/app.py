@@ -2,24 +2,23 @@
 
 `main()` is the only place that turns exceptions into an error line and an exit code:
 0 success, 1 input read but invalid, 2 usage error or unreadable input, 130 interrupted,
-70 internal error (a bug). No traceback reaches the user unless MATRIXCTL_DEBUG=1.
+70 internal error (a bug); the mapping of the commands' own failures is `entry.failure`, which
+the start-up fast path of `tokenize pi encode` (cli/entry.py) shares. No traceback reaches
+the user unless MATRIXCTL_DEBUG=1.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import os
-import signal
 import sys
 from typing import Annotated, Any
 
 import typer
 
-from matrixctl import __version__, codes
-from matrixctl.cli import common, convert, ingest, inspect_cmd, pack, tokenize, verify_cmd
-from matrixctl.cli.common import PROG, emit_json_error, print_error, write_err
-from matrixctl.errors import MatrixError, UsageError, from_os_error
+from matrixctl import __version__
+from matrixctl.cli.common import PROG, write_err
+from matrixctl.cli.entry import fail, failure, interrupted, json_word, start_run
+from matrixctl.cli.lazy import Lazy, LazyCommands
+from matrixctl.errors import UsageError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -53,20 +52,16 @@ def root(
     """
 
 
-app.command("inspect")(inspect_cmd.inspect)
-app.command("verify")(verify_cmd.verify)
-app.command("convert", cls=convert.ConvertCommand)(convert.convert)
-app.add_typer(pack.app, name="pack")
-app.add_typer(tokenize.app, name="tokenize")
-app.add_typer(ingest.app, name="ingest")
-
-
-class Terminated(BaseException):
-    """SIGTERM, raised as an exception so `with` blocks remove temporary files."""
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise Terminated()
+# The commands, in the order `--help` lists them; each module is imported and its command built
+# only when it is called (cli/lazy.py): `tokenize pi encode` builds one command, not twenty.
+SUBCOMMANDS = {
+    "inspect": Lazy("matrixctl.cli.inspect_cmd", "inspect"),
+    "verify": Lazy("matrixctl.cli.verify_cmd", "verify"),
+    "convert": Lazy("matrixctl.cli.convert", "convert", cls="ConvertCommand"),
+    "pack": Lazy("matrixctl.cli.pack", "app"),
+    "tokenize": Lazy("matrixctl.cli.tokenize", "app"),
+    "ingest": Lazy("matrixctl.cli.ingest", "app"),
+}
 
 
 def _usage_hint(exc: Any) -> str:
@@ -78,22 +73,25 @@ def _usage_hint(exc: Any) -> str:
 _COMMAND: Any = None  # the click command tree, built once per process
 
 
+def command_tree() -> Any:
+    """The root click command. Its subcommands are built as they are reached (cli/lazy.py);
+    a process that calls main() again (tests, library callers, the benchmarks) reuses them:
+    click commands keep no state between invocations, each gets its own context."""
+    global _COMMAND
+    if _COMMAND is None:
+        from typer.main import get_command
+
+        root = get_command(app)
+        root.commands = LazyCommands(SUBCOMMANDS)  # type: ignore[attr-defined]
+        _COMMAND = root
+    return _COMMAND
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line and return the exit code (the console script exits with it)."""
-    global _COMMAND
-    from typer.main import get_command
-
     args = sys.argv[1:] if argv is None else argv
-    if hasattr(signal, "SIGTERM"):
-        signal.signal(signal.SIGTERM, _on_sigterm)
-    if _COMMAND is None:
-        # Building it inspects every command's signature (~30 ms); a process that calls main()
-        # again (tests, library callers, the benchmarks) reuses it: click commands keep no
-        # state between invocations, each gets its own context.
-        _COMMAND = get_command(app)
-    command = _COMMAND
-    common._set_quiet(False)  # main() may run more than once in a process (tests)
-    common.json_state(asked=False)
+    start_run()
+    command = command_tree()
     try:
         try:
             # Not command.main(): it would swallow Ctrl-C and a closed stdout itself.
@@ -103,16 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             sys.stdout.flush()
         return code
-    except MatrixError as err:
-        return _fail(err, err.exit_code)
     except typer.Exit as exc:
         return int(exc.exit_code)
     except typer.Abort:
-        return _interrupted()
-    except (KeyboardInterrupt, Terminated):
-        return _interrupted()
-    except BrokenPipeError:
-        return _closed_stdout()
+        return interrupted()
     except typer.TyperException as exc:
         # The parser's usage errors: wrong option, missing argument, bad value.
         if type(exc).__name__ == "NoArgsIsHelpError":
@@ -120,63 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         # The parser may stop before it reaches --json: then the words on the line tell.
-        return _fail(UsageError(message, hint=_usage_hint(exc)), 2, _json_word(args))
-    except OSError as exc:
-        from matrixctl.io import changed_input
-
-        changed = changed_input()
-        if changed is not None:
-            return _fail(changed, 2)
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # a write: stdout or a file
-            return _fail(from_os_error(exc, exc.filename or "<stdout>", writing=True), 2)
-        return _fail(MatrixError(codes.IO_READ, exc.strerror or str(exc), path=exc.filename), 2)
-    except Exception as exc:  # a bug: one line, the traceback only on request
-        if os.environ.get("MATRIXCTL_DEBUG"):
-            raise
-        bug = MatrixError(
-            codes.INTERNAL,
-            f"internal error {type(exc).__name__}: {exc}",
-            hint="rerun with MATRIXCTL_DEBUG=1 for the traceback and report it",
-        )
-        return _fail(bug, 70)
-
-
-def _json_word(args: list[str]) -> bool:
-    """`--json` among the options (before a `--` that ends them)."""
-    words = list(args)
-    return "--json" in (words[: words.index("--")] if "--" in words else words)
-
-
-def _fail(err: MatrixError, exit_code: int, json_asked: bool = False) -> int:
-    """The one error line on stderr; under --json also the failure document on stdout, unless
-    the command already printed its own document (verify's report of invalid files)."""
-    print_error(err)
-    asked, done = common.json_state()
-    if (asked or json_asked) and not done:
-        with contextlib.suppress(OSError):  # stdout is gone: the error line said it all
-            emit_json_error(err)
-    return exit_code
-
-
-def _interrupted() -> int:
-    write_err(f"{PROG}: interrupted; no output was left behind")
-    asked, done = common.json_state()
-    if asked and not done:
-        with contextlib.suppress(OSError):
-            emit_json_error(
-                MatrixError(codes.INTERRUPTED, "interrupted; no output was left behind")
-            )
-    return 130
-
-
-def _closed_stdout() -> int:
-    """The reader of our stdout went away (`| head`): stop quietly, without a traceback."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-    return 0
+        return fail(UsageError(message, hint=_usage_hint(exc)), 2, json_word(args))
+    except BaseException as exc:  # the command's own failures: one mapping for both paths
+        return failure(exc)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,15 +11,15 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Any
-
-import typer
+from typing import TYPE_CHECKING, Any
 
 from matrixctl.errors import MatrixError
 from matrixctl.jsondoc import SCHEMA_VERSION, json_default
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from matrixctl.cli.options import JsonOption, QuietOption  # noqa: F401 - see __getattr__
 
 PROG = "matrixctl"
 
@@ -43,14 +43,6 @@ def json_state(asked: bool | None = None) -> tuple[bool, bool]:
     return _json_asked, _json_done
 
 
-JsonOption = Annotated[
-    bool,
-    typer.Option(
-        "--json",
-        callback=_set_json,
-        help="Write one JSON document to stdout instead of a report.",
-    ),
-]
 _quiet = False
 
 
@@ -60,15 +52,14 @@ def _set_quiet(value: bool) -> bool:
     return value
 
 
-QuietOption = Annotated[
-    bool,
-    typer.Option(
-        "--quiet",
-        "-q",
-        callback=_set_quiet,
-        help="Nothing on stderr when all went well (warnings and errors still print).",
-    ),
-]
+def __getattr__(name: str) -> Any:
+    # JsonOption and QuietOption are typer annotations (cli/options.py): importing this module
+    # does not import typer, so `tokenize pi encode` can run without it (cli/entry.py).
+    if name in ("JsonOption", "QuietOption"):
+        from matrixctl.cli import options
+
+        return getattr(options, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def color_enabled(stream: Any = None) -> bool:

@@ -30,23 +30,19 @@ def _walk(cmd: Any, path: list[str]) -> list[tuple[list[str], Any]]:
 
 
 def click_context(cmd: Any, name: str) -> Any:
-    from typer.main import get_command
-
-    from matrixctl.cli.app import app
+    from matrixctl.cli.app import command_tree
 
     context_class = type(
-        get_command(app).make_context("matrixctl", ["--help"], resilient_parsing=True)
+        command_tree().make_context("matrixctl", ["--help"], resilient_parsing=True)
     )
     return context_class(cmd, info_name=name)
 
 
 def commands() -> list[tuple[list[str], Any]]:
     """Every (path, click command) pair of the CLI, the root first."""
-    from typer.main import get_command
+    from matrixctl.cli.app import command_tree
 
-    from matrixctl.cli.app import app
-
-    return _walk(get_command(app), ["matrixctl"])
+    return _walk(command_tree(), ["matrixctl"])
 
 
 def _param_doc(param: Any, ctx: Any) -> tuple[str, str, str]:

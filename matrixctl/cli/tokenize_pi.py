@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from matrixctl.cli.common import JsonOption, QuietOption, emit_json, note
+from matrixctl.cli.common import JsonOption, QuietOption
 
 app = typer.Typer(
     help="The π symbol-map tokenizer: text to a token stream (encode) and back (decode).",
@@ -58,6 +58,16 @@ def encode(
         str | None,
         typer.Option("--label", help="Label of the document frame. Default: the input path."),
     ] = None,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            max=64,
+            help="Worker processes for a large input (the ids and the output do not change).",
+        ),
+    ] = 1,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -71,28 +81,21 @@ def encode(
 
     --json prints the summary (map hash, counts) as one document; when the output is stdout
     the ids go into that document too, as its last field `ids`.
+
+    --jobs N cuts the input into 1 MB units at places where the tokens provably do not depend
+    on the cut, and encodes them in N processes (docs/formats/pi-symbol-map.md).
     """
-    from matrixctl.io import STDIO
-    from matrixctl.tokenizing import encode_file
+    from matrixctl.cli.pi_encode import run
 
-    if json_out and output == STDIO:  # stdout carries one document: the ids go in it
-        import tempfile
-
-        with tempfile.TemporaryFile(prefix="matrixctl-ids-") as spool:
-            summary = encode_file(
-                input_path, output, symbols=symbols, label=label, form="json", json_ids=spool
-            )
-            emit_json(summary, last_array=("ids", spool))
-        return
-    form = "text" if ids else "stream"
-    summary = encode_file(input_path, output, symbols=symbols, label=label, form=form)
-    if json_out:
-        emit_json(summary)
-    else:
-        note(
-            f"encoded {summary['bytes']:,} bytes into {summary['tokens']:,} tokens "
-            f"({summary['dtype']}, vocab_size {summary['vocab_size']:,})"
-        )
+    run(
+        input_path=input_path,
+        symbols=symbols,
+        output=output,
+        ids=ids,
+        label=label,
+        jobs=jobs,
+        json_out=json_out,
+    )
 
 
 @app.command("decode")

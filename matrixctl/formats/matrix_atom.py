@@ -356,40 +356,51 @@ class AtomWriter:
         self.tokens += ids.size
         self.max_id = max(self.max_id, hi)
 
-    def append_file(self, path: str, count: int, max_id: int, crc: int) -> None:
-        """Append `count` ids stored in the writer's own dtype (little-endian) in the file
-        `path`, whose largest id and CRC-32 the producer computed as it wrote them: the bytes
-        go file to file in the kernel (`io.copy_file_range_all`: `os.copy_file_range`, else
-        `os.sendfile`, else a read loop) without passing through this process. Ids in another
-        dtype, or a largest id the range checks refuse, take the `write` path (which names the
-        bad token)."""
+    def write_range(
+        self, src: int, offset: int, nbytes: int, dtype: str, *, max_id: int, crc: int
+    ) -> None:
+        """Append ids stored as they are, `nbytes` at `offset` of the file descriptor `src`
+        (little-endian `dtype`, "<u2" or "<u4"), copied inside the kernel: the caller vouches
+        for their largest id and the CRC-32 of the bytes (a staged work unit's completion
+        record). Ids of another width, or ones that need a check the caller cannot vouch for,
+        are read and written like `write`."""
         import numpy as np
 
-        if count == 0:
+        if nbytes == 0:
             return
-        width = np.dtype(self._np_dtype).itemsize
+        width = np.dtype(dtype).itemsize
         if (
-            (max_id >= UINT16_LIMIT and self.dtype == "uint16")
+            np.dtype(dtype) != np.dtype(self._np_dtype)
+            or nbytes % width
             or (self.vocab_size is not None and max_id >= self.vocab_size)
-            or max_id > MAX_ID
-            or os.path.getsize(path) != count * width
         ):
-            with open(path, "rb") as src:
-                while block := src.read(self.CHUNK * width):
-                    self.write(np.frombuffer(block, dtype=self._np_dtype))
+            self.write(np.frombuffer(os.pread(src, nbytes, offset), dtype=dtype))
             return
         self._drain()
         self.fp.flush()
-        out = self.fp.fileno()
-        pos = self.fp.tell()
-        size = count * width
-        os.lseek(out, pos, os.SEEK_SET)
-        with open(path, "rb") as src:
-            copy_file_range_all(src.fileno(), 0, size, out)
-        self.fp.seek(pos + size)
-        self.crc = crc32_combine(self.crc, crc, size)
-        self.tokens += count
+        at = self.fp.tell()
+        os.lseek(self.fp.fileno(), at, os.SEEK_SET)
+        copy_file_range_all(src, offset, nbytes, self.fp.fileno())
+        self.fp.seek(at + nbytes)
+        self.crc = crc32_combine(self.crc, crc, nbytes)
+        self.tokens += nbytes // width
         self.max_id = max(self.max_id, max_id)
+
+    def append_file(self, path: str, count: int, max_id: int, crc: int) -> None:
+        """Append `count` ids stored in the writer's own dtype in the file `path` (an ingest
+        worker's tokens), whose largest id and CRC-32 the worker computed as it wrote them:
+        `write_range` of the whole file, copied inside the kernel."""
+        import numpy as np
+
+        with open(path, "rb") as src:
+            self.write_range(
+                src.fileno(),
+                0,
+                count * np.dtype(self._np_dtype).itemsize,
+                self._np_dtype,
+                max_id=max_id,
+                crc=crc,
+            )
 
     def _bad(self, ids: np.ndarray, mask: np.ndarray, why: str, code: str = ATOM_ID_RANGE) -> None:
         import numpy as np

@@ -1,13 +1,25 @@
 """`ingest docs --executor dask`: the work units as tasks on a Dask distributed cluster.
 
-The units are those of the local path (`pipeline.plan_work`) and each task runs the local
-code that turns a unit into its results (`pipeline.process_file` / `process_piece`). A task
-writes its results into a staging folder beside the destination: the results file under a
-temporary name, fsync, rename, then a completion record (JSON) naming the unit, its key and
-the SHA-256 of every file it wrote, fsync, rename, last. The client reads the units back in
-unit order and hands them to the same ordered writer as a local run, so the pack is
-byte-identical to `--jobs 1`. `--resume` reuses every unit whose completion record parses and
-whose files match their hashes; anything else is redone (see docs/scale-out.md).
+The units are those of the local path, larger: runs of small files (`pipeline.plan_units`'s
+grouping with a larger target), and byte ranges of whole lines of a large JSON Lines file,
+cut by the client while it hashes the file. A task names its inputs, never carries them:
+workers open whole files by path and read a range by offset and length, checking the file's
+identity (size, mtime_ns, inode) before and after the read against what the client saw
+(IO_CHANGED otherwise). A compressed source cannot be read by range: the client writes each
+decompressed range to the staging folder and the worker reads that file; stdin is first
+spooled to the pack's temporary folder, as for `--jobs N`, and is then a file like any other.
+
+Each task runs the local code (`pipeline.process_file` / `process_piece`) and stages its
+results in the staging folder beside the destination: one results file (every token in the
+pack's dtype, then every document record) under a temporary name, rename, then the
+completion record (JSON: the unit, its key, the extent, CRC-32 and largest id of each file's
+tokens and records), rename, last. The task returns that small record, never tokens. The
+client checks the staged bytes against it (CRC-32, at memory speed) and copies the tokens
+into the pack inside the kernel (`copy_file_range`), in unit order, through the same ordered
+writer as a local run, so the pack is byte-identical to `--jobs 1`. Nothing is fsync'd: as
+every staged byte is checked before use, a unit torn by a crash is redone, not trusted.
+`--resume` reuses every unit whose record parses and whose results file matches it;
+anything else is redone (see docs/scale-out.md).
 
 `dask` / `distributed` are imported only here, only when this executor is used.
 """
@@ -18,19 +30,21 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import mmap
 import os
 import pickle
 import shutil
 import uuid
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from matrixctl import codes
-from matrixctl.errors import InputError, MatrixError, UsageError
-from matrixctl.ingest import pipeline
+from matrixctl.errors import FormatError, InputError, MatrixError, UsageError, from_os_error
+from matrixctl.ingest import extract, pipeline
 from matrixctl.ingest.sources import SourceFile
+from matrixctl.io import IO_CHANGED
 
 INGEST_DASK_MISSING = codes.define(
     "INGEST_DASK_MISSING",
@@ -42,8 +56,13 @@ INGEST_DASK_CLUSTER = codes.define(
     "The Dask cluster could not be reached or started, or lost the build's tasks.",
     group="ingest",
 )
-SCHEMA = "matrixctl-dask-unit/1"
+SCHEMA = "matrixctl-dask-unit/2"
 ENV_SCHEDULER = "DASK_SCHEDULER_ADDRESS"
+UNIT_MAX_BYTES = 8 << 20  # a Dask unit: up to this many input bytes (local: 4 MiB)...
+UNITS_PER_JOB = 8  # ...aiming at this many units per worker (local: 32)
+RECORD = 16  # bytes of one staged document record: length, item (<u8 each)
+
+Identity = tuple[int, int, int]  # size, mtime_ns, inode
 
 
 def staging_dir(out_dir: str) -> str:
@@ -77,8 +96,303 @@ def _fingerprint(state: pipeline.WorkerState) -> dict[str, Any]:
     }
 
 
-def _describe(unit: list[SourceFile] | pipeline.Piece) -> tuple[str, Any]:
+# Range pieces ---------------------------------------------------------------------------------
+
+
+@dataclass
+class RangePiece:
+    """A piece of a JSON Lines source named by where its bytes are, not carried: `length`
+    bytes at `offset` of `path` (the source itself, or for a compressed source the piece's
+    decompressed bytes spooled to the staging folder), whose identity was `identity` when
+    the client read it. `piece` is the piece without its data."""
+
+    piece: pipeline.Piece
+    path: str
+    offset: int
+    length: int
+    identity: Identity
+    source_identity: Identity  # of the file as stored (the same as identity when uncompressed)
+
+
+Unit = list[SourceFile] | pipeline.Piece | RangePiece
+
+
+def _identity(st: os.stat_result) -> Identity:
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _changed(recorded: str, offset: int | None = None) -> InputError:
+    return InputError(
+        IO_CHANGED,
+        "changed while the build read it (its size, modification time or inode differ from "
+        "when the client cut it); nothing was written",
+        path=recorded,
+        offset=offset,
+        hint="rerun once the file is stable",
+    )
+
+
+def read_range(rp: RangePiece) -> bytes:
+    """A range piece's bytes, read in a worker: the file must be the one the client read
+    (same size, mtime_ns and inode) before and after the read, else IO_CHANGED."""
+    recorded = rp.piece.source.recorded
+    try:
+        fd = os.open(rp.path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise _changed(recorded) from None
+    except OSError as exc:
+        raise from_os_error(exc, recorded) from None
+    try:
+        if _identity(os.fstat(fd)) != rp.identity:
+            raise _changed(recorded, rp.piece.start)
+        parts: list[bytes] = []
+        got = 0
+        while got < rp.length:
+            block = os.pread(fd, rp.length - got, rp.offset + got)
+            if not block:
+                break
+            parts.append(block)
+            got += len(block)
+        if got != rp.length or _identity(os.fstat(fd)) != rp.identity:
+            raise _changed(recorded, rp.piece.start)
+    except OSError as exc:
+        raise from_os_error(exc, recorded) from None
+    finally:
+        os.close(fd)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _split_ranges(
+    sf: SourceFile, state: pipeline.WorkerState, size: int, staging: str
+) -> Iterator[RangePiece | pipeline.Piece | None]:
+    """`pipeline.split_file` for Dask: the client reads the source once, in order, hashing
+    it and cutting it at line ends, and yields where each piece's bytes are. A source that
+    is not JSON Lines yields None (the caller hands it out whole); a large Parquet file
+    yields its row-group pieces (read by path in the workers)."""
+    from matrixctl.ingest import inputs
+
+    try:
+        raw = open(sf.path, "rb")  # noqa: SIM115 - closed below, after the last piece
+    except OSError as exc:
+        raise from_os_error(exc, sf.recorded) from None
+    with raw:
+        try:
+            ident = _identity(os.fstat(raw.fileno()))
+            reader = extract.HashingReader(raw)
+            head = inputs.read_head(reader, extract.SNIFF)
+            stream: Any = inputs.Prefixed(head, reader)
+            compression = inputs.sniff_compression(head)
+            name = extract.strip_compression(sf.path)
+            dec = None
+            if compression is not None:
+                buffered, dec = inputs.decompressing(stream, compression, sf.recorded)
+                head = inputs.read_head(buffered, extract.SNIFF)
+                stream = inputs.Prefixed(head, buffered)
+            kind, stream = extract.detect_kind(
+                head, name, stream, state.opts.max_doc, state.opts.input_kind
+            )
+            if kind == "parquet" and compression is None:
+                yield from pipeline._split_parquet(sf, size)
+                return
+            if kind != "jsonl":
+                yield None
+                return
+            if compression is None:
+                yield from _cut_file(sf, raw, size, state.opts.max_doc, ident)
+            else:
+                yield from _cut_ranges(
+                    sf, stream, reader, dec, compression, size, state, (raw.fileno(), ident)
+                )
+        except OSError as exc:
+            raise from_os_error(exc, sf.recorded) from None
+
+
+def _cut_file(
+    sf: SourceFile, raw: Any, size: int, max_doc: int, ident: Identity
+) -> Iterator[RangePiece]:
+    """The range pieces of one stored JSON Lines file: whole lines, about `size` bytes each,
+    from one pass over the file into one reused buffer (hashed, line ends counted, no copy)."""
+    sha = hashlib.sha256()
+    buf = bytearray(size)
+    view = memoryview(buf)
+    pos = start = lines = newlines = index = 0  # newlines: between start and the last cut
+    cut = 0  # the end of the last whole line read
+    pending: RangePiece | None = None
+
+    def piece(end: int, count: int) -> RangePiece:
+        p = pipeline.Piece(
+            f"{sf.ordinal}:{start}-{end}", sf, index, start, lines, count, b"", "", pos
+        )
+        return RangePiece(p, sf.path, start, end - start, ident, ident)
+
+    raw.seek(0)
+    while n := raw.readinto(view):
+        sha.update(view[:n])
+        nl = buf.rfind(b"\n", 0, n)
+        if nl < 0:
+            pos += n
+            if pos - cut > max_doc + 1:
+                line = lines + newlines + 1
+                raise FormatError(
+                    extract.INGEST_TOO_LARGE,
+                    f"line {line} is longer than --max-doc-size ({max_doc:,} bytes)",
+                    path=sf.recorded,
+                    offset=cut,
+                    field=f"line {line}",
+                )
+            continue
+        newlines += buf.count(b"\n", 0, n)
+        cut = pos + nl + 1
+        pos += n
+        if pending is not None:
+            yield pending
+        pending = piece(cut, newlines)
+        index += 1
+        start, lines, newlines = cut, lines + newlines, 0
+    if pos > start or pending is None:  # a last line without its line end
+        if pending is not None:
+            yield pending
+        pending = piece(pos, 0)
+    if _identity(os.fstat(raw.fileno())) != ident or _identity(os.stat(sf.path)) != ident:
+        raise _changed(sf.recorded)
+    last = pending.piece
+    last.last = True
+    last.file_sha256 = "sha256:" + sha.hexdigest()
+    last.file_size = last.stored_end = pos
+    yield pending
+
+
+def _cut_ranges(
+    sf: SourceFile,
+    stream: Any,
+    reader: extract.HashingReader,
+    dec: Any,
+    compression: str | None,
+    size: int,
+    state: pipeline.WorkerState,
+    opened: tuple[int, Identity],
+) -> Iterator[RangePiece]:
+    """The range pieces of one JSON Lines stream: whole lines, about `size` bytes each. The
+    bytes are never copied into a piece: an uncompressed piece is an offset and a length
+    in the source; a decompressed one is spooled to `spill_dir` (the staging folder)."""
+    fd, ident = opened
+    max_doc = state.opts.max_doc
+    start = lines = index = 0
+    carry = b""  # the start of an unfinished line (it holds no line end)
+    pending: RangePiece | None = None
+    while True:
+        data = stream.read(size)
+        if data:
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                carry += data
+                if len(carry) > max_doc + 1:
+                    raise FormatError(
+                        extract.INGEST_TOO_LARGE,
+                        f"line {lines + 1} is longer than --max-doc-size ({max_doc:,} bytes)",
+                        path=sf.recorded,
+                        offset=start,
+                        field=f"line {lines + 1}",
+                    )
+                continue
+            head, length, count = carry, len(carry) + cut, data.count(b"\n", 0, cut)
+            body = memoryview(data)[:cut]
+            rest = data[cut:]
+        else:
+            head, length, count, body, rest = carry, len(carry), 0, memoryview(b""), b""
+            if not length and pending is not None:
+                break
+        piece = pipeline.Piece(
+            f"{sf.ordinal}:{start}-{start + length}",
+            sf,
+            index,
+            start,
+            lines,
+            count,
+            b"",
+            "",
+            reader.size,
+        )
+        if compression is None:
+            rp = RangePiece(piece, sf.path, start, length, ident, ident)
+        else:
+            spool = os.path.join(state.spill_dir, f"in-{sf.ordinal}-{start}-{start + length}")
+            with open(spool, "wb") as out:
+                out.write(head)
+                out.write(body)
+            rp = RangePiece(piece, spool, 0, length, _identity(os.stat(spool)), ident)
+        if pending is not None:
+            yield pending
+        pending = rp
+        index += 1
+        start += length
+        lines += piece.lines
+        carry = rest
+        if not data:
+            break
+    assert pending is not None
+    reader.drain()
+    # Every piece named the file as it was when opened; it must still be that file, whole,
+    # at its path (the workers open the path).
+    if _identity(os.fstat(fd)) != ident or _identity(os.stat(sf.path)) != ident:
+        raise _changed(sf.recorded)
+    last = pending.piece
+    last.last = True
+    last.file_sha256 = "sha256:" + reader.sha.hexdigest()
+    last.file_size = reader.size
+    last.stored_end = reader.size
+    last.compression = compression
+    last.decompressed = None if dec is None else dec.produced
+    yield pending
+
+
+def plan(
+    files: list[SourceFile], state: pipeline.WorkerState, jobs: int, staging: str
+) -> Iterator[Unit]:
+    """The Dask work units in input order: `pipeline.plan_work`'s, with larger units (fewer
+    round trips) and range pieces instead of pieces that carry their bytes."""
+    total = sum(f.size for f in files)
+    target = min(
+        UNIT_MAX_BYTES, max(pipeline.UNIT_MIN_BYTES, total // max(1, jobs * UNITS_PER_JOB))
+    )
+    unit: list[SourceFile] = []
+    size = 0
+    split_state = dataclasses.replace(state, spill_dir=staging)
+    for sf in files:
+        if state.on_error == "fail" and sf.size >= pipeline.SPLIT_MIN and sf.path != "-":
+            pieces = _split_ranges(sf, split_state, max(pipeline.PIECE_BYTES, target), staging)
+            first = next(pieces)
+            if first is not None:
+                if unit:
+                    yield unit
+                    unit, size = [], 0
+                yield first
+                yield from (p for p in pieces if p is not None)
+                continue
+        if unit and (size + sf.size > target or len(unit) >= pipeline.UNIT_MAX_FILES):
+            yield unit
+            unit, size = [], 0
+        unit.append(sf)
+        size += sf.size
+    if unit:
+        yield unit
+
+
+def _describe(unit: Unit) -> tuple[str, Any]:
     """A unit's readable id and what identifies its inputs (for its key)."""
+    if isinstance(unit, RangePiece):
+        p = unit.piece
+        return p.id, [
+            p.id,
+            p.source.path,
+            p.source.recorded,
+            list(unit.source_identity),
+            p.first_line,
+            p.last,
+            p.file_sha256,
+            p.file_size,
+            p.compression,
+        ]
     if isinstance(unit, pipeline.Piece):
         return unit.id, [
             unit.id,
@@ -94,35 +408,30 @@ def _describe(unit: list[SourceFile] | pipeline.Piece) -> tuple[str, Any]:
     files = []
     for sf in unit:
         try:
-            mtime = os.stat(sf.path).st_mtime_ns
+            st = os.stat(sf.path)
+            ident: list[int] | None = list(_identity(st))
         except OSError:
-            mtime = None
-        files.append([sf.ordinal, sf.path, sf.recorded, sf.size, sf.named, mtime])
+            ident = None
+        files.append([sf.ordinal, sf.path, sf.recorded, sf.size, sf.named, ident])
     return f"files {unit[0].ordinal}-{unit[-1].ordinal}", files
 
 
-def unit_key(fingerprint: dict[str, Any], unit: list[SourceFile] | pipeline.Piece) -> str:
+def unit_key(fingerprint: dict[str, Any], unit: Unit) -> str:
     _, inputs = _describe(unit)
     blob = json.dumps([SCHEMA, fingerprint, inputs], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
-def _sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fp:
-        while block := fp.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
+# In a Dask worker -----------------------------------------------------------------------------
 
 
-def _write_durable(path: str, data: bytes) -> None:
-    """Temp name, write, fsync, rename: `path` is whole or absent."""
+def _write_whole(path: str, data: bytes) -> None:
+    """Temp name, write, rename: `path` is whole or absent (after a process kill; after a
+    crash of the machine its content is checked before use, see load_unit)."""
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     try:
         with open(tmp, "wb") as fp:
             fp.write(data)
-            fp.flush()
-            os.fsync(fp.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -130,44 +439,139 @@ def _write_durable(path: str, data: bytes) -> None:
         raise
 
 
-def _fsync_file(path: str) -> None:
-    with open(path, "rb") as fp:
-        os.fsync(fp.fileno())
-
-
-# In each Dask worker process: the tokenizer, built once per symbol map.
+# In each Dask worker process: the state with its tokenizer, built once per symbol map.
 _WORKER_STATES: dict[str, pipeline.WorkerState] = {}
 
 
-def run_unit(
-    state_blob: bytes,
-    unit: list[SourceFile] | pipeline.Piece,
-    key: str,
-    staging: str,
-    data: bytes | None = None,
-) -> tuple[str, Any]:
-    """A Dask task: one unit to its staged results. Idempotent (a rerun writes the same
-    files under fresh temporary names). A deterministic input error is returned, not raised,
-    so the scheduler does not retry it; a lost worker raises nothing and is rescheduled."""
-    from matrixctl.tokenizers import pi
-
-    if data is not None:  # a piece's bytes travel apart from the task (see DaskWorkers.results)
-        assert isinstance(unit, pipeline.Piece)
-        unit = dataclasses.replace(unit, data=data)
-    digest = hashlib.sha256(state_blob).hexdigest()
-    state = _WORKER_STATES.get(digest)
+def _worker_state(state_key: str, state_path: str) -> pipeline.WorkerState:
+    """The build's state (symbol map, options) with its tokenizer: read from the staging
+    folder and built once per worker process and build (`state_key` is its SHA-256)."""
+    state = _WORKER_STATES.get(state_key)
     if state is None:
-        state = pickle.loads(state_blob)
+        from matrixctl.tokenizers import pi
+
+        with open(state_path, "rb") as fp:
+            blob = fp.read()
+        if hashlib.sha256(blob).hexdigest() != state_key:
+            raise OSError(f"{state_path} is not the state of this build")
+        state = pickle.loads(blob)
         assert state.smap is not None
         state.tok = pi.Tokenizer(state.smap)
         _WORKER_STATES.clear()
-        _WORKER_STATES[digest] = state
+        _WORKER_STATES[state_key] = state
+    return state
+
+
+def _token_chunks(res: pipeline.FileResult, dtype: str) -> Iterator[Any]:
+    """A result's tokens in the pack's dtype, in pieces of bounded size."""
+    import numpy as np
+
+    if res.ids is not None:
+        yield np.ascontiguousarray(res.ids, dtype=dtype)
+    elif res.spill_ids is not None:
+        with open(res.spill_ids, "rb") as fp:
+            while block := fp.read(16 << 20):
+                yield np.frombuffer(block, dtype="<u4").astype(dtype)
+
+
+def _record_blocks(res: pipeline.FileResult) -> Iterator[bytes]:
+    import numpy as np
+
+    if res.spill_records is not None:
+        with open(res.spill_records, "rb") as fp:
+            while block := fp.read(16 << 20):
+                yield block
+    elif res.records:
+        yield np.array(res.records, dtype="<u8").tobytes()
+
+
+RESULT_FIELDS = (
+    "kind",
+    "sha256",
+    "size",
+    "skip_reason",
+    "skip_code",
+    "compression",
+    "decompressed",
+    "documents",
+    "empty_documents",
+    "skipped_records",
+    "tokens",
+)
+
+
+def _stage(
+    results: list[pipeline.FileResult], unit: Unit, key: str, staging: str, work: str, dtype: str
+) -> dict[str, Any]:
+    """Write a unit's results file and completion record; return the record."""
+    from matrixctl.crc import crc32
+
+    tmp = os.path.join(work, "results")
+    entries: list[dict[str, Any]] = []
+    pos = 0
+    with open(tmp, "wb") as fp:
+        for res in results:
+            crc, top, start = 0, -1, pos
+            for chunk in _token_chunks(res, dtype):
+                if chunk.size:
+                    crc = crc32(chunk, crc)
+                    top = max(top, int(chunk.max()))
+                    fp.write(chunk)
+                    pos += chunk.nbytes
+            entries.append({"ids": [start, pos - start, top, crc]})
+        for res, entry in zip(results, entries, strict=True):
+            crc, start = 0, pos
+            for block in _record_blocks(res):
+                crc = crc32(block, crc)
+                fp.write(block)
+                pos += len(block)
+            entry["records"] = [start, pos - start, crc]
+    os.replace(tmp, os.path.join(staging, f"{key}.results"))
+    for res, entry in zip(results, entries, strict=True):
+        sf = res.source
+        entry["source"] = [sf.ordinal, sf.path, sf.recorded, sf.size, sf.named]
+        entry["result"] = {name: getattr(res, name) for name in RESULT_FIELDS}
+        if res.piece is not None:
+            entry["piece"] = {
+                f.name: getattr(res.piece, f.name)
+                for f in dataclasses.fields(res.piece)
+                if f.name not in ("source", "data")
+            }
+    record = {
+        "schema": SCHEMA,
+        "unit": _describe(unit)[0],
+        "key": key,
+        "dtype": dtype,
+        "size": pos,
+        "files": entries,
+    }
+    _write_whole(os.path.join(staging, f"{key}.done"), json.dumps(record).encode())
+    return record
+
+
+def run_unit(
+    state_key: str, state_path: str, unit: Unit, key: str, staging: str
+) -> tuple[str, Any]:
+    """A Dask task: one unit to its staged results; returns its completion record (never its
+    tokens). Idempotent (a rerun writes the same files under fresh temporary names). A
+    deterministic input error is returned, not raised, so the scheduler does not retry it; a
+    lost worker raises nothing and is rescheduled."""
+    import gc
+
+    state = _worker_state(state_key, state_path)
     work = os.path.join(staging, f"tmp-{key}-{uuid.uuid4().hex}")
     os.makedirs(work)
+    # Tokenizing makes no reference cycles, but in a worker's large heap (distributed's own
+    # objects) the collector's passes cost several per cent of the task: off while it runs.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         state.spill_dir = work
         try:
-            if isinstance(unit, pipeline.Piece):
+            if isinstance(unit, RangePiece):
+                piece = dataclasses.replace(unit.piece, data=read_range(unit))
+                results = [pipeline.process_piece(piece, state)]
+            elif isinstance(unit, pipeline.Piece):
                 results = [pipeline.process_piece(unit, state)]
             else:
                 results = [pipeline.process_file(sf, state) for sf in unit]
@@ -181,54 +585,87 @@ def run_unit(
                 err.field,
                 err.hint,
             )
-        hashes: dict[str, str] = {}
-        for i, res in enumerate(results):
-            for attr in ("spill_ids", "spill_records"):
-                path = getattr(res, attr)
-                if path is None:
-                    continue
-                name = f"{key}.{i}.{attr}"
-                _fsync_file(path)
-                os.replace(path, os.path.join(staging, name))
-                hashes[name] = _sha256_file(os.path.join(staging, name))
-                setattr(res, attr, name)  # relative: the client resolves it
-        name = f"{key}.results"
-        blob = pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
-        _write_durable(os.path.join(staging, name), blob)
-        hashes[name] = hashlib.sha256(blob).hexdigest()
-        record = {"schema": SCHEMA, "unit": _describe(unit)[0], "key": key, "files": hashes}
-        _write_durable(os.path.join(staging, f"{key}.done"), json.dumps(record).encode())
-        return "ok", None
+        return "ok", _stage(results, unit, key, staging, work, state.out_dtype)
     finally:
+        if collecting:
+            gc.enable()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def load_unit(staging: str, key: str) -> list[pipeline.FileResult] | None:
-    """A staged unit's results if its completion record and every file check out, else None."""
+# In the client --------------------------------------------------------------------------------
+
+
+def load_unit(
+    staging: str, key: str, record: dict[str, Any] | None = None
+) -> list[pipeline.FileResult] | None:
+    """A staged unit's results if its completion record (read from the staging folder when
+    not given) parses and its results file matches it (size, and the CRC-32 of every extent),
+    else None. The tokens stay in the file: each result names its extent (`staged_ids`)."""
+    import numpy as np
+
+    from matrixctl.crc import crc32
+
+    path = os.path.join(staging, f"{key}.results")
     try:
-        with open(os.path.join(staging, f"{key}.done"), "rb") as fp:
-            record = json.loads(fp.read())
-        if record.get("schema") != SCHEMA or record.get("key") != key:
+        if record is None:
+            with open(os.path.join(staging, f"{key}.done"), "rb") as fp:
+                record = json.loads(fp.read())
+        if not isinstance(record, dict) or record.get("schema") != SCHEMA:
             return None
-        files = record["files"]
-        if not isinstance(files, dict) or f"{key}.results" not in files:
+        if record.get("key") != key:
             return None
-        for name, digest in files.items():
-            if (
-                not name.startswith(key + ".")
-                or _sha256_file(os.path.join(staging, name)) != digest
-            ):
+        dtype, size = record["dtype"], record["size"]
+        if dtype not in ("<u2", "<u4") or not isinstance(size, int):
+            return None
+        results: list[pipeline.FileResult] = []
+        with open(path, "rb") as fp:
+            if os.fstat(fp.fileno()).st_size != size:
                 return None
-        with open(os.path.join(staging, f"{key}.results"), "rb") as fp:
-            results: list[pipeline.FileResult] = pickle.loads(fp.read())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, pickle.UnpicklingError):
+            mm = mmap.mmap(fp.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+            try:
+                view = memoryview(mm) if mm is not None else memoryview(b"")
+                for entry in record["files"]:
+                    start, nbytes, _, crc = entry["ids"]
+                    rstart, rbytes, rcrc = entry["records"]
+                    if (
+                        min(start, nbytes, rstart, rbytes) < 0
+                        or start + nbytes > size
+                        or rstart + rbytes > size
+                        or rbytes % RECORD
+                        or crc32(view[start : start + nbytes]) != crc
+                        or crc32(view[rstart : rstart + rbytes]) != rcrc
+                    ):
+                        return None
+                    res = _result(entry, path, dtype)
+                    recs = np.frombuffer(view[rstart : rstart + rbytes], dtype="<u8")
+                    res.records = recs.reshape(-1, 2).tolist()  # type: ignore[assignment]
+                    del recs
+                    results.append(res)
+                view.release()
+            finally:
+                if mm is not None:
+                    mm.close()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, BufferError):
         return None
-    for res in results:
-        for attr in ("spill_ids", "spill_records"):
-            name = getattr(res, attr)
-            if name is not None:
-                setattr(res, attr, os.path.join(staging, name))
     return results
+
+
+def _result(entry: dict[str, Any], path: str, dtype: str) -> pipeline.FileResult:
+    ordinal, src_path, recorded, size, named = entry["source"]
+    sf = SourceFile(ordinal, src_path, recorded, size, named)
+    res = pipeline.FileResult(sf, "")
+    for name in RESULT_FIELDS:
+        setattr(res, name, entry["result"][name])
+    piece = entry.get("piece")
+    if piece is not None:
+        groups = piece.pop("groups")
+        res.piece = pipeline.Piece(
+            source=sf, data=b"", groups=tuple(groups) if groups else None, **piece
+        )
+    start, nbytes, top, crc = entry["ids"]
+    if nbytes:
+        res.staged_ids = (path, start, nbytes, dtype, top, crc)
+    return res
 
 
 def _drop_unit(staging: str, key: str) -> None:
@@ -236,6 +673,37 @@ def _drop_unit(staging: str, key: str) -> None:
     then replaces its files by rename (O(1): no listing of a folder of many units)."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(staging, f"{key}.done"))
+
+
+# The own LocalCluster's Dask settings (docs/scale-out.md): the nannies fork the workers from
+# this process, which has imported distributed and matrixctl already, instead of starting fresh
+# interpreters (the start-up is a fraction of a second instead of one to four). The rest are
+# Dask's background chores, whose cost grows with the build's wall time: the workers'
+# statistical profiler (it takes the GIL from the tokenizer 100 times a second), the event
+# loops' 20 ms ticks, the 0.5 s system monitor and the nannies' 0.1 s memory polls. Together
+# they cost about 0.07 CPU seconds a second on an idle two-worker cluster, 0.02 with these
+# values.
+QUIET_WORKERS = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.worker.memory.monitor-interval": "1s",
+}
+LOCAL_CLUSTER_CONFIG = {"distributed.worker.multiprocessing-method": "fork", **QUIET_WORKERS}
+
+
+def _local_cluster(distributed: Any, jobs: int) -> Any:
+    """A LocalCluster of `jobs` single-threaded worker processes on 127.0.0.1."""
+    import dask
+
+    with dask.config.set(LOCAL_CLUSTER_CONFIG):
+        return distributed.LocalCluster(
+            n_workers=jobs,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=":0",
+        )
 
 
 class DaskWorkers:
@@ -250,6 +718,7 @@ class DaskWorkers:
         resume: bool = False,
     ) -> None:
         distributed = _import_distributed()
+        self.distributed = distributed
         self.state = state
         self.jobs = jobs
         self.staging = staging_dir(out_dir)
@@ -261,13 +730,7 @@ class DaskWorkers:
         self.address = address
         try:
             if address is None:
-                self.cluster = distributed.LocalCluster(
-                    n_workers=jobs,
-                    threads_per_worker=1,
-                    processes=True,
-                    host="127.0.0.1",
-                    dashboard_address=":0",
-                )
+                self.cluster = _local_cluster(distributed, jobs)
                 self.client = distributed.Client(self.cluster)
             else:
                 self.client = distributed.Client(address, timeout="30s")
@@ -279,39 +742,42 @@ class DaskWorkers:
                 path=address or "LocalCluster",
                 hint="start one with `dask scheduler` or leave out --scheduler",
             ) from None
+        # This process lives for one build: what it holds now (distributed, the cluster, the
+        # symbol map) stays to the end, so the collector need not walk it again and again.
+        import gc
+
+        gc.freeze()
         if not resume and os.path.isdir(self.staging):
             shutil.rmtree(self.staging)
         os.makedirs(self.staging, exist_ok=True)
         tok, state.tok = state.tok, None
         try:
-            self.state_blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+            blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
         finally:
             state.tok = tok
+        # The workers read the state (the symbol map, about 1 MB, and the options) from the
+        # staging folder once each: the tasks carry only its path and hash.
+        self.state_key = hashlib.sha256(blob).hexdigest()
+        self.state_path = os.path.join(self.staging, f"state-{self.state_key}.pickle")
+        _write_whole(self.state_path, blob)
         self.fingerprint = _fingerprint(state)
 
     def results(self, files: list[SourceFile], spill_dir: str) -> Iterator[pipeline.FileResult]:
         """Each file's result, in input order: staged units are reused, the rest are tasks."""
-        blob = self.client.scatter(self.state_blob, broadcast=True)
-        Unit = list[SourceFile] | pipeline.Piece
         window: deque[tuple[str, Unit, Any]] = deque()  # (key, unit, future or None: staged)
-        pending = pipeline.plan_work(files, self.state, self.jobs)
-        limit = 4 * max(self.jobs, len(self.client.scheduler_info().get("workers", {}))) + 4
+        pending = plan(files, self.state, self.jobs, self.staging)
+        workers = len(self.client.scheduler_info().get("workers", {}))
+        limit = 4 * max(self.jobs, workers) + 4  # units carry no data: a deep window is cheap
 
         def task(unit: Unit, key: str) -> Any:
             _drop_unit(self.staging, key)
-            data = None
-            if isinstance(unit, pipeline.Piece) and unit.data:
-                # A piece's bytes (about 4 MiB) go from this client straight to a worker;
-                # inside the task they would pass through the scheduler.
-                data = self.client.scatter(unit.data, hash=False)
-                unit = dataclasses.replace(unit, data=b"")
             return self.client.submit(
                 run_unit,
-                blob,
+                self.state_key,
+                self.state_path,
                 unit,
                 key,
                 self.staging,
-                data,
                 key=f"matrixctl-unit-{key}",
                 pure=False,
             )
@@ -339,6 +805,9 @@ class DaskWorkers:
             if future is not None:
                 staged = self._collect(key, future)
                 self.redone += 1
+            if isinstance(unit, RangePiece) and unit.path != unit.piece.source.path:
+                with contextlib.suppress(OSError):
+                    os.unlink(unit.path)  # a decompressed range, read
             nxt = next(pending, None)
             if nxt is not None:
                 submit(nxt)
@@ -347,8 +816,7 @@ class DaskWorkers:
         self.ok = True
 
     def _collect(self, key: str, future: Any) -> list[pipeline.FileResult]:
-        import distributed
-
+        distributed = self.distributed
         killed = getattr(distributed, "KilledWorker", None) or distributed.scheduler.KilledWorker
         try:
             status, payload = future.result()
@@ -362,7 +830,7 @@ class DaskWorkers:
         if status == "error":
             self.input_error = True
             pipeline._reraise(payload)
-        staged = load_unit(self.staging, key)
+        staged = load_unit(self.staging, key, payload)
         if staged is None:
             raise InputError(
                 INGEST_DASK_CLUSTER,
@@ -389,6 +857,9 @@ class DaskWorkers:
                     obj.close()
 
     def close(self) -> None:
+        import gc
+
         self._shutdown()
+        gc.unfreeze()
         if self.ok or self.input_error:  # a bad input: rerun after fixing it, no resume
             shutil.rmtree(self.staging, ignore_errors=True)

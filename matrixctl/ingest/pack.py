@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from matrixctl import __version__, codes
-from matrixctl.errors import OutputError
+from matrixctl.errors import InputError, OutputError
 from matrixctl.formats import doc_index as di
 from matrixctl.formats import ingest_pack as ip
 from matrixctl.formats import matrix_atom as ma
@@ -152,6 +152,19 @@ class PackBuilder:
                 if not block:
                     break
                 self.atoms.write(np.frombuffer(block, dtype="<u4"))
+
+    def add_tokens_range(
+        self, path: str, offset: int, nbytes: int, dtype: str, max_id: int, crc: int
+    ) -> None:
+        """Tokens staged in a file (a Dask work unit's results), copied as they are."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self.atoms.write_range(fd, offset, nbytes, dtype, max_id=max_id, crc=crc)
+        except InputError as err:  # IO_CHANGED: the staged file was cut while copied
+            err.path = err.path or path
+            raise
+        finally:
+            os.close(fd)
 
     def add_record(self, length: int, source: int, item: int) -> None:
         self.index.add(length, source, item)

@@ -93,6 +93,9 @@ class FileResult:
     raw_crc: int = 0
     lines: int = 0  # JSON Lines: the lines read (a piece whose lines the worker counts)
     item_base: int = 0  # added to the records' items by the writer (set there)
+    # Tokens staged in the pack's dtype, copied as they are (--executor dask; dask_exec.py):
+    # (path, offset, bytes, dtype, largest id, CRC-32 of the bytes).
+    staged_ids: tuple[str, int, int, str, int, int] | None = None
 
 
 @dataclass
@@ -1081,8 +1084,6 @@ def ingest_docs(
         raise UsageError("--executor must be local or dask")
     if opts.executor != "dask" and (opts.scheduler or opts.resume):
         raise UsageError("--scheduler and --resume go with --executor dask")
-    if opts.executor == "dask" and "-" in srcs:
-        raise UsageError("--executor dask cannot read stdin (-): the workers read the inputs")
     shard = parse_shard(opts.shard)
     map_path = opts.symbols or pi.default_map_path()
     smap, map_raw = pi.load_symbol_map(map_path)
@@ -1389,6 +1390,9 @@ def _add_payload(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int) -> 
         tokens.flush()
         pb.atoms.append_file(res.raw_ids, res.raw_count, res.raw_max, res.raw_crc)
         os.unlink(res.raw_ids)
+    elif res.staged_ids is not None:
+        tokens.flush()
+        pb.add_tokens_range(*res.staged_ids)
     elif res.spill_ids is not None:
         tokens.flush()
         pb.add_tokens_file(res.spill_ids)

@@ -1,0 +1,395 @@
+"""One document encoded by several worker processes, with the ids one process gives
+(`tokenize pi encode --jobs N`; docs/formats/pi-symbol-map.md, "Parallel encoding").
+
+The input's bytes are cut into units of about `UNIT` bytes, each cut just before an ASCII byte
+(or, in text without one, before a CJK ideograph, Hangul syllable or kana letter). In UTF-8 such
+a byte starts a whole character, and a cut before that character is one `safe_cut` makes:
+normalizing the units one by one gives the text normalizing the whole gives.
+
+A worker decodes its unit, normalizes it and, in the normalized bytes, looks for the first and
+the last position no symbol can span (`Trie.cut`: every trie walk that starts within
+`lookahead` bytes before it dies before it, or reaches no pattern end beyond it). The greedy
+tiling of any text that contains those bytes has a token boundary there, whatever the other
+units hold, so the worker tokenizes the bytes between the two positions alone. The main process
+tokenizes only the seams (the tail of one unit with the head of the next: a few bytes) and
+yields the ids in input order. A unit with no such position (no cut within `WINDOW` bytes of
+either end) goes to the main process whole and is matched there as the streaming encoder
+matches (`StreamEncoder`): slower, never different.
+
+Workers are forked (they inherit the loaded tokenizer, as `ingest docs --jobs` workers do) and
+talk to the main process through pipes (`_Workers`); at most two units per worker are in
+flight, which keeps memory flat. An input of one unit or less is encoded in
+the calling process (no fork for a one-line input).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import marshal
+import os
+import signal
+import struct
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from matrixctl.errors import FormatError
+from matrixctl.tokenizers import pi
+
+UNIT = 1 << 20  # raw bytes per work unit
+WINDOW = 1 << 16  # how far from each end of a unit a cut is looked for
+NEAR = 1 << 10  # first, how far from the end
+MAX_SCAN = 1 << 16  # how far back from a unit's end a cut point in the raw bytes is looked for
+
+_TOK: pi.Tokenizer | None = None  # the tokenizer the forked workers inherit
+_FD = -1  # the input file they read their units from (a regular file), else -1
+_START = 0  # the input's first byte (a byte-order mark there is dropped)
+
+
+def _cut_point(buf: bytes | bytearray) -> int:
+    """An index i > 0 just before an ASCII byte or a CJK/Hangul/kana character near the end of
+    `buf` (the start of a whole character that a safe cut may precede), or 0 for none."""
+    stop = max(0, len(buf) - MAX_SCAN)
+    for i in range(len(buf) - 1, stop, -1):
+        b = buf[i]
+        if b < 0x80:
+            return i
+        if 0xE3 <= b <= 0xED:
+            try:
+                ch = bytes(buf[i : i + 3]).decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            if len(ch) == 1 and pi._safe_char(ch):
+                return i
+    return 0
+
+
+Unit = tuple[int, int, int, bytes | None]  # offset, length, width of the next character, bytes
+
+
+def _width(first: int) -> int:
+    return 1 if first < 0x80 else 3
+
+
+def _units(fp: Any) -> Iterator[Unit]:
+    """The units of a stream, read here and handed to the workers with their bytes (the
+    bytes, then the character after them, which decides a cut UTF-8 sequence)."""
+    buf = bytearray()
+    offset = 0
+    eof = False
+    while not eof:
+        while len(buf) < UNIT:
+            data = fp.read(UNIT)
+            if not data:
+                eof = True
+                break
+            buf += data
+        if eof:
+            break
+        cut = _cut_point(buf)
+        if cut == 0:  # no cut point near the end: take in more bytes
+            more = fp.read(UNIT)
+            if more:
+                buf += more
+                continue
+            eof = True
+            break
+        width = _width(buf[cut])
+        yield offset, cut, width, bytes(buf[: cut + width])
+        offset += cut
+        del buf[:cut]
+    if buf:
+        yield offset, len(buf), 0, bytes(buf)
+
+
+def _file_units(fd: int, start: int, size: int) -> Iterator[Unit]:
+    """The units of a regular file: only the bytes near each cut are read here; each worker
+    reads its own unit (`os.pread` on the inherited descriptor)."""
+    offset = start
+    end = start + size
+    while end - offset > UNIT:
+        nominal = offset + UNIT
+        window = os.pread(fd, MAX_SCAN + 3, nominal - MAX_SCAN)
+        cut = _cut_point(window[:MAX_SCAN])
+        if cut == 0:  # no cut point in this window: a longer unit
+            offset_next = nominal
+            while cut == 0 and end - offset_next > UNIT:
+                offset_next += UNIT
+                window = os.pread(fd, MAX_SCAN + 3, offset_next - MAX_SCAN)
+                cut = _cut_point(window[:MAX_SCAN])
+            if cut == 0:
+                break
+            nominal = offset_next
+        at = nominal - MAX_SCAN + cut
+        yield offset, at - offset, _width(window[cut]), None
+        offset = at
+    if end > offset:
+        yield offset, end - offset, 0, None
+
+
+def _init_worker() -> None:
+    """A worker leaves Ctrl-C and SIGTERM to its parent, which kills the workers. When the
+    parent dies, its pipes close: an idle worker reads their end and exits, a busy one dies of
+    SIGPIPE when it hands in its unit, so no process outlives a killed command by more than a
+    unit's work."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+
+def _work(unit: Unit) -> tuple[Any, ...]:
+    """One unit: ("split", head, ids of the middle, tail), ("whole", bytes) or ("utf8", offset,
+    reason) for the first byte that is not UTF-8."""
+    tok = _TOK
+    assert tok is not None
+    offset, length, width, raw = unit
+    if raw is None:
+        raw = _read(_FD, offset, length + width)
+        if len(raw) < length + width:
+            return ("short", offset - _START + len(raw))
+    try:
+        text = str(memoryview(raw)[:length], "utf-8")
+    except UnicodeDecodeError:
+        try:  # the error as the whole input shows it: the next character decides a cut sequence
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return ("utf8", offset - _START + exc.start, exc.reason)
+        raise
+    if offset == _START and text.startswith("\ufeff"):
+        text = text[1:]
+    data = tok.prepare(text)
+    n = len(data)
+    first = tok.trie.cut(data, 0, min(n, WINDOW))
+    if first < 0:
+        return ("whole", data)
+    last = -1
+    for reach in (NEAR, WINDOW):
+        last = tok.trie.cut(data, max(first + 1, n - reach), n)
+        if last >= 0:
+            break
+    if last < 0:
+        last = first
+    ids = tok.trie.match(memoryview(data)[first:last], last - first, tok.itemsize)[0]
+    return ("split", data[:first], ids, data[last:])
+
+
+def _read(fd: int, offset: int, length: int) -> bytes:
+    parts = []
+    while length > 0:
+        part = os.pread(fd, length, offset)
+        if not part:
+            break
+        parts.append(part)
+        offset += len(part)
+        length -= len(part)
+    return b"".join(parts)
+
+
+class _Seams:
+    """The main process's part: the seams between units, and the document's prefix."""
+
+    def __init__(self, tok: pi.Tokenizer, name: str) -> None:
+        self.tok = tok
+        self.name = name
+        self.carry = b""
+        self.started = False  # some text: the document gets its prefix (as StreamEncoder)
+
+    def add(self, result: tuple[Any, ...]) -> list[bytes]:
+        kind = result[0]
+        if kind == "short":  # the file shrank while it was read
+            raise OSError(errno.EIO, f"the input ended at byte {result[1]}, before its size")
+        if kind == "utf8":
+            raise FormatError(
+                pi.PI_TEXT_UTF8,
+                f"not valid UTF-8 ({result[2]})",
+                path=self.name,
+                offset=result[1],
+            )
+        head = result[1]
+        if not self.started and (head or kind == "split"):
+            self.started = True
+            self.carry = self.tok.prefix
+        buf = self.carry + head if self.carry else head
+        trie, size = self.tok.trie, self.tok.itemsize
+        if kind == "whole":  # no cut inside: streamed, as StreamEncoder does
+            ids, used = trie.match(buf, len(buf) - self.tok.lookahead, size)
+            self.carry = buf[used:]
+            return [ids]
+        self.carry = result[3]
+        return [trie.match(buf, len(buf), size)[0], result[2]]
+
+    def finish(self) -> bytes:
+        buf, self.carry = self.carry, b""
+        return self.tok.trie.match(buf, len(buf), self.tok.itemsize)[0] if buf else b""
+
+
+def encode(
+    tok: pi.Tokenizer, fp: Any, name: str, jobs: int, *, fd: int | None = None
+) -> Iterator[tuple[int, bytes]]:
+    """(input bytes consumed, ids as bytes of `tok.dtype`) of the one document read from `fp`,
+    in order, by `jobs` processes: the ids `tok.stream()` gives for the whole text. `fd` is the
+    descriptor of `fp` when it is a regular file (at its current offset): the workers then read
+    their units themselves."""
+    global _TOK, _FD, _START
+    seams = _Seams(tok, name)
+    if fd is not None:
+        start = os.lseek(fd, 0, os.SEEK_CUR)
+        units: Iterator[Unit] = _file_units(fd, start, max(0, os.fstat(fd).st_size - start))
+    else:
+        start = 0
+        units = _units(fp)
+    first = next(units, None)
+    second = next(units, None) if first is not None else None
+    _TOK, _FD, _START = tok, -1 if fd is None else fd, start
+    try:
+        if second is None:  # one unit at most: here, no fork
+            if first is not None:
+                result = _work(first)
+                yield first[1], b"".join(seams.add(result))
+            yield 0, seams.finish()
+            return
+        workers = _Workers(jobs)
+    finally:
+        _TOK, _FD, _START = None, -1, 0
+    done = False
+    try:
+        # Unit i goes to worker i % jobs; results are read in input order. A worker has at most
+        # `depth` units outstanding: two when a task is a few bytes (a file: it fits in the
+        # pipe whatever the worker is doing), one when it carries the unit's bytes (a pipe's
+        # input), so the main process never waits on a write to a worker that waits on it.
+        depth = 2 if fd is not None else 1
+        window: deque[tuple[int, int]] = deque()  # (worker, unit length)
+        pending = _chain(first, second, units)
+        sent = 0
+        for unit in pending:
+            workers.send(sent % jobs, unit)
+            window.append((sent % jobs, unit[1]))
+            sent += 1
+            if sent >= depth * jobs:
+                break
+        while window:
+            worker, length = window.popleft()
+            result = workers.receive(worker)
+            unit = next(pending, None)
+            if unit is not None:
+                workers.send(sent % jobs, unit)
+                window.append((sent % jobs, unit[1]))
+                sent += 1
+            for ids in seams.add(result):
+                yield length, ids
+                length = 0
+        yield 0, seams.finish()
+        done = True
+    finally:
+        workers.close(kill=not done)
+
+
+FRAME = struct.Struct("<Q")
+
+
+class _Workers:
+    """`jobs` forked processes, each with a pipe for its tasks and one for its results;
+    messages are `marshal` data behind their length. No lock is shared with them: on any
+    failure the main process kills them and reaps them (multiprocessing's Pool can hang in
+    `terminate()` while an idle worker holds the task queue's lock)."""
+
+    def __init__(self, jobs: int) -> None:
+        self.procs: list[tuple[int, Any, Any]] = []  # (pid, task writer, result reader)
+        try:
+            for _ in range(jobs):
+                task_r, task_w = os.pipe()
+                res_r, res_w = os.pipe()
+                pid = os.fork()
+                if pid == 0:  # pragma: no cover - the worker (coverage does not follow forks)
+                    code = 0
+                    try:
+                        os.close(task_w)
+                        os.close(res_r)
+                        for _pid, writer, reader in self.procs:  # other workers' pipes
+                            writer.close()
+                            reader.close()
+                        _init_worker()
+                        _serve(task_r, res_w)
+                    except BaseException:
+                        code = 1
+                    finally:
+                        os._exit(code)
+                os.close(task_r)
+                os.close(res_w)
+                writer = open(task_w, "wb", buffering=0)  # noqa: SIM115 - closed in close()
+                reader = open(res_r, "rb", buffering=0)  # noqa: SIM115
+                self.procs.append((pid, writer, reader))
+        except BaseException:
+            self.close(kill=True)
+            raise
+
+    def send(self, worker: int, unit: Unit) -> None:
+        _write_frame(self.procs[worker][1], marshal.dumps(unit))
+
+    def receive(self, worker: int) -> tuple[Any, ...]:
+        data = _read_frame(self.procs[worker][2])
+        if data is None:
+            raise RuntimeError(f"encoding worker {worker + 1} ended without its result")
+        result = marshal.loads(data)
+        if result[0] == "error":
+            raise RuntimeError(f"encoding worker {worker + 1} failed: {result[1]}")
+        return tuple(result)
+
+    def close(self, *, kill: bool) -> None:
+        for pid, writer, _reader in self.procs:
+            writer.close()  # an idle worker reads the end of its tasks and exits
+            if kill:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        for pid, _writer, reader in self.procs:
+            reader.close()
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, 0)
+        self.procs = []
+
+
+def _serve(task_r: int, res_w: int) -> None:  # pragma: no cover - runs in the workers
+    tasks = open(task_r, "rb", buffering=0)  # noqa: SIM115 - the worker exits with it
+    results = open(res_w, "wb", buffering=0)  # noqa: SIM115
+    while True:
+        data = _read_frame(tasks)
+        if data is None:
+            return
+        try:
+            result: tuple[Any, ...] = _work(marshal.loads(data))
+        except Exception as exc:
+            result = ("error", f"{type(exc).__name__}: {exc}")
+        _write_frame(results, marshal.dumps(result))
+
+
+def _write_frame(out: Any, payload: bytes) -> None:
+    view = memoryview(FRAME.pack(len(payload)) + payload)
+    while view:
+        n = out.write(view)
+        view = view[n:]
+
+
+def _read_frame(inp: Any) -> bytes | None:
+    head = _read_exactly(inp, FRAME.size)
+    if head is None:
+        return None
+    return _read_exactly(inp, FRAME.unpack(head)[0])
+
+
+def _read_exactly(inp: Any, size: int) -> bytes | None:
+    buf = bytearray(size)
+    view = memoryview(buf)
+    got = 0
+    while got < size:
+        n = inp.readinto(view[got:])
+        if not n:
+            return None
+        got += n
+    return bytes(buf)
+
+
+def _chain(a: Any, b: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    yield a
+    yield b
+    yield from rest
