@@ -660,6 +660,179 @@ def test_one_parquet_file_is_cut_by_row_groups_with_the_same_bytes(tmp_path: Pat
         assert (whole / art).read_bytes() == packs[0][art]
 
 
+def text_corpus(paragraphs: int) -> str:
+    """Paragraphs of words, separated by runs of 1 to 3 line feeds (the bundled map has a
+    symbol for two line feeds), with CRLF, indented and non-ASCII lines here and there."""
+    import random
+
+    rng = random.Random(13)
+    words = [
+        "the",
+        "of",
+        "and",
+        "to",
+        "in",
+        "is",
+        "that",
+        "for",
+        "it",
+        "as",
+        "was",
+        "with",
+        "café",
+        "naïve",
+        "über",
+        "two",
+        "may",
+    ]
+    out = ["\ufeff"]
+    for i in range(paragraphs):
+        out.append(" ".join(rng.choice(words) for _ in range(rng.randint(3, 40))))
+        out.append(rng.choice(["\n", "\n\n", "\n\n\n", "\r\n", "\r\n\r\n"]))
+        if i % 7 == 0:
+            out.append("  indented line\n")
+        if i % 11 == 0:
+            out.append("\u0301accent first\n\u00e9t\u00e9\n")
+    return "".join(out)
+
+
+@pytest.fixture
+def text_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pieces of 64 KiB, files cut from 128 KiB on: a few-MB text file becomes many pieces."""
+    monkeypatch.setattr(pipeline, "PIECE_BYTES", 64 << 10)
+    monkeypatch.setattr(pipeline, "SPLIT_MIN", 128 << 10)
+
+
+@pytest.mark.usefixtures("text_pieces")
+def test_a_large_text_file_is_cut_into_pieces_with_the_same_bytes(tmp_path: Path) -> None:
+    """Decision (docs/inputs.md, "Plain text in pieces"): a plain text file is one document,
+    cut for --jobs N only right after a line feed and before an ASCII byte that no symbol has
+    after a line feed (not between two line feeds with the bundled map's "\\n\\n"
+    symbol): the greedy tiling has a token boundary there and normalization cannot reach
+    across it, so the pack is byte-identical to --jobs 1 (which reads the file whole)."""
+    from matrixctl.ingest.sources import SourceFile
+    from matrixctl.tokenizers import pi
+
+    path = tmp_path / "book.txt"
+    path.write_bytes(text_corpus(60_000).encode("utf-8"))
+    assert path.stat().st_size > 2 << 20
+    data = path.read_bytes()
+    smap = pi.load_symbol_map(pi.default_map_path())[0]
+    state = pipeline.WorkerState(None, 1, pipeline.extract.Options(), str(tmp_path), smap)
+    sf = SourceFile(0, str(path), "book.txt", len(data), True)
+    pieces = list(pipeline.split_file(sf, state, ranged=True))
+    assert len(pieces) > 20 and all(p is not None and p.kind == "text" for p in pieces)
+    cuts = [p.start for p in pieces[1:] if p is not None]
+    assert all(data[c - 1] == 10 and data[c] < 0x80 and data[c] not in b"\r\n" for c in cuts)
+    packs = [
+        tree_bytes(ingest_ok(tmp_path, str(path), "-j", jobs, name=f"p{jobs}"))
+        for jobs in ("1", "2")
+    ]
+    assert packs[0] == packs[1]
+    m = manifest(tmp_path / "p2")
+    assert m["documents"] == 1 and m["sources"][0]["documents"] == 1
+    assert codes_of(tmp_path / "p2") == set()
+
+
+def test_text_is_never_cut_where_each_document_gets_a_prefix(tmp_path: Path) -> None:
+    """Decision: with a map whose space marking adds a space before each document
+    (sentencepiece prefix_space, wordpiece) or under --encoding-errors skip-file, a text
+    file is one work unit: a piece would start a new document's prefix or word."""
+    from matrixctl.tokenizers import pi
+
+    base = json.loads(Path(pi.default_map_path()).read_bytes())
+    for marking, expect_cut in (
+        (None, True),
+        ({"scheme": "sentencepiece", "prefix_space": True}, False),
+        ({"scheme": "sentencepiece", "prefix_space": False}, True),
+        ({"scheme": "wordpiece", "continuation": "##"}, False),
+    ):
+        doc = dict(base)
+        if marking is not None:
+            doc["space_marking"] = marking
+        smap = pi.check_map_bytes(json.dumps(doc).encode(), "m.json")
+        state = pipeline.WorkerState(None, 1, pipeline.extract.Options(), str(tmp_path), smap)
+        assert (pipeline.text_cut_followers(state) is not None) is expect_cut, marking
+    skip = pipeline.extract.Options(encoding_errors="skip-file")
+    state = pipeline.WorkerState(
+        None, 1, skip, str(tmp_path), pi.load_symbol_map(pi.default_map_path())[0]
+    )
+    assert pipeline.text_cut_followers(state) is None
+
+
+@pytest.mark.usefixtures("text_pieces")
+def test_bad_utf8_in_a_later_text_piece_names_the_file_offset(tmp_path: Path) -> None:
+    data = bytearray(text_corpus(20_000).encode("utf-8"))
+    bad = data.rfind(b" the ", 0, len(data) - 1000) + 1  # an ASCII byte after an ASCII byte
+    data[bad] = 0xFF
+    path = tmp_path / "book.txt"
+    path.write_bytes(bytes(data))
+    for jobs in ("1", "2"):
+        err = fail(tmp_path, str(path), "-j", jobs)
+        assert "INGEST_UTF8" in err and f"offset {bad} " in err, err
+
+
+def test_a_file_that_shrinks_under_a_worker_is_one_error(tmp_path: Path) -> None:
+    """Decision: a worker that finds fewer bytes than the range the main process cut (the
+    file was cut short meanwhile) stops the ingest with INGEST_CHANGED, naming the offset."""
+    from matrixctl.errors import InputError
+    from matrixctl.ingest.sources import SourceFile
+
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(b'{"text": "a"}\n' * 100)
+    sf = SourceFile(0, str(path), "one.jsonl", 1400, True)
+    assert pipeline._read_range(sf, 14, 28) == b'{"text": "a"}\n' * 2
+    with pytest.raises(InputError) as caught:
+        pipeline._read_range(sf, 1386, 28)
+    assert caught.value.code == "INGEST_CHANGED" and caught.value.offset == 1386
+
+
+def _ticks(tmp_path: Path, src: Path, jobs: int, name: str) -> list[tuple[int, int, int]]:
+    ticks: list[tuple[int, int, int]] = []
+    pipeline.ingest_docs(
+        [str(src)],
+        str(tmp_path / name),
+        pipeline.IngestOptions(jobs=jobs),
+        tick=lambda *a: ticks.append(a),
+    )
+    return ticks
+
+
+@pytest.mark.usefixtures("text_pieces")
+@pytest.mark.parametrize("kind", ["jsonl", "jsonl.gz", "text", "markdown", "parquet"])
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_progress_advances_by_bytes_within_one_file(tmp_path: Path, kind: str, jobs: int) -> None:
+    """The progress callback hears the bytes read inside a file before the file is done, for
+    every input kind that can be large, with --jobs 1 (as read) and --jobs 2 (as each piece
+    is written; a Parquet file by the row groups' ends in the footer)."""
+    import gzip
+    import random
+
+    rng = random.Random(5)  # text that does not compress away (the .gz is cut in pieces too)
+    rows = [{"text": f"paragraph {i} " + rng.randbytes(200).hex()} for i in range(3000)]
+    if kind.startswith("jsonl"):
+        src = write_jsonl(tmp_path / "in.jsonl", rows)
+        if kind == "jsonl.gz":
+            data = gzip.compress(src.read_bytes(), mtime=0)
+            src = tmp_path / "in.jsonl.gz"
+            src.write_bytes(data)
+    elif kind == "parquet":
+        src = write_parquet(
+            tmp_path / "in.parquet", [{"id": i, **r} for i, r in enumerate(rows)], 100
+        )
+    else:
+        src = tmp_path / ("in.txt" if kind == "text" else "in.md")
+        src.write_text(text_corpus(20_000))
+    if kind == "markdown" and jobs == 2:
+        pytest.skip("Markdown is one work unit (its state runs through the file): no pieces")
+    size = src.stat().st_size
+    ticks = _ticks(tmp_path, src, jobs, "p")
+    before_done = [b for f, b, _ in ticks if f == 0]
+    assert len(set(before_done)) >= 3, (kind, jobs, ticks[:5])
+    assert all(0 < b <= size for b in before_done if b) and ticks[-1][:2] == (1, size), ticks
+    assert [b for _, b, _ in ticks] == sorted(b for _, b, _ in ticks)
+
+
 # Seeded mutations -----------------------------------------------------------------------------
 
 

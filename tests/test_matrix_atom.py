@@ -346,3 +346,36 @@ def test_large_and_small_scans_agree(tmp_path: Path) -> None:
     report = verify_bytes(tmp_path, bytes(data))
     assert [f.code for f in report.findings] == [matrix_atom.ATOM_ID_RANGE]
     assert report.findings[0].offset == 64 + 2 * 2_999_990
+
+
+def test_append_file_gives_the_bytes_of_write(tmp_path: Path) -> None:
+    """`AtomWriter.append_file` (ingest workers' token files, copied file to file with the
+    producer's CRC-32 and largest id) writes the same file as `write` of the same ids, before
+    and after ids written the ordinary way; a file whose ids the checks refuse goes through
+    `write` and names the bad token."""
+    rng = np.random.default_rng(7)
+    parts = [rng.integers(0, 1000, size=n, dtype=np.uint16) for n in (5, 3000, 1, 777)]
+
+    def build(via_file: bool) -> bytes:
+        out = io.BytesIO() if not via_file else open(tmp_path / "a.bin", "w+b")  # noqa: SIM115
+        with out:
+            w = ma.AtomWriter(out, atom_size=64, dtype="uint16", vocab_size=1000)
+            for i, part in enumerate(parts):
+                if via_file and i % 2:
+                    spill = tmp_path / f"s{i}.raw"
+                    spill.write_bytes(part.astype("<u2").tobytes())
+                    crc = zlib.crc32(part.astype("<u2").tobytes())
+                    w.append_file(str(spill), part.size, int(part.max()), crc)
+                else:
+                    w.write(part)
+            w.finish()
+            out.seek(0)
+            return out.read()
+
+    assert build(True) == build(False)
+    bad = tmp_path / "bad.raw"
+    bad.write_bytes(np.array([1, 2, 1000], dtype="<u2").tobytes())
+    w = ma.AtomWriter(io.BytesIO(), atom_size=4, dtype="uint16", vocab_size=1000)
+    w.write(np.array([9], dtype=np.uint16))
+    with pytest.raises(FormatError, match=r"token 3 \(id 1000\)"):
+        w.append_file(str(bad), 3, 1000, zlib.crc32(bad.read_bytes()))

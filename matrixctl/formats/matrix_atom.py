@@ -386,6 +386,22 @@ class AtomWriter:
         self.tokens += nbytes // width
         self.max_id = max(self.max_id, max_id)
 
+    def append_file(self, path: str, count: int, max_id: int, crc: int) -> None:
+        """Append `count` ids stored in the writer's own dtype in the file `path` (an ingest
+        worker's tokens), whose largest id and CRC-32 the worker computed as it wrote them:
+        `write_range` of the whole file, copied inside the kernel."""
+        import numpy as np
+
+        with open(path, "rb") as src:
+            self.write_range(
+                src.fileno(),
+                0,
+                count * np.dtype(self._np_dtype).itemsize,
+                self._np_dtype,
+                max_id=max_id,
+                crc=crc,
+            )
+
     def _bad(self, ids: np.ndarray, mask: np.ndarray, why: str, code: str = ATOM_ID_RANGE) -> None:
         import numpy as np
 

@@ -17,7 +17,8 @@ from typing import Any
 from matrixctl.errors import FormatError
 from matrixctl.ingest import extract
 
-BATCH_ROWS = 1024  # rows converted to Python strings at a time
+BATCH_ROWS = 1024  # rows converted to Python strings at a time, at most...
+BATCH_BYTES = 1 << 20  # ...and about this many bytes of text (from the footer's sizes)
 
 
 def _pyarrow(name: str) -> Any:
@@ -50,11 +51,15 @@ class Table:
         self.top, *self.inner = field.split(".")
         try:
             if kind == "parquet":
+                # Memory (docs/inputs.md, "Parquet and Arrow"): batches hold about
+                # BATCH_BYTES of text and are decoded on this thread only (`group_texts`).
                 self.pf = self.pa.parquet.ParquetFile(path)
                 self.schema = self.pf.schema_arrow
-                self.groups = [
-                    self.pf.metadata.row_group(i).num_rows
-                    for i in range(self.pf.metadata.num_row_groups)
+                meta = self.pf.metadata
+                self.groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+                self.rows = [
+                    max(1, min(BATCH_ROWS, BATCH_BYTES * rows // max(1, group.total_byte_size)))
+                    for rows, group in ((n, meta.row_group(i)) for i, n in enumerate(self.groups))
                 ]
             else:
                 self.source = self.pa.memory_map(path, "r")
@@ -88,7 +93,10 @@ class Table:
         try:
             if self.kind == "parquet":
                 for batch in self.pf.iter_batches(
-                    batch_size=BATCH_ROWS, row_groups=[index], columns=[self.top]
+                    batch_size=self.rows[index],
+                    row_groups=[index],
+                    columns=[self.top],
+                    use_threads=False,  # one column: threads only add buffers
                 ):
                     yield self._values(batch.column(0))
             else:
@@ -145,7 +153,7 @@ def _docs(
                 path=name,
                 field=opts.text_field,
             )
-        yield row, iter([value.replace("\r\n", "\n")])
+        yield row, iter([extract.crlf(value)])
 
 
 def row_group_pieces(path: str, name: str, target: int) -> list[tuple[int, int, int]]:
@@ -166,6 +174,26 @@ def row_group_pieces(path: str, name: str, target: int) -> list[tuple[int, int, 
             pieces.append((first, i + 1, before))
             first, before, size = i + 1, rows, 0
     return pieces or [(0, 0, 0)]
+
+
+def row_group_ends(path: str, name: str) -> list[int]:
+    """The byte where each row group ends in the file (its column chunks' last byte, from the
+    footer): how far the progress of a file read in runs of row groups has come."""
+    pa = _pyarrow(name)
+    try:
+        meta = pa.parquet.ParquetFile(path).metadata
+        ends: list[int] = []
+        for i in range(meta.num_row_groups):
+            group = meta.row_group(i)
+            end = 0
+            for c in range(group.num_columns):
+                col = group.column(c)
+                begin = col.dictionary_page_offset or col.data_page_offset
+                end = max(end, begin + col.total_compressed_size)
+            ends.append(max(end, ends[-1] if ends else 0))
+    except (OSError, pa.ArrowException) as exc:
+        raise _damaged(name, "parquet", exc) from None
+    return ends
 
 
 def documents(

@@ -250,11 +250,12 @@ def decode_whole(data: bytes, name: str, opts: Options) -> str:
     return text.removeprefix("\ufeff")
 
 
-def iter_decoded(fp: HashingReader, name: str, opts: Options) -> Iterator[str]:
-    """Stream UTF-8 text in pieces with CRLF and lone CR turned into LF; BOM dropped."""
+def iter_decoded(fp: Any, name: str, opts: Options, offset: int = 0) -> Iterator[str]:
+    """Stream UTF-8 text in pieces with CRLF and lone CR turned into LF; BOM dropped. `offset`:
+    where `fp` starts in its file (a piece of it), for the offsets errors give."""
     errors = "replace" if opts.encoding_errors == "replace" else "strict"
     decoder = codecs.getincrementaldecoder("utf-8")(errors)
-    consumed = 0
+    consumed = offset
     first = True
     held_cr = False
     while True:
@@ -804,6 +805,7 @@ Doc = tuple[int, Iterator[str]]
 @dataclass
 class Counters:
     skipped_records: int = 0
+    lines: int = 0  # JSON Lines: lines read
 
 
 def _read_whole(fp: Any, name: str, what: str, limit: int = MAX_WHOLE) -> bytes:
@@ -864,7 +866,7 @@ def documents(kind: str, fp: Any, name: str, opts: Options, counters: Counters) 
         for n, obj in enumerate(items):
             value = _field(obj, opts, name, f"element {n}", counters)
             if value is not None:
-                yield (n if isinstance(doc, list) else 0), iter([value.replace("\r\n", "\n")])
+                yield (n if isinstance(doc, list) else 0), iter([crlf(value)])
     elif kind == "jsonl":
         yield from _jsonl(fp, name, opts, counters)
     else:  # pragma: no cover - kinds are fixed
@@ -892,15 +894,35 @@ def _read_line(fp: Any, limit: int) -> tuple[bytes, bool]:
     return b"".join(parts), True
 
 
+def crlf(text: str) -> str:
+    """CRLF line ends as LF (the scan for a CR is much cheaper than a replace that finds none)."""
+    return text.replace("\r\n", "\n") if "\r" in text else text
+
+
+def _fast_loads() -> Callable[[bytes], Any] | None:
+    """orjson's parser, or None without it. It takes the line's bytes (it validates the UTF-8
+    itself); a line it refuses, for any reason, goes through the standard library's decode
+    and parse, which give the error message and offset (or accept what orjson does not: an
+    integer beyond 64 bits, NaN, a lone surrogate escape, deep nesting)."""
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - a declared dependency
+        return None
+    return orjson.loads
+
+
 def _jsonl(
     fp: Any, name: str, opts: Options, counters: Counters, line_no: int = 0, offset: int = 0
 ) -> Iterator[Doc]:
     """JSON Lines from `fp`; a work unit starts after `line_no` lines and `offset` bytes."""
     first_line = line_no
     errors = "replace" if opts.encoding_errors == "replace" else "strict"
+    fast = _fast_loads()
+    refused = (ValueError, RecursionError)
     while True:
         raw, fits = _read_line(fp, opts.max_doc + 1)
         if not raw and fits:
+            counters.lines = line_no - first_line
             return
         line_no += 1
         if not fits:
@@ -913,9 +935,19 @@ def _jsonl(
             )
         start = offset
         offset += len(raw)
-        if line_no == 1 and first_line == 0 and raw.startswith(b"\xef\xbb\xbf"):
+        if start == 0 and raw.startswith(b"\xef\xbb\xbf"):  # the file's first line
             raw = raw[3:]
             start += 3
+        if fast is not None:
+            try:
+                obj = fast(raw)
+            except refused:
+                pass
+            else:
+                value = _field(obj, opts, name, f"line {line_no}", counters)
+                if value is not None:
+                    yield line_no, iter([crlf(value)])
+                continue
         try:
             line = raw.decode("utf-8", errors)
         except UnicodeDecodeError as exc:
@@ -940,7 +972,7 @@ def _jsonl(
             ) from None
         value = _field(obj, opts, name, f"line {line_no}", counters)
         if value is not None:
-            yield line_no, iter([value.replace("\r\n", "\n")])
+            yield line_no, iter([crlf(value)])
 
 
 Extractor = Callable[..., Iterator[Doc]]

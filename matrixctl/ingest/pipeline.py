@@ -7,11 +7,14 @@
   about the same number of bytes (`plan_units`), at most 2N + 2 units in flight, and the writer
   consumes the results strictly in input order. The output bytes therefore do not depend on N,
   on how the files are grouped into units, or on which worker finishes first.
-- A worker keeps a file's tokens in memory up to 4 Mi tokens / 64 Ki documents, then spills
-  them to a temporary file in the pack's temporary folder, so memory does not grow with the
-  size of a file or of the corpus (a 5 GB text file streams through in 1 MiB pieces). Tokens
-  travel back already in the pack's dtype (uint16 when the map allows), and the writer appends
-  a unit's in-memory tokens with one write.
+- A worker process writes every unit's tokens, in the pack's dtype, to a file in the pack's
+  temporary folder and sends back only their count, largest id and CRC-32; the writer appends
+  the file to the atoms with `os.copy_file_range` (docs/inputs.md, "What crosses between
+  processes"). Pieces of a file as stored go to the workers as byte ranges, not bytes.
+- With `--jobs 1` a unit's tokens stay in memory up to 4 Mi tokens, then go to such a file;
+  records spill past 64 Ki documents. Memory does not grow with the size of a file or of the
+  corpus (a 5 GB text file streams through in 1 MiB pieces). `--executor dask` keeps the
+  uint32 spill files its staging knows.
 """
 
 from __future__ import annotations
@@ -45,6 +48,12 @@ INGEST_NO_DOCUMENTS = codes.define(
     "field); an empty pack would look like a successful build.",
     group="ingest",
 )
+INGEST_CHANGED = codes.define(
+    "INGEST_CHANGED",
+    "An input file became shorter while it was ingested (a worker found fewer bytes than the "
+    "file held when it was cut into pieces).",
+    group="ingest",
+)
 MEM_TOKENS = 4 << 20  # a piece of 4 MiB of text (~1.3 Mi tokens) stays in memory
 MEM_DOCS = 1 << 16
 UNIT_MAX_BYTES = 4 << 20  # a work unit: consecutive files up to this many bytes...
@@ -76,6 +85,14 @@ class FileResult:
     records: list[tuple[int, int]] = field(default_factory=list)  # (length, item) in memory
     spill_ids: str | None = None
     spill_records: str | None = None
+    # Tokens in the pack's dtype in a file the writer appends file to file (`direct` mode):
+    # its path, count, largest id and CRC-32.
+    raw_ids: str | None = None
+    raw_count: int = 0
+    raw_max: int = -1
+    raw_crc: int = 0
+    lines: int = 0  # JSON Lines: the lines read (a piece whose lines the worker counts)
+    item_base: int = 0  # added to the records' items by the writer (set there)
     # Tokens staged in the pack's dtype, copied as they are (--executor dask; dask_exec.py):
     # (path, offset, bytes, dtype, largest id, CRC-32 of the bytes).
     staged_ids: tuple[str, int, int, str, int, int] | None = None
@@ -92,15 +109,33 @@ class WorkerState:
     on_error: str = "fail"  # fail | skip: what a per-file failure does
     strict: bool = False  # a file that is not a document is an error
     on_bytes: Callable[[int], None] | None = None  # progress within a file (--jobs 1)
+    # Worker processes write every unit's tokens to a file in the pack's dtype, so only the
+    # counts travel back and the writer copies the bytes file to file (see _Acc).
+    direct: bool = False
+    # --jobs 1: tokens stay in memory, and past MEM_TOKENS go to such a file too (not to the
+    # uint32 spill that is read back and converted).
+    raw_spill: bool = False
+    text_followers: bytes | None = None  # cache of text_cut_followers (b"": never cut)
 
 
 _STATE: WorkerState | None = None
 
 
 class _Acc:
-    """A file's tokens and records, in memory until they grow, then in spill files."""
+    """A file's tokens and records, in memory until they grow, then in spill files.
 
-    def __init__(self, spill_dir: str, ordinal: int | str, out_dtype: str = "<u4") -> None:
+    `direct` (worker processes): the tokens always go to one file in the pack's dtype, with
+    their count, largest id and CRC-32 kept as they are written; the writer appends that file
+    to the atoms without reading it (`AtomWriter.append_file`)."""
+
+    def __init__(
+        self,
+        spill_dir: str,
+        ordinal: int | str,
+        out_dtype: str = "<u4",
+        direct: bool = False,
+        raw_spill: bool = False,
+    ) -> None:
         self.spill_dir = spill_dir
         self.out_dtype = out_dtype
         self.ordinal = ordinal
@@ -109,13 +144,39 @@ class _Acc:
         self.records: list[tuple[int, int]] = []
         self.ids_path: str | None = None
         self.recs_path: str | None = None
+        self.direct = direct
+        self.raw_spill = raw_spill
+        self.raw_path: str | None = None
+        self.raw_count = 0
+        self.raw_max = -1
+        self.raw_crc = 0
 
     def add(self, ids: np.ndarray) -> None:
         if ids.size:
             self.parts.append(ids)
             self.n += ids.size
             if self.n >= MEM_TOKENS:
-                self._spill_ids()
+                if self.direct or self.raw_spill:
+                    self._spill_raw()
+                else:
+                    self._spill_ids()
+
+    def _spill_raw(self) -> None:
+        import numpy as np
+
+        from matrixctl.crc import crc32
+
+        if self.raw_path is None:
+            self.raw_path = os.path.join(self.spill_dir, f"{self.ordinal}.raw")
+        block = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts)
+        block = block.astype(self.out_dtype, copy=False)
+        self.raw_max = max(self.raw_max, int(block.max()))
+        data = block.data.cast("B")
+        self.raw_crc = crc32(data, self.raw_crc)
+        with open(self.raw_path, "ab") as fp:
+            fp.write(data)
+        self.raw_count += block.size
+        self.parts, self.n = [], 0
 
     def record(self, length: int, item: int) -> None:
         self.records.append((length, item))
@@ -143,12 +204,21 @@ class _Acc:
     def close(self, result: FileResult) -> None:
         import numpy as np
 
-        if self.ids_path is not None:
+        if self.direct or self.raw_path is not None:
+            if self.parts:
+                self._spill_raw()
+            result.raw_ids = self.raw_path
+            result.raw_count, result.raw_max, result.raw_crc = (
+                self.raw_count,
+                self.raw_max,
+                self.raw_crc,
+            )
+        elif self.ids_path is not None:
             if self.parts:
                 self._spill_ids()
             result.spill_ids = self.ids_path
         elif self.parts:
-            result.ids = np.concatenate(self.parts).astype(self.out_dtype)
+            result.ids = np.concatenate(self.parts).astype(self.out_dtype, copy=False)
         if self.recs_path is not None:
             if self.records:
                 self._spill_records()
@@ -158,25 +228,34 @@ class _Acc:
 
 
 def _encode_doc(tok: pi.Tokenizer, pieces: Iterator[str], acc: _Acc) -> int:
+    """One document's tokens into `acc`, in the tokenizer's own dtype (uint16 for a map of at
+    most 65,536 ids): the kernel writes them at that width, no int64 array is made."""
+    import numpy as np
+
     first = next(pieces, None)
     if first is None:
         return 0
     second = next(pieces, None)
     if second is None:
-        ids = tok.encode(first)
+        data = tok.prepare(first)
+        if not data:
+            return 0
+        if tok.prefix:
+            data = tok.prefix + data
+        ids = np.frombuffer(tok.trie.match(data, len(data), tok.itemsize)[0], dtype=tok.dtype)
         acc.add(ids)
         return int(ids.size)
     enc = tok.stream()
     n = 0
     for piece in (first, second):
-        ids = enc.feed(piece)
+        ids = np.frombuffer(enc.feed_bytes(piece), dtype=tok.dtype)
         acc.add(ids)
         n += ids.size
     for piece in pieces:
-        ids = enc.feed(piece)
+        ids = np.frombuffer(enc.feed_bytes(piece), dtype=tok.dtype)
         acc.add(ids)
         n += ids.size
-    ids = enc.finish()
+    ids = np.frombuffer(enc.finish_bytes(), dtype=tok.dtype)
     acc.add(ids)
     return int(n + ids.size)
 
@@ -290,18 +369,33 @@ def _tokenize(
     import numpy as np
 
     assert state.tok is not None
-    acc = _Acc(state.spill_dir, sf.ordinal if piece is None else piece.id, state.out_dtype)
+    acc = _Acc(
+        state.spill_dir,
+        sf.ordinal if piece is None else piece.id,
+        state.out_dtype,
+        state.direct,
+        state.raw_spill,
+    )
     counters = extract.Counters()
-    eos = None if state.eos_id is None else np.array([state.eos_id], dtype=np.int64)
+    eos = None if state.eos_id is None else np.array([state.eos_id], dtype=state.tok.dtype)
     if piece is not None and piece.kind == "parquet":
         from matrixctl.ingest import columnar
 
         docs = columnar.documents(
             "parquet", sf.path, sf.recorded, state.opts, counters, piece.groups, piece.first_line
         )
+    elif piece is not None and piece.kind == "text":
+        part = _RangeReader(sf, piece.start, piece.length)
+        docs = iter([(0, extract.iter_decoded(part, sf.recorded, state.opts, piece.start))])
     elif piece is not None:
+        data = piece.data if not piece.length else _read_range(sf, piece.start, piece.length)
         docs = extract._jsonl(
-            io.BytesIO(piece.data), sf.recorded, state.opts, counters, piece.first_line, piece.start
+            io.BytesIO(data),
+            sf.recorded,
+            state.opts,
+            counters,
+            max(0, piece.first_line),  # -1: counted here from 0, the writer adds the base
+            piece.start,
         )
     elif kind in extract.COLUMNAR:
         from matrixctl.ingest import columnar
@@ -310,6 +404,12 @@ def _tokenize(
     else:
         docs = extract.documents(kind, stream, sf.recorded, state.opts, counters)
     try:
+        if piece is not None and piece.kind == "text":
+            # A piece of one document: its tokens only. The writer counts the document, adds
+            # its end-of-document token and its index record after the last piece.
+            for _, pieces in docs:
+                result.tokens += _encode_doc(state.tok, pieces, acc)
+            docs = iter(())
         for item, pieces in docs:
             n = _encode_doc(state.tok, pieces, acc)
             if n == 0:
@@ -326,11 +426,65 @@ def _tokenize(
         raise
     acc.close(result)
     result.skipped_records = counters.skipped_records
+    result.lines = counters.lines
+
+
+def _read_range(sf: SourceFile, start: int, length: int) -> bytes:
+    """The bytes of a ranged piece, read by the worker from the file as stored."""
+    try:
+        with open(sf.path, "rb") as fp:
+            fp.seek(start)
+            data = fp.read(length)
+    except OSError as exc:
+        raise from_os_error(exc, sf.recorded) from None
+    if len(data) != length:
+        raise InputError(
+            INGEST_CHANGED,
+            f"changed while it was read: {length:,} bytes expected at byte {start:,}, "
+            f"{len(data):,} found",
+            path=sf.recorded,
+            offset=start,
+        )
+    return data
+
+
+def _lines_before(sf: SourceFile, end: int) -> int:
+    """The line feeds in the first `end` bytes of a file as stored."""
+    count = 0
+    try:
+        with open(sf.path, "rb") as fp:
+            while end > 0:
+                block = fp.read(min(end, 8 << 20))
+                if not block:
+                    break
+                count += block.count(b"\n")
+                end -= len(block)
+    except OSError as exc:
+        raise from_os_error(exc, sf.recorded) from None
+    return count
+
+
+class _RangeReader:
+    """`length` bytes of a file from `start`, read as a stream (a piece of a text file)."""
+
+    def __init__(self, sf: SourceFile, start: int, length: int) -> None:
+        self.sf = sf
+        self.pos = start
+        self.left = length
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        if n <= 0:
+            return b""
+        data = _read_range(self.sf, self.pos, n)
+        self.pos += n
+        self.left -= n
+        return data
 
 
 def _discard(acc: _Acc) -> None:
     """Remove the spill files of a file that is left out or failed."""
-    for path in (acc.ids_path, acc.recs_path):
+    for path in (acc.ids_path, acc.recs_path, acc.raw_path):
         if path:
             with contextlib.suppress(OSError):
                 os.unlink(path)
@@ -366,6 +520,9 @@ class Piece:
     decompressed: int | None = None
     kind: str = "jsonl"
     groups: tuple[int, int] | None = None  # Parquet: the row groups [first, stop)
+    # A piece of a file as stored (not compressed) may travel without its bytes: `data` is
+    # then empty and the worker reads these `length` bytes at `start` itself.
+    length: int = 0
 
 
 def _split_parquet(sf: SourceFile, size: int) -> Iterator[Piece]:
@@ -373,11 +530,13 @@ def _split_parquet(sf: SourceFile, size: int) -> Iterator[Piece]:
     from matrixctl.ingest import columnar
 
     ranges = columnar.row_group_pieces(sf.path, sf.recorded, size)
+    ends = columnar.row_group_ends(sf.path, sf.recorded)
     for index, (first, stop, rows) in enumerate(ranges):
         piece = Piece(
             f"{sf.ordinal}:rg{first}-{stop}", sf, index, first, rows, 0, b"", "", 0, kind="parquet"
         )
         piece.groups = (first, stop)
+        piece.stored_end = ends[stop - 1] if stop > 0 else 0  # progress by bytes
         if index == len(ranges) - 1:
             from matrixctl.io import sha256_file
 
@@ -387,10 +546,22 @@ def _split_parquet(sf: SourceFile, size: int) -> Iterator[Piece]:
         yield piece
 
 
-def split_file(sf: SourceFile, state: WorkerState, size: int = 0) -> Iterator[Piece | None]:
+def split_file(
+    sf: SourceFile,
+    state: WorkerState,
+    size: int = 0,
+    *,
+    hashes: bool = True,
+    ranged: bool = False,
+) -> Iterator[Piece | None]:
     """Cut one source into pieces if it is JSON Lines: yields None (and nothing else) when it
     is not, so the caller hands it out whole. Runs in the main process, reading the stream
-    once, in order: it hashes the stored bytes and counts lines as it cuts."""
+    once, in order: it hashes the stored bytes and counts lines as it cuts.
+
+    `hashes=False` leaves each piece's own SHA-256 out (only a cluster's staged units are
+    checked by it). `ranged=True` cuts a file as stored (not compressed, not stdin) into
+    byte ranges without their bytes: the worker reads its range itself, so the bytes cross
+    no pipe and this process only hashes and cuts."""
     from matrixctl.ingest import inputs
 
     size = size or PIECE_BYTES
@@ -416,10 +587,20 @@ def split_file(sf: SourceFile, state: WorkerState, size: int = 0) -> Iterator[Pi
             if kind == "parquet" and compression is None and sf.path != "-":
                 yield from _split_parquet(sf, size)
                 return
+            as_stored = ranged and compression is None and sf.path != "-"
+            followers = text_cut_followers(state) if kind == "text" and as_stored else None
+            if followers is not None:
+                yield from _cut_ranges(sf, size, state.opts.max_doc, followers)
+                return
             if kind != "jsonl":
                 yield None
                 return
-            yield from _cut(sf, stream, reader, dec, compression, size, state.opts.max_doc)
+            if as_stored:
+                yield from _cut_ranges(sf, size, state.opts.max_doc)
+                return
+            yield from _cut(
+                sf, stream, reader, dec, compression, size, state.opts.max_doc, hashes=hashes
+            )
         except OSError as exc:
             raise from_os_error(exc, sf.recorded) from None
 
@@ -432,6 +613,8 @@ def _cut(
     compression: str | None,
     size: int,
     max_doc: int,
+    *,
+    hashes: bool = True,
 ) -> Iterator[Piece]:
     import hashlib
 
@@ -468,7 +651,7 @@ def _cut(
             lines,
             count,
             body,
-            "sha256:" + hashlib.sha256(body).hexdigest(),
+            "sha256:" + hashlib.sha256(body).hexdigest() if hashes else "",
             reader.size,
         )
         if pending is not None:
@@ -491,11 +674,150 @@ def _cut(
     yield pending
 
 
+def _too_long(sf: SourceFile, line: int, start: int, max_doc: int) -> FormatError:
+    return FormatError(
+        extract.INGEST_TOO_LARGE,
+        f"line {line} is longer than --max-doc-size ({max_doc:,} bytes)",
+        path=sf.recorded,
+        offset=start,
+        field=f"line {line}",
+    )
+
+
+def text_cut_followers(state: WorkerState) -> bytes | None:
+    """Where a plain text file (one document) may be cut into pieces that give the same
+    tokens (docs/inputs.md, "Plain text in pieces"): right after a line feed, before an ASCII
+    byte that no symbol of the map has right after a line feed inside it (nor a carriage
+    return, which the text reader turns into a line feed). Returns those
+    bytes (a cut must not be followed by one of them), or None when text is never cut: a map
+    whose space marking adds a prefix to each document or splits words (wordpiece), or
+    `--encoding-errors skip-file` (a file must be skipped whole)."""
+    if state.opts.encoding_errors == "skip-file" or state.smap is None:
+        return None
+    if state.text_followers is not None:
+        return state.text_followers or None
+    smap = state.smap
+    marking = smap.space_marking
+    followers = bytearray()
+    if marking is None or not (marking.scheme == "wordpiece" or marking.adds_prefix):
+        for sid, text in smap.symbols:
+            if sid in smap.specials or "\n" not in text:
+                continue
+            key = smap.key(text)
+            at = key.find(b"\n")
+            while 0 <= at < len(key) - 1:
+                if key[at + 1] not in followers:
+                    followers.append(key[at + 1])
+                at = key.find(b"\n", at + 1)
+        followers.append(0)  # never empty: b"" means "never cut" in the cache
+    state.text_followers = bytes(followers) if followers else b""
+    return state.text_followers or None
+
+
+def _text_cut(data: bytearray, n: int, followers: bytes) -> int:
+    """The index of the last line feed in `data[:n]` after which a text file may be cut, or
+    -1."""
+    at = n - 1
+    while True:
+        at = data.rfind(b"\n", 0, at)
+        if at < 0:
+            return -1
+        nxt = data[at + 1]
+        if nxt < 0x80 and nxt != 0x0D and nxt not in followers:  # CR is read as a line feed
+            return at
+
+
+def _cut_ranges(
+    sf: SourceFile, size: int, max_doc: int, followers: bytes | None = None
+) -> Iterator[Piece]:
+    """The pieces of a JSON Lines file as stored, as byte ranges (see `split_file`): the
+    same cuts as `_cut`, found without keeping any of the bytes. The file is read again from
+    its start into two buffers in turn (no allocation per read); each read is hashed on a
+    helper thread (hashlib releases the GIL) while this one searches it for its last line end
+    and reads the next. With `followers`, the file is plain text (one document) cut where
+    `text_cut_followers` says."""
+    import hashlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    sha = hashlib.sha256()
+    bufs = [bytearray(size), bytearray(size)]
+    hashing: list[Any] = [None, None]  # the hash of each buffer's last read, in flight
+    start = pos = index = reads = 0
+    pending: Piece | None = None
+    kind = "jsonl" if followers is None else "text"
+    with (
+        open(sf.path, "rb", buffering=0) as fp,
+        ThreadPoolExecutor(1, thread_name_prefix="matrixctl-hash") as hasher,
+    ):
+        while True:
+            which = reads % 2
+            reads += 1
+            buf = bufs[which]
+            if hashing[which] is not None:
+                hashing[which].result()  # its last read is hashed: the buffer is free
+            view = memoryview(buf)
+            n = fp.readinto(view)
+            if n:
+                hashing[which] = hasher.submit(sha.update, view[:n])
+                if followers is None:
+                    newline = buf.rfind(b"\n", 0, n)
+                else:
+                    newline = _text_cut(buf, n, followers)
+                pos += n
+                if newline < 0:
+                    if followers is None and pos - start > max_doc + 1:
+                        raise _too_long(sf, _lines_before(sf, start) + 1, start, max_doc)
+                    continue
+                end = pos - n + newline + 1
+            else:
+                end = pos
+                if end == start and pending is not None:
+                    break
+            # Lines are not counted here (a pass over every byte on the serial path): the
+            # worker counts its piece's lines from 0 (first_line -1), the writer adds the
+            # lines before it.
+            piece = Piece(f"{sf.ordinal}:{start}-{end}", sf, index, start, -1, -1, b"", "", pos)
+            piece.length = end - start
+            piece.kind = kind
+            if pending is not None:
+                yield pending
+            pending = piece
+            index += 1
+            start = end
+            if not n:
+                break
+        for future in hashing:
+            if future is not None:
+                future.result()
+    assert pending is not None
+    pending.last = True
+    pending.file_sha256 = "sha256:" + sha.hexdigest()
+    pending.file_size = pending.stored_end = pos
+    yield pending
+
+
 def process_piece(piece: Piece, state: WorkerState) -> FileResult:
     """Tokenize one piece (runs in a worker); the result carries the piece without its data."""
     result = FileResult(piece.source, piece.kind)
     try:
-        _tokenize(piece.source, piece.kind, None, state, result, piece)
+        try:
+            _tokenize(piece.source, piece.kind, None, state, result, piece)
+        except FormatError:
+            if piece.first_line >= 0:
+                raise
+            # The error names lines counted from the piece's start: count the lines before
+            # it (an error is rare, so its cost is paid only here) and read it again for
+            # the file's own line numbers.
+            base = _lines_before(piece.source, piece.start)
+            _tokenize(
+                piece.source,
+                piece.kind,
+                None,
+                state,
+                FileResult(piece.source, piece.kind),
+                dataclasses.replace(piece, first_line=base),
+            )
+            raise
     except FormatError as err:
         if piece.compression is not None and err.offset is not None:
             err.message += f" (offset into the {piece.compression}-decompressed stream)"
@@ -512,7 +834,12 @@ def process_piece(piece: Piece, state: WorkerState) -> FileResult:
 
 
 def plan_work(
-    files: list[SourceFile], state: WorkerState, jobs: int
+    files: list[SourceFile],
+    state: WorkerState,
+    jobs: int,
+    *,
+    hashes: bool = True,
+    ranged: bool = False,
 ) -> Iterator[list[SourceFile] | Piece]:
     """The work units in input order: runs of small files (`plan_units`), and the pieces of
     every large JSON Lines file (`split_file`), so one big file keeps every worker busy.
@@ -521,7 +848,7 @@ def plan_work(
         sf = unit[0]
         # stdin ("-") is never cut here: it is read once (with --jobs N it was spooled first).
         if len(unit) == 1 and state.on_error == "fail" and sf.size >= SPLIT_MIN and sf.path != "-":
-            pieces = split_file(sf, state)
+            pieces = split_file(sf, state, hashes=hashes, ranged=ranged)
             first = next(pieces)
             if first is None:
                 yield unit
@@ -592,6 +919,7 @@ def _init_worker() -> None:
 def _work(unit: list[SourceFile] | Piece, spill_dir: str) -> tuple[str, Any]:
     assert _STATE is not None
     _STATE.spill_dir = spill_dir
+    _STATE.direct = True
     if _STATE.tok is None:
         assert _STATE.smap is not None
         _STATE.tok = pi.Tokenizer(_STATE.smap)
@@ -643,7 +971,7 @@ class Workers:
     def results(self, files: list[SourceFile], spill_dir: str) -> Iterator[FileResult]:
         """Each file's result, in input order."""
         window: deque[Any] = deque()
-        pending = plan_work(files, self.state, self.jobs)
+        pending = plan_work(files, self.state, self.jobs, hashes=False, ranged=True)
         for unit in pending:
             window.append(self.pool.apply_async(_work, (unit, spill_dir)))
             if len(window) >= 2 * self.jobs + 2:
@@ -672,9 +1000,10 @@ def ordered_results(files: list[SourceFile], state: WorkerState, jobs: int) -> I
         if state.tok is None:
             assert state.smap is not None
             state.tok = pi.Tokenizer(state.smap)
+        state.raw_spill = True
         # Large JSON Lines and Parquet files go piece by piece here too: each piece's tokens
         # stay in memory instead of the whole file's being spilled and read back.
-        for unit in plan_work(files, state, 1):
+        for unit in plan_work(files, state, 1, hashes=False, ranged=True):
             if isinstance(unit, Piece):
                 yield process_piece(unit, state)
             else:
@@ -865,8 +1194,13 @@ def _ingest(
             results = ordered_results(files, state, 1)
         tokens = _TokenBuffer(pb)
         split_at = 0  # stored bytes of the file being read in pieces, already counted
+        lines_before = 0  # lines of the file being read in pieces, before this piece
         for res in results:
             if res.piece is not None:
+                if res.piece.first_line < 0:  # a piece whose lines its worker counted
+                    lines_before = 0 if res.piece.index == 0 else lines_before
+                    res.item_base = lines_before
+                    lines_before += res.lines
                 ntokens += res.tokens
                 _append_piece(pb, res, tokens)
                 nbytes += res.piece.stored_end - split_at
@@ -985,6 +1319,8 @@ def _append_piece(pb: Any, res: FileResult, tokens: _TokenBuffer) -> None:
     assert res.piece is not None
     if res.piece.index == 0:
         _append(pb, res, tokens)
+        if res.piece.kind == "text" and res.piece.last:
+            _end_text(pb, tokens)
         return
     entry = pb.sources[-1]
     for key, value in (
@@ -1002,6 +1338,26 @@ def _append_piece(pb: Any, res: FileResult, tokens: _TokenBuffer) -> None:
             decompressed_bytes=res.decompressed,
         )
     _append(pb, res, tokens, len(pb.sources) - 1)
+    if res.piece.kind == "text" and res.piece.last:
+        _end_text(pb, tokens)
+
+
+def _end_text(pb: Any, tokens: _TokenBuffer) -> None:
+    """After the last piece of a plain text file: the document's end-of-document token and
+    index record, as one whole-file unit would have them (or it is counted empty)."""
+    import numpy as np
+
+    entry = pb.sources[-1]
+    n = entry["tokens"]
+    if n == 0:
+        entry["empty_documents"] += 1
+        return
+    if pb.plan.eos_id is not None:
+        tokens.add(np.array([pb.plan.eos_id], dtype=pb.plan.dtype))
+        n += 1
+        entry["tokens"] = n
+    pb.add_record(n, len(pb.sources) - 1, 0)
+    entry["documents"] += 1
 
 
 def _append(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int | None = None) -> None:
@@ -1031,7 +1387,11 @@ def _append(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int | None = 
 def _add_payload(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int) -> None:
     import numpy as np
 
-    if res.staged_ids is not None:
+    if res.raw_ids is not None:
+        tokens.flush()
+        pb.atoms.append_file(res.raw_ids, res.raw_count, res.raw_max, res.raw_crc)
+        os.unlink(res.raw_ids)
+    elif res.staged_ids is not None:
         tokens.flush()
         pb.add_tokens_range(*res.staged_ids)
     elif res.spill_ids is not None:
@@ -1047,7 +1407,7 @@ def _add_payload(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int) -> 
                 if not block:
                     break
                 for length, item in np.frombuffer(block, dtype="<u8").reshape(-1, 2).tolist():
-                    pb.add_record(length, index, item)
+                    pb.add_record(length, index, item + res.item_base)
         os.unlink(res.spill_records)
     for length, item in res.records:
-        pb.add_record(length, index, item)
+        pb.add_record(length, index, item + res.item_base)
