@@ -160,8 +160,8 @@ def build(size_mb: int) -> dict[str, Path]:
 
     with open(jsonl, "rb") as src, open(paths["zst"], "wb") as dst:
         zstandard.ZstdCompressor(level=3).copy_stream(src, dst)
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow
+    from pyarrow import parquet
 
     shutil.rmtree(paths["parquet"], ignore_errors=True)
     paths["parquet"].mkdir()
@@ -172,7 +172,9 @@ def build(size_mb: int) -> dict[str, Path]:
         nonlocal shard, size, n
         if shard:
             name = paths["parquet"] / f"train-{n:05}.parquet"
-            pq.write_table(pa.table({"text": shard}), name, row_group_size=max(1, len(shard) // 2))
+            parquet.write_table(
+                pyarrow.table({"text": shard}), name, row_group_size=max(1, len(shard) // 2)
+            )
             n += 1
             shard, size = [], 0
 

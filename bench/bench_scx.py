@@ -181,7 +181,7 @@ def run_cli(args: list[str]) -> dict:
 
 
 def make_registry(text: bytes, mode: str, work: Path) -> tuple[Path, Path]:
-    from matrixctl.tokenizers.scx import registry as rg
+    from matrixctl.tokenizers.scx import registry as scx_registry
     from matrixctl.tokenizers.scx import signing
 
     width = 2 if mode == "SCXQ2" else 4
@@ -190,9 +190,9 @@ def make_registry(text: bytes, mode: str, work: Path) -> tuple[Path, Path]:
     keys, counts = np.unique(sample.view(f"V{width}").ravel(), return_counts=True)
     top = keys[np.argsort(-counts, kind="stable")[:1000]]
     src = {"lane_mode": mode, "composites": [{"pattern": bytes(k).hex()} for k in top]}
-    rf = rg.from_source(src)
+    rf = scx_registry.from_source(src)
     key, _ = signing.generate()
-    signed = rf.with_signature(rg.Signature(key.public_key, key.sign(rf.h_tok)))
+    signed = rf.with_signature(scx_registry.Signature(key.public_key, key.sign(rf.h_tok)))
     reg = work / f"{mode}.scxr"
     reg.write_bytes(signed.to_bytes())
     trust = work / f"{mode}.pub"

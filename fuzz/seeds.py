@@ -126,20 +126,26 @@ def _compressed() -> dict[str, list[bytes]]:
 def _columnar(d: Path) -> dict[str, list[Path]]:
     """Small Parquet and Arrow (file and stream) inputs with a `text` column (pyarrow)."""
     try:
-        import pyarrow as pa
+        import pyarrow
         import pyarrow.ipc
-        import pyarrow.parquet as pq
+        from pyarrow import parquet
     except ImportError:
         return {"columnar_parquet": [], "columnar_arrow": []}
-    table = pa.table(
+    table = pyarrow.table(
         {"text": ["a", "b\u00e9", None, "long " * 20], "n": [1, 2, 3, 4],
          "meta": [{"text": "x"}, None, {"text": "y"}, {"text": None}]}
     )  # fmt: skip
-    pq.write_table(table, d / "t.parquet", row_group_size=2)
-    pq.write_table(table, d / "tz.parquet", compression="zstd")
-    with pa.OSFile(str(d / "t.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+    parquet.write_table(table, d / "t.parquet", row_group_size=2)
+    parquet.write_table(table, d / "tz.parquet", compression="zstd")
+    with (
+        pyarrow.OSFile(str(d / "t.arrow"), "wb") as sink,
+        pyarrow.ipc.new_file(sink, table.schema) as w,
+    ):
         w.write_table(table, max_chunksize=2)
-    with pa.OSFile(str(d / "s.arrows"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+    with (
+        pyarrow.OSFile(str(d / "s.arrows"), "wb") as sink,
+        pyarrow.ipc.new_stream(sink, table.schema) as w,
+    ):
         w.write_table(table)
     return {
         "columnar_parquet": [d / "t.parquet", d / "tz.parquet"],

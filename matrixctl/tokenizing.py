@@ -257,20 +257,20 @@ def decode_token_stream(
     """
     import numpy as np
 
-    from matrixctl.formats import token_stream as ts
+    from matrixctl.formats import token_stream
     from matrixctl.io import read_exact
-    from matrixctl.tokenizers.scx import tokens as tk
+    from matrixctl.tokenizers.scx import tokens as scx_tokens
     from matrixctl.tokenizers.scx.api import Decoder, ScxFailure, fail
 
-    head = read_exact(fp, ts.HEADER_SIZE, "token stream header", offset=0)
-    if not head.startswith(ts.MAGIC):
+    head = read_exact(fp, token_stream.HEADER_SIZE, "token stream header", offset=0)
+    if not head.startswith(token_stream.MAGIC):
         raise FormatError(
             "UNKNOWN_FORMAT",
             f"not a matrixctl token stream (MXTOKENS): {head[:8]!r}",
             path=name,
             offset=0,
         )
-    header = ts.StreamHeader.parse(head)
+    header = token_stream.StreamHeader.parse(head)
     dec = Decoder(tok, strict_invertibility=strict)
     frames: list[tuple[int, int]] = []  # (first token index, byte offset of its ids)
     tokens = 0
@@ -289,8 +289,8 @@ def decode_token_stream(
         return err
 
     try:
-        for event in ts.iter_events(_Ticking(fp, tick), header):
-            if event.kind != ts.KIND_TOKENS:
+        for event in token_stream.iter_events(_Ticking(fp, tick), header):
+            if event.kind != token_stream.KIND_TOKENS:
                 continue
             ids = event.tokens
             if ids.dtype != np.dtype("<u2"):
@@ -298,12 +298,12 @@ def decode_token_stream(
                 if high.size:
                     i = tokens + int(high[0])
                     raise fail(
-                        tk.UNKNOWN_TOKEN,
+                        scx_tokens.UNKNOWN_TOKEN,
                         f"token id {int(ids[high[0]])} does not fit SCX's u16 token space",
                         token_index=i,
                     )
                 ids = ids.astype("<u2")
-            frames.append((tokens, event.offset + ts.FRAME_SIZE))
+            frames.append((tokens, event.offset + token_stream.FRAME_SIZE))
             tokens += ids.size
             for part in dec.feed(ids):
                 out.write(part.data)

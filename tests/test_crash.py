@@ -230,7 +230,7 @@ def test_pack_atoms_and_svgt_survive_sigkill(tmp_path: Path) -> None:
     atoms = tmp_path / "a.atoms"
     crash_campaign(tmp_path, ["pack", "atoms", str(ids), "-n", "8", "-o", str(atoms)], [atoms])
     assert run_cli("verify", str(atoms)).code == 0
-    grid = tmp_path / "g.svgt"
+    grid = tmp_path / "scx_golden.svgt"
     crash_campaign(tmp_path, ["pack", "svgt", str(atoms), "-o", str(grid), "--grid", "2x4"], [grid])
     assert run_cli("verify", str(grid)).code == 0
 
@@ -246,12 +246,12 @@ def test_tokenize_to_a_file_survives_sigkill(tmp_path: Path) -> None:
 def test_scx_shard_packing_survives_sigkill(tmp_path: Path) -> None:
     import json as _json
 
-    from tests import scx_golden as g
+    from tests import scx_golden
 
     key = tmp_path / "pi.key"
     assert run_cli("tokenize", "scx", "keygen", "-o", str(key)).code == 0
     src = tmp_path / "src.json"
-    src.write_text(_json.dumps(g.SOURCE))
+    src.write_text(_json.dumps(scx_golden.SOURCE))
     reg = tmp_path / "reg.scxr"
     assert run_cli("tokenize", "scx", "sign", str(src), "-o", str(reg), "--key", str(key)).code == 0
     blob = tmp_path / "blob.bin"
@@ -274,12 +274,12 @@ def test_scx_shard_packing_survives_sigkill(tmp_path: Path) -> None:
 def test_scx_encode_to_a_file_survives_sigkill(tmp_path: Path) -> None:
     import json as _json
 
-    from tests import scx_golden as g
+    from tests import scx_golden
 
     key = tmp_path / "pi.key"
     assert run_cli("tokenize", "scx", "keygen", "-o", str(key)).code == 0
     src = tmp_path / "src.json"
-    src.write_text(_json.dumps(g.SOURCE))
+    src.write_text(_json.dumps(scx_golden.SOURCE))
     reg = tmp_path / "reg.scxr"
     assert run_cli("tokenize", "scx", "sign", str(src), "-o", str(reg), "--key", str(key)).code == 0
     text = tmp_path / "t.txt"

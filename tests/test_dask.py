@@ -596,12 +596,12 @@ def test_staged_tokens_are_copied_as_written() -> None:
 
     from matrixctl import io as mio
     from matrixctl.crc import crc32
-    from matrixctl.formats import matrix_atom as ma
+    from matrixctl.formats import matrix_atom
 
     ids = (np.arange(70_001, dtype=np.int64) * 7919 % 50_000).astype("<u2")
     staged = io.BytesIO()
     reference = io.BytesIO()
-    writer = ma.AtomWriter(reference, atom_size=256, dtype="uint16", vocab_size=50_000)
+    writer = matrix_atom.AtomWriter(reference, atom_size=256, dtype="uint16", vocab_size=50_000)
     writer.write(ids[:100])
     writer.write(ids[100:])
     writer.finish()
@@ -614,7 +614,7 @@ def test_staged_tokens_are_copied_as_written() -> None:
         for fast in (True, False):
             dst = os.path.join(tmp, f"atoms-{fast}")
             with open(dst, "w+b") as fp, open(src, "rb") as sfp:
-                w = ma.AtomWriter(fp, atom_size=256, dtype="uint16", vocab_size=50_000)
+                w = matrix_atom.AtomWriter(fp, atom_size=256, dtype="uint16", vocab_size=50_000)
                 w.write(ids[:100])
                 rest = ids[100:].tobytes()
                 real, real_sendfile = os.copy_file_range, os.sendfile

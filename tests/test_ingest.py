@@ -12,11 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from matrixctl.formats import doc_index as di
-from matrixctl.formats import matrix_atom as ma
+from matrixctl.formats import doc_index, matrix_atom
 from matrixctl.ingest import extract
 from matrixctl.tokenizers import pi
-from matrixctl.validate import ingest_pack as vp
+from matrixctl.validate import ingest_pack as pack_checks
 from matrixctl.validate import manifest_folder
 from matrixctl.validate.engine import examine
 from tests.conftest import ROOT, run_cli, run_sub
@@ -119,17 +118,17 @@ def test_pack_has_every_artifact_and_verifies(tmp_path: Path) -> None:
         m["symbol_map"]["canonical_hash"]
         == pi.load_symbol_map(pi.default_map_path())[0].canonical_hash()
     )
-    header = ma.AtomHeader.parse((pack / "matrix_atoms.bin").read_bytes())
-    assert header.flags == ma.FLAG_INDEX | ma.FLAG_SVG_TENSOR
+    header = matrix_atom.AtomHeader.parse((pack / "matrix_atoms.bin").read_bytes())
+    assert header.flags == matrix_atom.FLAG_INDEX | matrix_atom.FLAG_SVG_TENSOR
 
 
 def test_documents_end_with_eos_and_decode_back(tmp_path: Path) -> None:
     """Decision: a JSON document without a string text field is skipped and counted."""
     pack = ingest(tmp_path)
     data = (pack / "matrix_atoms.bin").read_bytes()
-    atoms = ma.token_view(data, ma.AtomHeader.parse(data))
+    atoms = matrix_atom.token_view(data, matrix_atom.AtomHeader.parse(data))
     idx = (pack / "doc_index.bin").read_bytes()
-    recs = di.records_view(idx, di.IndexHeader.parse(idx))
+    recs = doc_index.records_view(idx, doc_index.IndexHeader.parse(idx))
     tok = pi.Tokenizer(pi.load_symbol_map(str(pack / "pi_symbol_map.json"))[0])
     texts = []
     for r in recs:
@@ -386,11 +385,11 @@ def tamper_manifest(pack: Path, **changes: object) -> None:
     [
         ("atoms_byte", manifest_folder.PACK_HASH),
         ("manifest_escape", manifest_folder.PACK_PATH_ESCAPE),
-        ("manifest_vocab", vp.PACK_MISMATCH),
+        ("manifest_vocab", pack_checks.PACK_MISMATCH),
         ("missing_index", manifest_folder.PACK_MISSING),
         ("svgt_byte", manifest_folder.PACK_HASH),
-        ("bad_version", vp.PACK_VERSION),
-        ("not_json", vp.PACK_MANIFEST),
+        ("bad_version", pack_checks.PACK_VERSION),
+        ("not_json", pack_checks.PACK_MANIFEST),
     ],
 )
 def test_verify_reports_damage(tmp_path: Path, damage: str, code: str) -> None:
@@ -499,7 +498,7 @@ def test_index_writer_produces_the_golden_bytes() -> None:
     import io
 
     out = io.BytesIO()
-    writer = di.IndexWriter(out, eos_id=1)
+    writer = doc_index.IndexWriter(out, eos_id=1)
     writer.add(5, 0, 0)
     writer.add(2, 1, 3)
     writer.finish()
@@ -528,7 +527,7 @@ def test_index_hostile_counts_do_not_allocate(tmp_path: Path) -> None:
     path = tmp_path / "h.bin"
     path.write_bytes(bytes(data))
     report = examine(str(path), scan=True)[0]
-    assert di.DIDX_SIZE in codes_of(report)
+    assert doc_index.DIDX_SIZE in codes_of(report)
 
 
 # tokenize pi -----------------------------------------------------------------------------------

@@ -224,12 +224,12 @@ def test_blank_and_whitespace_lines_in_json_lines_are_skipped(tmp_path: Path) ->
     counted; the line numbers of the records (their index items) stay those of the file."""
     import numpy as np
 
-    from matrixctl.formats import doc_index as di
+    from matrixctl.formats import doc_index
 
     src = write_jsonl(tmp_path / "b.jsonl", records(5), blank=True)
     pack = ingest_ok(tmp_path, str(src))
     idx = (pack / "doc_index.bin").read_bytes()
-    items = di.records_view(idx, di.IndexHeader.parse(idx))["item"]
+    items = doc_index.records_view(idx, doc_index.IndexHeader.parse(idx))["item"]
     assert np.asarray(items).tolist() == [1, 2, 4, 6, 7]
     assert manifest(pack)["sources"][0]["skipped_records"] == 0
 
@@ -487,16 +487,16 @@ def parquet_rows(n: int) -> list[dict]:
 
 
 def write_parquet(path: Path, rows: list[dict], group: int, nested: bool = False) -> Path:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow
+    from pyarrow import parquet
 
     if nested:
-        table = pa.table(
+        table = pyarrow.table(
             {"id": [r["id"] for r in rows], "doc": [{"body": r["text"]} for r in rows]}
         )
     else:
-        table = pa.table({"id": [r["id"] for r in rows], "text": [r["text"] for r in rows]})
-    pq.write_table(table, path, row_group_size=group)
+        table = pyarrow.table({"id": [r["id"] for r in rows], "text": [r["text"] for r in rows]})
+    parquet.write_table(table, path, row_group_size=group)
     return path
 
 
@@ -532,12 +532,12 @@ def test_a_folder_of_parquet_shards_and_nested_fields(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("layout", ["file", "stream"])
 def test_arrow_ipc_files_and_streams(tmp_path: Path, layout: str) -> None:
-    import pyarrow as pa
+    import pyarrow
 
     rows = parquet_rows(25)
-    table = pa.table({"text": [r["text"] for r in rows]})
+    table = pyarrow.table({"text": [r["text"] for r in rows]})
     path = tmp_path / "data-00000-of-00001.arrow"
-    opener = pa.ipc.new_file if layout == "file" else pa.ipc.new_stream
+    opener = pyarrow.ipc.new_file if layout == "file" else pyarrow.ipc.new_stream
     with opener(str(path), table.schema) as writer:
         writer.write_table(table, max_chunksize=6)
     pack = ingest_ok(tmp_path, str(path))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from matrixctl.ingest import swap
-from matrixctl.validate import ingest_pack as vp
+from matrixctl.validate import ingest_pack as pack_checks
 from matrixctl.validate.engine import examine
 from tests.conftest import ROOT, run_cli
 
@@ -209,7 +209,7 @@ def test_verify_sees_one_whole_pack_when_swapped_midway(
     other = tmp_path / "other"
     assert run_cli("ingest", "docs", str(small_corpus(tmp_path)), "-o", str(dest)).code == 0
     assert run_cli("ingest", "docs", str(CORPUS), "-o", str(other)).code == 0
-    real_load = vp.load_dir
+    real_load = pack_checks.load_dir
     calls = []
 
     def load_then_swap(path: str):
@@ -219,7 +219,7 @@ def test_verify_sees_one_whole_pack_when_swapped_midway(
         calls.append(path)
         return subject
 
-    monkeypatch.setattr(vp, "load_dir", load_then_swap)
+    monkeypatch.setattr(pack_checks, "load_dir", load_then_swap)
     report, _ = examine(str(dest), scan=True)
     assert report.ok(), [f.code for f in report.findings]
     assert len(calls) == 2  # checked again, on the new pack

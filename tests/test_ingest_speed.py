@@ -9,8 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies
 
 from matrixctl.ingest import extract, pipeline
 from matrixctl.ingest.sources import SourceFile, enumerate_sources
@@ -30,10 +29,10 @@ TAGS = [
     "script", "style", "noscript", "template", "svg", "math", "select", "button", "title",
     "head", "body", "html", "textarea", "code", "center", "iframe", "option", "hr",
 ]  # fmt: skip
-PIECES = st.one_of(
-    st.sampled_from(TAGS).map(lambda t: f"<{t}>"),
-    st.sampled_from(TAGS).map(lambda t: f"</{t}>"),
-    st.sampled_from(
+PIECES = strategies.one_of(
+    strategies.sampled_from(TAGS).map(lambda t: f"<{t}>"),
+    strategies.sampled_from(TAGS).map(lambda t: f"</{t}>"),
+    strategies.sampled_from(
         [
             " ",
             "  ",
@@ -65,9 +64,9 @@ PIECES = st.one_of(
             "&#0;",
         ]
     ),
-    st.text(alphabet=" \n\tab<>/&;", max_size=8),
+    strategies.text(alphabet=" \n\tab<>/&;", max_size=8),
 )
-SOUP = st.lists(PIECES, max_size=40).map("".join)
+SOUP = strategies.lists(PIECES, max_size=40).map("".join)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -134,7 +133,7 @@ def files_of(sizes: list[int]) -> list[SourceFile]:
     return [SourceFile(i, f"f{i}", f"f{i}", size, False) for i, size in enumerate(sizes)]
 
 
-@given(st.lists(st.integers(0, 20 << 20), max_size=200), st.integers(1, 8))
+@given(strategies.lists(strategies.integers(0, 20 << 20), max_size=200), strategies.integers(1, 8))
 def test_units_are_consecutive_runs_within_the_limits(sizes: list[int], jobs: int) -> None:
     files = files_of(sizes)
     units = pipeline.plan_units(files, jobs)

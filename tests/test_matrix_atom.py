@@ -359,7 +359,7 @@ def test_append_file_gives_the_bytes_of_write(tmp_path: Path) -> None:
     def build(via_file: bool) -> bytes:
         out = io.BytesIO() if not via_file else open(tmp_path / "a.bin", "w+b")  # noqa: SIM115
         with out:
-            w = ma.AtomWriter(out, atom_size=64, dtype="uint16", vocab_size=1000)
+            w = matrix_atom.AtomWriter(out, atom_size=64, dtype="uint16", vocab_size=1000)
             for i, part in enumerate(parts):
                 if via_file and i % 2:
                     spill = tmp_path / f"s{i}.raw"
@@ -375,7 +375,7 @@ def test_append_file_gives_the_bytes_of_write(tmp_path: Path) -> None:
     assert build(True) == build(False)
     bad = tmp_path / "bad.raw"
     bad.write_bytes(np.array([1, 2, 1000], dtype="<u2").tobytes())
-    w = ma.AtomWriter(io.BytesIO(), atom_size=4, dtype="uint16", vocab_size=1000)
+    w = matrix_atom.AtomWriter(io.BytesIO(), atom_size=4, dtype="uint16", vocab_size=1000)
     w.write(np.array([9], dtype=np.uint16))
     with pytest.raises(FormatError, match=r"token 3 \(id 1000\)"):
         w.append_file(str(bad), 3, 1000, zlib.crc32(bad.read_bytes()))

@@ -10,8 +10,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies
 
 from matrixctl import _pi_kernel
 from matrixctl.errors import FormatError
@@ -25,10 +24,12 @@ from tests.test_pi_kernel import BYTES, longest_match
 
 @settings(max_examples=200, deadline=None)
 @given(
-    words=st.lists(st.text("ab c", min_size=2, max_size=5), max_size=12, unique=True),
-    data=st.text("ab c", max_size=80),
-    before=st.text("ab c", max_size=6),
-    after=st.text("ab c", max_size=6),
+    words=strategies.lists(
+        strategies.text("ab c", min_size=2, max_size=5), max_size=12, unique=True
+    ),
+    data=strategies.text("ab c", max_size=80),
+    before=strategies.text("ab c", max_size=6),
+    after=strategies.text("ab c", max_size=6),
 )
 def test_a_cut_splits_the_tiling_whatever_surrounds_the_bytes(
     words: list[str], data: str, before: str, after: str

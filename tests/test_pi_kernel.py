@@ -9,8 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies
 
 from matrixctl import _pi_kernel
 from matrixctl.tokenizers import pi, pi_cache
@@ -36,9 +35,9 @@ BYTES = {bytes([b]): 1000 + b for b in range(256)}
 
 @settings(max_examples=150, deadline=None)
 @given(
-    words=st.lists(st.binary(min_size=2, max_size=6), max_size=30, unique=True),
-    data=st.binary(max_size=200),
-    drop=st.integers(0, 255),
+    words=strategies.lists(strategies.binary(min_size=2, max_size=6), max_size=30, unique=True),
+    data=strategies.binary(max_size=200),
+    drop=strategies.integers(0, 255),
 )
 def test_trie_matches_the_plain_reference(words: list[bytes], data: bytes, drop: int) -> None:
     patterns = dict(BYTES)
@@ -56,7 +55,10 @@ def test_trie_matches_the_plain_reference(words: list[bytes], data: bytes, drop:
 
 
 @settings(max_examples=100, deadline=None)
-@given(words=st.lists(st.binary(min_size=2, max_size=5), max_size=20), data=st.binary(max_size=120))
+@given(
+    words=strategies.lists(strategies.binary(min_size=2, max_size=5), max_size=20),
+    data=strategies.binary(max_size=120),
+)
 def test_spans_tile_the_input_like_the_reference(words: list[bytes], data: bytes) -> None:
     patterns = dict(BYTES)
     patterns[b"\x00"] = -1
@@ -125,9 +127,11 @@ def test_decode_table_joins_short_long_and_missing_ids() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    text=st.text(
-        alphabet=st.sampled_from(list("ab .\u00e9\u0301\u0323e\u1100\u1161\uac00\u2163\ufb01"))
-        | st.characters(),
+    text=strategies.text(
+        alphabet=strategies.sampled_from(
+            list("ab .\u00e9\u0301\u0323e\u1100\u1161\uac00\u2163\ufb01")
+        )
+        | strategies.characters(),
         max_size=120,
     )
 )

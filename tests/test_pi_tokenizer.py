@@ -11,8 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies
 
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError
@@ -112,9 +111,11 @@ def test_normalization_is_case_insensitive() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(
-    symbols=st.lists(st.text(alphabet="abcé ", min_size=1, max_size=4), max_size=12, unique=True),
-    text=st.text(alphabet="abcé d", max_size=40),
-    fallback=st.booleans(),
+    symbols=strategies.lists(
+        strategies.text(alphabet="abcé ", min_size=1, max_size=4), max_size=12, unique=True
+    ),
+    text=strategies.text(alphabet="abcé d", max_size=40),
+    fallback=strategies.booleans(),
 )
 def test_matches_the_plain_reference(symbols: list[str], text: str, fallback: bool) -> None:
     symbols = [s for s in symbols if unicodedata.normalize("NFKC", s) == s]
@@ -130,7 +131,7 @@ def test_matches_the_plain_reference(symbols: list[str], text: str, fallback: bo
 
 
 @settings(max_examples=200, deadline=None)
-@given(text=st.text())
+@given(text=strategies.text())
 def test_decode_inverts_encode_for_every_string(text: str) -> None:
     """With byte fallback, decode(encode(x)) == normalize(x) for every string."""
     tok = _default()
@@ -138,7 +139,7 @@ def test_decode_inverts_encode_for_every_string(text: str) -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(text=st.text(), cuts=st.lists(st.integers(0, 200), max_size=6))
+@given(text=strategies.text(), cuts=strategies.lists(strategies.integers(0, 200), max_size=6))
 def test_streaming_equals_whole(text: str, cuts: list[int]) -> None:
     tok = _default()
     enc = tok.stream()
@@ -161,7 +162,7 @@ def test_streaming_across_a_long_symbol_boundary() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(text=st.text(min_size=1))
+@given(text=strategies.text(min_size=1))
 def test_safe_cut_keeps_normalization(text: str) -> None:
     for form in ("nfkc", "nfc", "nfd", "nfkd"):
         cut = pi.safe_cut(text)
@@ -352,7 +353,7 @@ def test_bundled_map_is_reproduced_by_its_recipe(tmp_path: Path) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(text=st.text(alphabet="abc é€🦀the", max_size=80))
+@given(text=strategies.text(alphabet="abc é€🦀the", max_size=80))
 def test_matching_with_a_look_ahead_limit_is_exact(text: str) -> None:
     """The kernel stops at a look-ahead limit and the rest is matched again; the ids do not
     change."""

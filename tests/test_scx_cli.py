@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from matrixctl.tokenizers.scx import signing
-from tests import scx_golden as g
+from tests import scx_golden
 from tests.conftest import run_cli
 
 
@@ -24,7 +24,7 @@ def keys(tmp_path: Path) -> Path:
 @pytest.fixture
 def signed(tmp_path: Path, keys: Path) -> Path:
     src = tmp_path / "src.json"
-    src.write_text(json.dumps(g.SOURCE))
+    src.write_text(json.dumps(scx_golden.SOURCE))
     out = tmp_path / "reg.scxr"
     res = run_cli("tokenize", "scx", "sign", str(src), "-o", str(out), "--key", str(keys))
     assert res.code == 0, res.stderr
@@ -51,7 +51,7 @@ def test_sign_and_inspect_registry(tmp_path: Path, signed: Path, keys: Path) -> 
     assert res.code == 0
     doc = res.json()["files"][0]
     assert doc["format"] == "scx-registry"
-    assert doc["hashes"]["H_REG"] == g.H_REG.hex()
+    assert doc["hashes"]["H_REG"] == scx_golden.H_REG.hex()
     assert doc["signatures"][0]["key_id"] == signing.key_id(
         bytes.fromhex((Path(str(keys) + ".pub")).read_text().split()[1])
     )
@@ -93,11 +93,11 @@ def test_sign_errors(tmp_path: Path, keys: Path) -> None:
 
 
 def test_sign_with_parent_checks_append_only(tmp_path: Path, signed: Path, keys: Path) -> None:
-    from matrixctl.tokenizers.scx import registry as rg
+    from matrixctl.tokenizers.scx import registry as scx_registry
 
-    parent = rg.parse(signed.read_bytes())
-    child = {**g.SOURCE, "revision": 1, "parent": parent.h_reg.hex(),
-             "composites": [*g.SOURCE["composites"], {"text": "in"}]}  # fmt: skip
+    parent = scx_registry.parse(signed.read_bytes())
+    child = {**scx_golden.SOURCE, "revision": 1, "parent": parent.h_reg.hex(),
+             "composites": [*scx_golden.SOURCE["composites"], {"text": "in"}]}  # fmt: skip
     src = tmp_path / "child.json"
     src.write_text(json.dumps(child))
     out = tmp_path / "child.scxr"
@@ -161,7 +161,7 @@ def test_encode_json_summary_and_debug_markers(tmp_path: Path, signed: Path, key
                   "--trust", str(keys) + ".pub", "--debug-markers", "--json")  # fmt: skip
     assert res.code == 0
     doc = res.json()
-    assert doc["bytes"] == 7 and doc["tokens"] == 33 + len(g.VECTORS[2][3])
+    assert doc["bytes"] == 7 and doc["tokens"] == 33 + len(scx_golden.VECTORS[2][3])
     assert doc["warnings"] == [] and doc["padding"] == 1  # bundles of 4 bytes
     strict = run_cli("tokenize", "scx", "encode", str(src), "-o", str(tmp_path / "s.mxt"), "-r",
                      str(signed), "--trust", str(keys) + ".pub", "--strict-alignment")  # fmt: skip
@@ -220,7 +220,7 @@ def test_decode_errors_name_code_and_token(tmp_path: Path, signed: Path, keys: P
     bad = tmp_path / "bad.mxt"
     with open(bad, "wb") as fp:
         w = TokenStreamWriter(fp, vocab_size=1 << 16)
-        w.write(np.array([0x0300, *g.H_TOK, 0x0200, 0x0100, 0x7777], dtype=np.int64))
+        w.write(np.array([0x0300, *scx_golden.H_TOK, 0x0200, 0x0100, 0x7777], dtype=np.int64))
         w.close()
     res = run_cli(
         "tokenize",
@@ -249,7 +249,7 @@ def test_decode_lenient_flag(tmp_path: Path, signed: Path, keys: Path) -> None:
 
     from matrixctl.formats.token_stream import TokenStreamWriter
 
-    raw_th = [0x0300, *g.H_TOK, 0x0200, 0x0100, ord("t"), ord("h"), 0x61, 0x61, 0x0101, 0x0201,
+    raw_th = [0x0300, *scx_golden.H_TOK, 0x0200, 0x0100, ord("t"), ord("h"), 0x61, 0x61, 0x0101, 0x0201,  # noqa: E501
               0x0301, 4, 0, 0, 0, 0, 0, 0, 0]  # fmt: skip
     path = tmp_path / "nc.mxt"
     with open(path, "wb") as fp:

@@ -6,13 +6,12 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies
 
 from matrixctl.tokenizers.scx import api
-from matrixctl.tokenizers.scx import registry as rg
-from matrixctl.tokenizers.scx import tokens as tk
-from tests import scx_golden as g
+from matrixctl.tokenizers.scx import registry as scx_registry
+from matrixctl.tokenizers.scx import tokens as scx_tokens
+from tests import scx_golden
 
 SOURCES = {
     "SCXQ2": {
@@ -45,11 +44,13 @@ SOURCES = {
         "composites": [{"text": "the cat "}, {"pattern": "00" * 8}],
     },
 }
-TOKENIZERS = {name: api.Tokenizer.unchecked(rg.from_source(src)) for name, src in SOURCES.items()}
+TOKENIZERS = {
+    name: api.Tokenizer.unchecked(scx_registry.from_source(src)) for name, src in SOURCES.items()
+}
 ALPHABET = b"the abcd\x00\x07"
-data_strategy = st.one_of(
-    st.binary(max_size=200),
-    st.lists(st.sampled_from(list(ALPHABET)), max_size=200).map(bytes),
+data_strategy = strategies.one_of(
+    strategies.binary(max_size=200),
+    strategies.lists(strategies.sampled_from(list(ALPHABET)), max_size=200).map(bytes),
 )
 
 
@@ -72,7 +73,7 @@ def decode_error(
 
 @pytest.mark.parametrize("mode", list(SOURCES))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=data_strategy, debug=st.booleans())
+@given(data=data_strategy, debug=strategies.booleans())
 def test_round_trip_every_mode(mode: str, data: bytes, debug: bool) -> None:
     tok = TOKENIZERS[mode]
     tokens = api.encode_bytes(tok, data, emit_debug_markers=debug)
@@ -80,7 +81,11 @@ def test_round_trip_every_mode(mode: str, data: bytes, debug: bool) -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(data=data_strategy, cuts=st.lists(st.integers(1, 40), max_size=10), jobs=st.integers(1, 3))
+@given(
+    data=data_strategy,
+    cuts=strategies.lists(strategies.integers(1, 40), max_size=10),
+    jobs=strategies.integers(1, 3),
+)
 def test_replay_is_independent_of_chunking_and_jobs(
     data: bytes, cuts: list[int], jobs: int
 ) -> None:
@@ -135,10 +140,10 @@ def test_feeds_longer_than_a_window_decode_like_one_feed() -> None:
     out += dec.finish()
     assert b"".join(o.tobytes() for o in out) == data
     bad = tokens.copy()
-    at = 2 * step + 5 + int(np.flatnonzero(tokens[2 * step + 5 :] == tk.BUNDLE_START)[0])
-    bad[at] = tk.BUNDLE_END  # BUNDLE_END without BUNDLE_START, in the third feed
+    at = 2 * step + 5 + int(np.flatnonzero(tokens[2 * step + 5 :] == scx_tokens.BUNDLE_START)[0])
+    bad[at] = scx_tokens.BUNDLE_END  # BUNDLE_END without BUNDLE_START, in the third feed
     want = decode_error(tok, bad)
-    assert want.code == tk.INVALID_BUNDLE_BOUNDARY and want.token_index == at
+    assert want.code == scx_tokens.INVALID_BUNDLE_BOUNDARY and want.token_index == at
     dec = api.Decoder(tok)
     with pytest.raises(api.ScxFailure) as err:
         for i in range(0, bad.size, step):
@@ -210,51 +215,54 @@ def test_large_input_uses_the_fast_path_and_many_windows() -> None:
 # Errors: one per code, with its position -----------------------------------------------------
 
 TOK = TOKENIZERS["SCXQ2"]  # W = 2, N = 8, S = 3, chunk = 2 bundles
-PRE = [tk.TOK_CONFIG, *TOK.h_tok]
+PRE = [scx_tokens.TOK_CONFIG, *TOK.h_tok]
 
 
 def bundle(*lanes: int) -> list[int]:
-    return [tk.BUNDLE_START, *lanes, tk.BUNDLE_END]
+    return [scx_tokens.BUNDLE_START, *lanes, scx_tokens.BUNDLE_END]
 
 
 FULL = bundle(*([0x61] * 16))
 
 
 def stream(*body: int, n: int | None = None) -> list[int]:
-    nbytes = n if n is not None else 16 * sum(1 for t in body if t == tk.BUNDLE_START)
-    return [*PRE, *body, tk.STREAM_END, *struct.pack("<Q", nbytes)]
+    nbytes = n if n is not None else 16 * sum(1 for t in body if t == scx_tokens.BUNDLE_START)
+    return [*PRE, *body, scx_tokens.STREAM_END, *struct.pack("<Q", nbytes)]
 
 
 def test_valid_hand_stream() -> None:
-    assert decode_ok(TOK, np.array(stream(tk.SHARD_START, *FULL, tk.SHARD_END))) == b"a" * 16
+    assert (
+        decode_ok(TOK, np.array(stream(scx_tokens.SHARD_START, *FULL, scx_tokens.SHARD_END)))
+        == b"a" * 16
+    )
 
 
 @pytest.mark.parametrize(
     ("tokens", "code", "index"),
     [
-        (stream(tk.SHARD_START, *FULL[:5], 0x9000, *FULL[5:], tk.SHARD_END), tk.UNKNOWN_TOKEN, 39),
-        (stream(tk.SHARD_START, *FULL[:5], 0x0150, *FULL[5:], tk.SHARD_END), tk.UNKNOWN_TOKEN, 39),
-        (stream(tk.SHARD_START, *FULL[:-1], tk.SHARD_END), tk.MISALIGNED_SHARD, 51),
-        (stream(tk.SHARD_START, *FULL[:-2], tk.BUNDLE_END, tk.SHARD_END), tk.INVALID_BUNDLE_BOUNDARY, 50),  # noqa: E501
-        (stream(tk.SHARD_START, 0x61, *FULL, tk.SHARD_END), tk.INVALID_BUNDLE_BOUNDARY, 34),
-        (stream(tk.SHARD_START, tk.BUNDLE_START, 0x61, 0x400, *[0x61] * 13, tk.BUNDLE_END, tk.SHARD_END), tk.INVALID_BUNDLE_BOUNDARY, 36),  # noqa: E501
-        (stream(*FULL), tk.MISALIGNED_SHARD, 33),
-        (stream(tk.SHARD_START, *FULL, *FULL, *FULL, *FULL, tk.SHARD_END), tk.MISALIGNED_SHARD, 88),
-        (stream(tk.SHARD_START, *FULL, tk.SHARD_END, tk.SHARD_START, *FULL, tk.SHARD_END), tk.MISALIGNED_SHARD, 53),  # noqa: E501
-        (stream(tk.SHARD_START, *FULL), tk.MISALIGNED_SHARD, 52),
-        (stream(tk.SHARD_START, *FULL, tk.SHARD_END, n=15), tk.INVERTIBILITY_VIOLATION, 53),
-        (stream(tk.SHARD_START, 0x0311, *FULL, tk.SHARD_END), tk.INVALID_BUNDLE_BOUNDARY, 34),
-        (stream(tk.SHARD_START, *FULL[:3], 0x0315, tk.SHARD_END), tk.INVERTIBILITY_VIOLATION, 37),
-        (stream(tk.SHARD_START, *FULL[:3], 0x0316, tk.SHARD_END), tk.INTERNAL_INVARIANT_BROKEN, 37),
-        ([tk.BUNDLE_START], tk.UNSUPPORTED_VERSION, 0),
-        ([tk.TOK_CONFIG, *bytes(32)], tk.UNSUPPORTED_VERSION, 1),
-        (stream(tk.SHARD_START, *FULL, tk.SHARD_END)[:-3], tk.MISALIGNED_SHARD, 59),
-        ([*stream(tk.SHARD_START, *FULL, tk.SHARD_END), 0x61], tk.MISALIGNED_SHARD, 62),
-        (stream(tk.SHARD_START, tk.BUNDLE_START, *[0x61] * 14, tk.BUNDLE_PAD, tk.BUNDLE_END, *FULL, tk.SHARD_END, n=30), tk.MISALIGNED_SHARD, 51),  # noqa: E501
-        (stream(tk.SHARD_START, tk.BUNDLE_START, *[0x61] * 3, tk.BUNDLE_PAD, tk.BUNDLE_END, tk.SHARD_END, n=3), tk.INVALID_BUNDLE_BOUNDARY, 39),  # noqa: E501
-        (stream(tk.SHARD_START, tk.BUNDLE_START, 0x61, tk.PAD_LANE, 0x61, tk.BUNDLE_PAD, tk.BUNDLE_END, tk.SHARD_END, n=2), tk.INVALID_BUNDLE_BOUNDARY, 36),  # noqa: E501
-        (stream(tk.SHARD_START, tk.CHUNK_MARK, *FULL, tk.CHUNK_MARK, *FULL, tk.SHARD_END), tk.MISALIGNED_SHARD, 53),  # noqa: E501
-        (stream(tk.SHARD_START, tk.BUNDLE_START, tk.SHARD_END, *[0x61] * 16, tk.BUNDLE_END), tk.MISALIGNED_SHARD, 35),  # noqa: E501
+        (stream(scx_tokens.SHARD_START, *FULL[:5], 0x9000, *FULL[5:], scx_tokens.SHARD_END), scx_tokens.UNKNOWN_TOKEN, 39),  # noqa: E501
+        (stream(scx_tokens.SHARD_START, *FULL[:5], 0x0150, *FULL[5:], scx_tokens.SHARD_END), scx_tokens.UNKNOWN_TOKEN, 39),  # noqa: E501
+        (stream(scx_tokens.SHARD_START, *FULL[:-1], scx_tokens.SHARD_END), scx_tokens.MISALIGNED_SHARD, 51),  # noqa: E501
+        (stream(scx_tokens.SHARD_START, *FULL[:-2], scx_tokens.BUNDLE_END, scx_tokens.SHARD_END), scx_tokens.INVALID_BUNDLE_BOUNDARY, 50),  # noqa: E501
+        (stream(scx_tokens.SHARD_START, 0x61, *FULL, scx_tokens.SHARD_END), scx_tokens.INVALID_BUNDLE_BOUNDARY, 34),  # noqa: E501
+        (stream(scx_tokens.SHARD_START, scx_tokens.BUNDLE_START, 0x61, 0x400, *[0x61] * 13, scx_tokens.BUNDLE_END, scx_tokens.SHARD_END), scx_tokens.INVALID_BUNDLE_BOUNDARY, 36),  # noqa: E501
+        (stream(*FULL), scx_tokens.MISALIGNED_SHARD, 33),
+        (stream(scx_tokens.SHARD_START, *FULL, *FULL, *FULL, *FULL, scx_tokens.SHARD_END), scx_tokens.MISALIGNED_SHARD, 88),  # noqa: E501
+        (stream(scx_tokens.SHARD_START, *FULL, scx_tokens.SHARD_END, scx_tokens.SHARD_START, *FULL, scx_tokens.SHARD_END), scx_tokens.MISALIGNED_SHARD, 53),  # noqa: E501
+        (stream(scx_tokens.SHARD_START, *FULL), scx_tokens.MISALIGNED_SHARD, 52),
+        (stream(scx_tokens.SHARD_START, *FULL, scx_tokens.SHARD_END, n=15), scx_tokens.INVERTIBILITY_VIOLATION, 53),  # noqa: E501
+        (stream(scx_tokens.SHARD_START, 0x0311, *FULL, scx_tokens.SHARD_END), scx_tokens.INVALID_BUNDLE_BOUNDARY, 34),  # noqa: E501
+        (stream(scx_tokens.SHARD_START, *FULL[:3], 0x0315, scx_tokens.SHARD_END), scx_tokens.INVERTIBILITY_VIOLATION, 37),  # noqa: E501
+        (stream(scx_tokens.SHARD_START, *FULL[:3], 0x0316, scx_tokens.SHARD_END), scx_tokens.INTERNAL_INVARIANT_BROKEN, 37),  # noqa: E501
+        ([scx_tokens.BUNDLE_START], scx_tokens.UNSUPPORTED_VERSION, 0),
+        ([scx_tokens.TOK_CONFIG, *bytes(32)], scx_tokens.UNSUPPORTED_VERSION, 1),
+        (stream(scx_tokens.SHARD_START, *FULL, scx_tokens.SHARD_END)[:-3], scx_tokens.MISALIGNED_SHARD, 59),  # noqa: E501
+        ([*stream(scx_tokens.SHARD_START, *FULL, scx_tokens.SHARD_END), 0x61], scx_tokens.MISALIGNED_SHARD, 62),  # noqa: E501
+        (stream(scx_tokens.SHARD_START, scx_tokens.BUNDLE_START, *[0x61] * 14, scx_tokens.BUNDLE_PAD, scx_tokens.BUNDLE_END, *FULL, scx_tokens.SHARD_END, n=30), scx_tokens.MISALIGNED_SHARD, 51),  # noqa: E501
+        (stream(scx_tokens.SHARD_START, scx_tokens.BUNDLE_START, *[0x61] * 3, scx_tokens.BUNDLE_PAD, scx_tokens.BUNDLE_END, scx_tokens.SHARD_END, n=3), scx_tokens.INVALID_BUNDLE_BOUNDARY, 39),  # noqa: E501
+        (stream(scx_tokens.SHARD_START, scx_tokens.BUNDLE_START, 0x61, scx_tokens.PAD_LANE, 0x61, scx_tokens.BUNDLE_PAD, scx_tokens.BUNDLE_END, scx_tokens.SHARD_END, n=2), scx_tokens.INVALID_BUNDLE_BOUNDARY, 36),  # noqa: E501
+        (stream(scx_tokens.SHARD_START, scx_tokens.CHUNK_MARK, *FULL, scx_tokens.CHUNK_MARK, *FULL, scx_tokens.SHARD_END), scx_tokens.MISALIGNED_SHARD, 53),  # noqa: E501
+        (stream(scx_tokens.SHARD_START, scx_tokens.BUNDLE_START, scx_tokens.SHARD_END, *[0x61] * 16, scx_tokens.BUNDLE_END), scx_tokens.MISALIGNED_SHARD, 35),  # noqa: E501
     ],
 )  # fmt: skip
 def test_each_error_code_and_position(tokens: list[int], code: str, index: int) -> None:
@@ -266,15 +274,15 @@ def test_stream_of_another_config_is_refused() -> None:
     other = TOKENIZERS["SCXQ4"]
     tokens = api.encode_bytes(other, b"the cat")
     err = decode_error(TOK, tokens)
-    assert err.code == tk.UNSUPPORTED_VERSION and err.token_index == 1
+    assert err.code == scx_tokens.UNSUPPORTED_VERSION and err.token_index == 1
     assert err.context["stream_h_tok"] == other.h_tok.hex()
 
 
 def test_request_config_hash_must_match() -> None:
     resp = api.encode(TOK, api.EncodeRequest(b"abc", bytes(32)))
-    assert resp.errors[0].code == tk.UNSUPPORTED_VERSION and resp.tokens.size == 0
+    assert resp.errors[0].code == scx_tokens.UNSUPPORTED_VERSION and resp.tokens.size == 0
     resp2 = api.decode(TOK, api.DecodeRequest(api.encode_bytes(TOK, b"abc"), bytes(32)))
-    assert resp2.errors[0].code == tk.UNSUPPORTED_VERSION and resp2.bytes == b""
+    assert resp2.errors[0].code == scx_tokens.UNSUPPORTED_VERSION and resp2.bytes == b""
 
 
 def test_strict_alignment_refuses_padding_with_the_byte_offset() -> None:
@@ -283,7 +291,7 @@ def test_strict_alignment_refuses_padding_with_the_byte_offset() -> None:
     case for any length that is not a whole number of bundles); the response counts the
     PAD-BYTEs instead."""
     resp = api.encode(TOK, api.EncodeRequest(b"x" * 21, TOK.h_tok, strict_alignment=True))
-    assert [(e.code, e.byte_offset) for e in resp.errors] == [(tk.MISALIGNED_SHARD, 16)]
+    assert [(e.code, e.byte_offset) for e in resp.errors] == [(scx_tokens.MISALIGNED_SHARD, 16)]
     ok = api.encode(TOK, api.EncodeRequest(b"x" * 21, TOK.h_tok))
     assert ok.errors == [] and ok.warnings == [] and ok.pad_bytes == 11
     aligned = api.encode(TOK, api.EncodeRequest(b"x" * 32, TOK.h_tok, strict_alignment=True))
@@ -295,39 +303,44 @@ def test_non_canonical_streams_strict_and_lenient() -> None:
     it off, raw lanes that have a composite, deprecated composites and missing debug markers
     decode with INVERTIBILITY_VIOLATION warnings."""
     raw_th = stream(
-        tk.SHARD_START,
-        tk.BUNDLE_START,
+        scx_tokens.SHARD_START,
+        scx_tokens.BUNDLE_START,
         ord("t"),
         ord("h"),
         *[0x61] * 14,
-        tk.BUNDLE_END,
-        tk.SHARD_END,
+        scx_tokens.BUNDLE_END,
+        scx_tokens.SHARD_END,
     )
     err = decode_error(TOK, raw_th)
-    assert (err.code, err.token_index) == (tk.INVERTIBILITY_VIOLATION, 35)
+    assert (err.code, err.token_index) == (scx_tokens.INVERTIBILITY_VIOLATION, 35)
     resp = api.decode(
         TOK, api.DecodeRequest(np.array(raw_th), TOK.h_tok, strict_invertibility=False)
     )
     assert resp.errors == [] and resp.bytes == b"th" + b"a" * 14
-    assert [w.code for w in resp.warnings] == [tk.INVERTIBILITY_VIOLATION]
+    assert [w.code for w in resp.warnings] == [scx_tokens.INVERTIBILITY_VIOLATION]
     deprecated = stream(
-        tk.SHARD_START, tk.BUNDLE_START, 0x0402, *[0x61] * 14, tk.BUNDLE_END, tk.SHARD_END
+        scx_tokens.SHARD_START,
+        scx_tokens.BUNDLE_START,
+        0x0402,
+        *[0x61] * 14,
+        scx_tokens.BUNDLE_END,
+        scx_tokens.SHARD_END,
     )
-    assert decode_error(TOK, deprecated).code == tk.INVERTIBILITY_VIOLATION
+    assert decode_error(TOK, deprecated).code == scx_tokens.INVERTIBILITY_VIOLATION
     assert decode_ok(TOK, np.array(deprecated), strict=False) == bytes(2) + b"a" * 14
-    half_debug = stream(tk.SHARD_START, tk.CHUNK_MARK, tk.BUNDLE_START, tk.LANE_MARK, *[0x61] * 16, tk.BUNDLE_END, tk.SHARD_END)  # fmt: skip  # noqa: E501
-    assert decode_error(TOK, half_debug).code == tk.INVERTIBILITY_VIOLATION
+    half_debug = stream(scx_tokens.SHARD_START, scx_tokens.CHUNK_MARK, scx_tokens.BUNDLE_START, scx_tokens.LANE_MARK, *[0x61] * 16, scx_tokens.BUNDLE_END, scx_tokens.SHARD_END)  # fmt: skip  # noqa: E501
+    assert decode_error(TOK, half_debug).code == scx_tokens.INVERTIBILITY_VIOLATION
     assert decode_ok(TOK, np.array(half_debug), strict=False) == b"a" * 16
 
 
 def test_warnings_are_counted_not_repeated() -> None:
     body = []
     for _ in range(3):
-        body += [tk.BUNDLE_START, ord("t"), ord("h"), *[0x61] * 14, tk.BUNDLE_END]
+        body += [scx_tokens.BUNDLE_START, ord("t"), ord("h"), *[0x61] * 14, scx_tokens.BUNDLE_END]
     resp = api.decode(
         TOK,
         api.DecodeRequest(
-            np.array(stream(tk.SHARD_START, *body, tk.SHARD_END)),
+            np.array(stream(scx_tokens.SHARD_START, *body, scx_tokens.SHARD_END)),
             TOK.h_tok,
             strict_invertibility=False,
         ),
@@ -337,16 +350,16 @@ def test_warnings_are_counted_not_repeated() -> None:
 
 def test_decoder_never_buffers_an_endless_bundle() -> None:
     dec = api.Decoder(TOK)
-    dec.feed(np.array([*PRE, tk.SHARD_START, tk.BUNDLE_START], dtype="<u2"))
+    dec.feed(np.array([*PRE, scx_tokens.SHARD_START, scx_tokens.BUNDLE_START], dtype="<u2"))
     with pytest.raises(api.ScxFailure) as info:
         for _ in range(100):
             dec.feed(np.full(1000, 0x61, dtype="<u2"))
-    assert info.value.code == tk.INVALID_BUNDLE_BOUNDARY
+    assert info.value.code == scx_tokens.INVALID_BUNDLE_BOUNDARY
     assert dec.buf.size < 2000
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from([0, 0x61, 0x100, 0x101, 0x102, 0x103, 0x200, 0x201, 0x202, 0x203, 0x300, 0x301, 0x312, 0x400, 0x401, 0x402, 0x500]), max_size=120), st.booleans(), st.booleans())  # fmt: skip  # noqa: E501
+@given(strategies.lists(strategies.sampled_from([0, 0x61, 0x100, 0x101, 0x102, 0x103, 0x200, 0x201, 0x202, 0x203, 0x300, 0x301, 0x312, 0x400, 0x401, 0x402, 0x500]), max_size=120), strategies.booleans(), strategies.booleans())  # fmt: skip  # noqa: E501
 def test_fuzzed_streams_give_typed_errors_only(
     body: list[int], with_preamble: bool, strict: bool
 ) -> None:
@@ -356,14 +369,14 @@ def test_fuzzed_streams_give_typed_errors_only(
         api.DecodeRequest(np.array(tokens, dtype=np.int64), TOK.h_tok, strict_invertibility=strict),
     )
     if resp.errors:
-        assert resp.errors[0].code in tk.ERROR_CODES
+        assert resp.errors[0].code in scx_tokens.ERROR_CODES
         assert resp.errors[0].token_index is not None
     else:
         assert api.encode_bytes(TOK, resp.bytes).size > 0
 
 
 @settings(max_examples=150, deadline=None)
-@given(data=data_strategy, debug=st.booleans(), where=st.integers(0, 10**6), value=st.sampled_from([0, 0x61, 0x101, 0x103, 0x201, 0x202, 0x203, 0x400, 0x401, 0x402]))  # fmt: skip  # noqa: E501
+@given(data=data_strategy, debug=strategies.booleans(), where=strategies.integers(0, 10**6), value=strategies.sampled_from([0, 0x61, 0x101, 0x103, 0x201, 0x202, 0x203, 0x400, 0x401, 0x402]))  # fmt: skip  # noqa: E501
 def test_mutated_streams_are_refused_or_canonical(
     data: bytes, debug: bool, where: int, value: int
 ) -> None:
@@ -375,7 +388,7 @@ def test_mutated_streams_are_refused_or_canonical(
     mutated[where % tokens.size] = value
     resp = api.decode(tok, api.DecodeRequest(mutated, tok.h_tok))
     if resp.errors:
-        assert resp.errors[0].code in tk.ERROR_CODES
+        assert resp.errors[0].code in scx_tokens.ERROR_CODES
         return
     again = api.encode_bytes(tok, resp.bytes, emit_debug_markers=debug)
     assert np.array_equal(again, mutated)
@@ -386,21 +399,26 @@ def test_random_ids_give_typed_errors() -> None:
     for _ in range(300):
         body = rng.integers(0, 1 << 16, int(rng.integers(0, 300)))
         err = decode_error(TOK, [*PRE, *body.tolist()])
-        assert err.code in tk.ERROR_CODES
+        assert err.code in scx_tokens.ERROR_CODES
 
 
 def test_zero_pattern_composite_is_found() -> None:
     tok = api.Tokenizer.unchecked(
-        rg.from_source({"lane_mode": "SCXQ4", "composites": [{"pattern": "00000000"}]})
+        scx_registry.from_source({"lane_mode": "SCXQ4", "composites": [{"pattern": "00000000"}]})
     )
     toks = api.encode_bytes(tok, bytes(32)).tolist()
-    assert toks[33:44] == [tk.SHARD_START, tk.BUNDLE_START, *[0x400] * 8, tk.BUNDLE_END]
+    assert toks[33:44] == [
+        scx_tokens.SHARD_START,
+        scx_tokens.BUNDLE_START,
+        *[0x400] * 8,
+        scx_tokens.BUNDLE_END,
+    ]
 
 
 def test_golden_registry_decodes_its_vectors_after_chunked_feeding() -> None:
-    tok = api.Tokenizer.load(g.signed_registry(), [g.golden_public_key()])
-    for _, data, debug, toks in g.VECTORS:
-        stream_ = np.array(g.preamble() + toks, dtype="<u2")
+    tok = api.Tokenizer.load(scx_golden.signed_registry(), [scx_golden.golden_public_key()])
+    for _, data, debug, toks in scx_golden.VECTORS:
+        stream_ = np.array(scx_golden.preamble() + toks, dtype="<u2")
         dec = api.Decoder(tok)
         out = []
         for t in stream_:

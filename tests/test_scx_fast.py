@@ -10,13 +10,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies
 
 from matrixctl.tokenizers.scx import api
-from matrixctl.tokenizers.scx import lanes as ln
-from matrixctl.tokenizers.scx import registry as rg
-from matrixctl.tokenizers.scx import tokens as tk
+from matrixctl.tokenizers.scx import lanes as scx_lanes
+from matrixctl.tokenizers.scx import registry as scx_registry
+from matrixctl.tokenizers.scx import tokens as scx_tokens
 
 # A reference decoder: one token at a time, straight from the grammar ---------------------------
 
@@ -61,35 +60,38 @@ def reference_decode(tok: api.Tokenizer, toks: list[int]) -> bytes:
         pos += 1
         return toks[pos - 1]
 
-    expect(tk.TOK_CONFIG)
+    expect(scx_tokens.TOK_CONFIG)
     if bytes(byte() for _ in range(32)) != tok.h_tok:
         raise Reject
     out = bytearray()
     debug: bool | None = None
     j = 0  # bundles so far
     ended = False  # a short shard or the padded bundle was seen: only STREAM_END may follow
-    while peek() != tk.STREAM_END:
+    while peek() != scx_tokens.STREAM_END:
         if ended:
             raise Reject
-        expect(tk.SHARD_START)
+        expect(scx_tokens.SHARD_START)
         count = 0
         while True:
-            if count and peek() == tk.SHARD_END:
+            if count and peek() == scx_tokens.SHARD_END:
                 break
             if count == s or ended:
                 raise Reject
             if debug is None:
-                debug = peek() == tk.CHUNK_MARK
+                debug = peek() == scx_tokens.CHUNK_MARK
             if debug and j % chunk == 0:
-                expect(tk.CHUNK_MARK)
-            expect(tk.BUNDLE_START)
+                expect(scx_tokens.CHUNK_MARK)
+            expect(scx_tokens.BUNDLE_START)
             data = bytearray()
             lanes = 0
             while lanes < n:
-                if peek() == tk.BUNDLE_PAD or (peek(1) if debug else peek()) == tk.PAD_LANE:
+                if (
+                    peek() == scx_tokens.BUNDLE_PAD
+                    or (peek(1) if debug else peek()) == scx_tokens.PAD_LANE
+                ):
                     break
                 if debug:
-                    expect(tk.LANE_MARK)
+                    expect(scx_tokens.LANE_MARK)
                 t = peek()
                 if t in pattern:
                     pos += 1
@@ -101,28 +103,28 @@ def reference_decode(tok: api.Tokenizer, toks: list[int]) -> bytes:
                     data += lane
                 lanes += 1
             if lanes < n:
-                if (debug and peek() == tk.LANE_MARK and peek(1) == tk.PAD_LANE) or (
-                    not debug and peek() == tk.PAD_LANE
-                ):
+                if (
+                    debug and peek() == scx_tokens.LANE_MARK and peek(1) == scx_tokens.PAD_LANE
+                ) or (not debug and peek() == scx_tokens.PAD_LANE):
                     pos += 2 if debug else 1
                     part = bytearray()
-                    while peek() != tk.BUNDLE_PAD:
+                    while peek() != scx_tokens.BUNDLE_PAD:
                         part.append(byte())
                     if not 1 <= len(part) < w:
                         raise Reject
                     data += part
-                expect(tk.BUNDLE_PAD)
+                expect(scx_tokens.BUNDLE_PAD)
                 if not data:
                     raise Reject
                 ended = True
-            expect(tk.BUNDLE_END)
+            expect(scx_tokens.BUNDLE_END)
             out += data
             j += 1
             count += 1
-        expect(tk.SHARD_END)
+        expect(scx_tokens.SHARD_END)
         if count < s:
             ended = True
-    expect(tk.STREAM_END)
+    expect(scx_tokens.STREAM_END)
     (declared,) = struct.unpack("<Q", bytes(byte() for _ in range(8)))
     if declared != len(out) or pos != len(toks):
         raise Reject
@@ -141,26 +143,30 @@ class Case:
     debug: bool
 
 
-@st.composite
-def cases(draw: st.DrawFn) -> Case:
-    width = draw(st.sampled_from([1, 2, 3, 4, 8]))
-    lanes = draw(st.integers(1, 4))
+@strategies.composite
+def cases(draw: strategies.DrawFn) -> Case:
+    width = draw(strategies.sampled_from([1, 2, 3, 4, 8]))
+    lanes = draw(strategies.integers(1, 4))
     bundle = width * lanes
     mode = {2: "SCXQ2", 4: "SCXQ4"}.get(width, "CUSTOM")
     pats = draw(
-        st.lists(
-            st.lists(st.sampled_from(ALPHABET), min_size=width, max_size=width).map(bytes),
+        strategies.lists(
+            strategies.lists(strategies.sampled_from(ALPHABET), min_size=width, max_size=width).map(
+                bytes
+            ),
             max_size=12,
             unique=True,
         )
     )
-    deprecated = draw(st.lists(st.booleans(), min_size=len(pats), max_size=len(pats)))
+    deprecated = draw(
+        strategies.lists(strategies.booleans(), min_size=len(pats), max_size=len(pats))
+    )
     source = {
         "lane_mode": mode,
         "alignment": {
             "bundle_lanes": lanes,
-            "chunk_bytes": bundle * draw(st.integers(1, 3)),
-            "shard_bundles": draw(st.integers(1, 6)),
+            "chunk_bytes": bundle * draw(strategies.integers(1, 3)),
+            "shard_bundles": draw(strategies.integers(1, 6)),
         },
         "composites": [
             {"pattern": p.hex(), "deprecated": d} for p, d in zip(pats, deprecated, strict=True)
@@ -168,35 +174,45 @@ def cases(draw: st.DrawFn) -> Case:
     }
     if mode == "CUSTOM":
         source["lane_width"] = width
-    tok = api.Tokenizer.unchecked(rg.from_source(source))
-    data = draw(st.lists(st.sampled_from(ALPHABET), max_size=160).map(bytes))
-    return Case(tok, data, draw(st.booleans()))
+    tok = api.Tokenizer.unchecked(scx_registry.from_source(source))
+    data = draw(strategies.lists(strategies.sampled_from(ALPHABET), max_size=160).map(bytes))
+    return Case(tok, data, draw(strategies.booleans()))
 
 
 def damage_values(tok: api.Tokenizer) -> list[int]:
     """Ids worth planting: bytes, every control token, the kernel's own filler id (SKIP), each
     composite (active and deprecated), the first unassigned id, and the top id."""
     reg = tok.rf.registry
-    ids = [0x00, 0x61, 0x62, 0xFF, tk.SKIP, 0xFFFF, reg.max_id + 1]
-    ids += [tk.BUNDLE_START, tk.BUNDLE_END, tk.PAD_LANE, tk.LANE_MARK]
-    ids += [tk.SHARD_START, tk.SHARD_END, tk.BUNDLE_PAD, tk.CHUNK_MARK]
-    ids += [tk.TOK_CONFIG, tk.STREAM_END, min(tk.ERROR_SENTINELS)]
+    ids = [0x00, 0x61, 0x62, 0xFF, scx_tokens.SKIP, 0xFFFF, reg.max_id + 1]
+    ids += [
+        scx_tokens.BUNDLE_START,
+        scx_tokens.BUNDLE_END,
+        scx_tokens.PAD_LANE,
+        scx_tokens.LANE_MARK,
+    ]
+    ids += [
+        scx_tokens.SHARD_START,
+        scx_tokens.SHARD_END,
+        scx_tokens.BUNDLE_PAD,
+        scx_tokens.CHUNK_MARK,
+    ]
+    ids += [scx_tokens.TOK_CONFIG, scx_tokens.STREAM_END, min(scx_tokens.ERROR_SENTINELS)]
     ids += [c.token_id for c in reg.composites]
-    return [i for i in ids if 0 <= i < tk.TOKEN_LIMIT]
+    return [i for i in ids if 0 <= i < scx_tokens.TOKEN_LIMIT]
 
 
-@st.composite
-def damaged(draw: st.DrawFn, case: Case) -> list[int]:
+@strategies.composite
+def damaged(draw: strategies.DrawFn, case: Case) -> list[int]:
     """The case's token stream with up to three edits (replace, insert, delete)."""
     toks = api.encode_bytes(case.tok, case.data, emit_debug_markers=case.debug).tolist()
     values = damage_values(case.tok)
-    for _ in range(draw(st.integers(0, 3))):
-        at = draw(st.integers(0, len(toks)))
-        kind = draw(st.sampled_from(["replace", "insert", "delete"]))
+    for _ in range(draw(strategies.integers(0, 3))):
+        at = draw(strategies.integers(0, len(toks)))
+        kind = draw(strategies.sampled_from(["replace", "insert", "delete"]))
         if kind == "insert" or at == len(toks):
-            toks.insert(at, draw(st.sampled_from(values)))
+            toks.insert(at, draw(strategies.sampled_from(values)))
         elif kind == "replace":
-            toks[at] = draw(st.sampled_from(values))
+            toks[at] = draw(strategies.sampled_from(values))
         else:
             del toks[at]
     return toks
@@ -232,22 +248,22 @@ def run_decoder(
     return Outcome(data, None, [(w.code, w.token_index, w.message) for w in dec.warnings])
 
 
-def cut_points(draw: st.DrawFn, size: int) -> list[int]:
-    return sorted(draw(st.lists(st.integers(0, size + 1), max_size=6)))
+def cut_points(draw: strategies.DrawFn, size: int) -> list[int]:
+    return sorted(draw(strategies.lists(strategies.integers(0, size + 1), max_size=6)))
 
 
 @pytest.fixture
 def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
     """Records every bundle-kernel call as accepted (True) or refused (False)."""
     calls: list[bool] = []
-    real = ln.LaneCodec.decode_bundles
+    real = scx_lanes.LaneCodec.decode_bundles
 
-    def spy(self: ln.LaneCodec, t: np.ndarray) -> tuple[np.ndarray, int] | None:
+    def spy(self: scx_lanes.LaneCodec, t: np.ndarray) -> tuple[np.ndarray, int] | None:
         found = real(self, t)
         calls.append(found is not None)
         return found
 
-    monkeypatch.setattr(ln.LaneCodec, "decode_bundles", spy)
+    monkeypatch.setattr(scx_lanes.LaneCodec, "decode_bundles", spy)
     yield calls
 
 
@@ -255,8 +271,8 @@ def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_decoder_matches_the_reference_decoder(data: st.DataObject) -> None:
+@given(strategies.data())
+def test_decoder_matches_the_reference_decoder(data: strategies.DataObject) -> None:
     """Valid or damaged streams, random configs, fed in random pieces: the decoder accepts
     exactly what the reference accepts, with the same bytes."""
     case = data.draw(cases())
@@ -272,14 +288,14 @@ def test_decoder_matches_the_reference_decoder(data: st.DataObject) -> None:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_bundle_kernel_changes_nothing_but_speed(data: st.DataObject) -> None:
+@given(strategies.data())
+def test_bundle_kernel_changes_nothing_but_speed(data: strategies.DataObject) -> None:
     """With and without the bundle kernel: the same bytes, or the same error (code and token
     index), and the same warnings, strict and lenient, whatever the feeding."""
     case = data.draw(cases())
     toks = data.draw(damaged(case))
     cuts = cut_points(data.draw, len(toks))
-    strict = data.draw(st.booleans())
+    strict = data.draw(strategies.booleans())
     fast = run_decoder(case.tok, toks, cuts, strict=strict, kernel=True)
     slow = run_decoder(case.tok, toks, cuts, strict=strict, kernel=False)
     assert fast == slow
@@ -297,7 +313,7 @@ def test_bundle_kernel_takes_the_long_windows(width: int, kernel_calls: list[boo
     }
     if w not in (2, 4):
         source["lane_width"] = w
-    tok = api.Tokenizer.unchecked(rg.from_source(source))
+    tok = api.Tokenizer.unchecked(scx_registry.from_source(source))
     lanes = [*comps, b"xyzwvuts"[:w], b"qrstuvwx"[:w]]
     if w == 1:
         lanes = [*comps, b"x", b"q"]
@@ -306,7 +322,7 @@ def test_bundle_kernel_takes_the_long_windows(width: int, kernel_calls: list[boo
     pick = np.random.default_rng(11).integers(0, len(lanes), whole)
     data = b"".join(lanes[i] for i in pick.tolist())
     toks = api.encode_bytes(tok, data)
-    assert np.count_nonzero(toks >= tk.COMPOSITE_FIRST) > toks.size // 10
+    assert np.count_nonzero(toks >= scx_tokens.COMPOSITE_FIRST) > toks.size // 10
     out = run_decoder(tok, toks.tolist(), [1000], strict=True, kernel=True)
     assert out.data == data and out.error is None
     assert len(kernel_calls) >= 3 and all(kernel_calls)
@@ -314,18 +330,18 @@ def test_bundle_kernel_takes_the_long_windows(width: int, kernel_calls: list[boo
 
 HOSTILE = [
     # A composite moved one token later: the lane before it is W-1 bytes plus the composite.
-    ("misalign", tk.INVALID_BUNDLE_BOUNDARY),
-    ("raw_lane_with_composite", tk.INVERTIBILITY_VIOLATION),
-    ("deprecated", tk.INVERTIBILITY_VIOLATION),
-    ("unassigned", tk.UNKNOWN_TOKEN),
-    ("skip_id", tk.UNKNOWN_TOKEN),
-    ("bundle_end_early", tk.INVALID_BUNDLE_BOUNDARY),
+    ("misalign", scx_tokens.INVALID_BUNDLE_BOUNDARY),
+    ("raw_lane_with_composite", scx_tokens.INVERTIBILITY_VIOLATION),
+    ("deprecated", scx_tokens.INVERTIBILITY_VIOLATION),
+    ("unassigned", scx_tokens.UNKNOWN_TOKEN),
+    ("skip_id", scx_tokens.UNKNOWN_TOKEN),
+    ("bundle_end_early", scx_tokens.INVALID_BUNDLE_BOUNDARY),
     # The same number of slots, the markers in the wrong units: N + 1 lanes, then N - 1
     # lanes and two BUNDLE_ENDs; a lane before BUNDLE_START; BUNDLE_START twice.
-    ("lane_moved_across_bundles", tk.INVALID_BUNDLE_BOUNDARY),
-    ("bundle_start_after_a_lane", tk.INVALID_BUNDLE_BOUNDARY),
-    ("bundle_start_doubled", tk.INVALID_BUNDLE_BOUNDARY),
-    ("bundle_markers_replaced_by_lanes", tk.INVALID_BUNDLE_BOUNDARY),
+    ("lane_moved_across_bundles", scx_tokens.INVALID_BUNDLE_BOUNDARY),
+    ("bundle_start_after_a_lane", scx_tokens.INVALID_BUNDLE_BOUNDARY),
+    ("bundle_start_doubled", scx_tokens.INVALID_BUNDLE_BOUNDARY),
+    ("bundle_markers_replaced_by_lanes", scx_tokens.INVALID_BUNDLE_BOUNDARY),
 ]
 
 
@@ -343,14 +359,14 @@ def test_hostile_windows_are_refused_by_the_kernel(
     }
     if w == 3:
         source["lane_width"] = 3
-    tok = api.Tokenizer.unchecked(rg.from_source(source))
+    tok = api.Tokenizer.unchecked(scx_registry.from_source(source))
     n = tok.lanes
     bundles = 2 * api.DECODE_WINDOW // (n * w + 2)  # two windows of whole raw bundles
     data = b"xyzw"[:w] * (n * bundles + 1) + b"the "[:w] + b"qrst"[:w] * (n * 100)
     toks = api.encode_bytes(tok, data).tolist()
     at = toks.index(0x400)  # "the", lane 1 of its bundle
-    end = toks.index(tk.BUNDLE_END, at)
-    end2 = toks.index(tk.BUNDLE_END, end + 1)
+    end = toks.index(scx_tokens.BUNDLE_END, at)
+    end2 = toks.index(scx_tokens.BUNDLE_END, end + 1)
     lane = toks[end + 2 : end + 2 + w]  # the first lane of the next bundle
     rest = toks[end + 2 + w : end2]  # its other lanes
     if edit == "misalign":
@@ -362,15 +378,26 @@ def test_hostile_windows_are_refused_by_the_kernel(
     elif edit == "unassigned":
         toks[at] = 0x402
     elif edit == "skip_id":
-        toks[at] = tk.SKIP
+        toks[at] = scx_tokens.SKIP
     elif edit == "bundle_end_early":
-        toks[at - 1] = tk.BUNDLE_END
+        toks[at - 1] = scx_tokens.BUNDLE_END
     elif edit == "lane_moved_across_bundles":
-        toks[end : end2 + 1] = [*lane, tk.BUNDLE_START, *rest, tk.BUNDLE_END, tk.BUNDLE_END]
+        toks[end : end2 + 1] = [
+            *lane,
+            scx_tokens.BUNDLE_START,
+            *rest,
+            scx_tokens.BUNDLE_END,
+            scx_tokens.BUNDLE_END,
+        ]
     elif edit == "bundle_start_after_a_lane":
-        toks[end + 1 : end2 + 1] = [*lane, tk.BUNDLE_START, *rest, tk.BUNDLE_END]
+        toks[end + 1 : end2 + 1] = [*lane, scx_tokens.BUNDLE_START, *rest, scx_tokens.BUNDLE_END]
     elif edit == "bundle_start_doubled":
-        toks[end + 1 : end2 + 1] = [tk.BUNDLE_START, tk.BUNDLE_START, *rest, tk.BUNDLE_END]
+        toks[end + 1 : end2 + 1] = [
+            scx_tokens.BUNDLE_START,
+            scx_tokens.BUNDLE_START,
+            *rest,
+            scx_tokens.BUNDLE_END,
+        ]
     else:
         toks[end + 1 : end2 + 1] = [*lane, *lane, *rest, *lane]
     fast = run_decoder(tok, toks, [500], strict=True, kernel=True)

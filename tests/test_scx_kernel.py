@@ -8,13 +8,12 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies
 
 from matrixctl import _scx_kernel
-from matrixctl.tokenizers.scx import tokens as tk
+from matrixctl.tokenizers.scx import tokens as scx_tokens
 
-LIMIT = tk.TOKEN_LIMIT
+LIMIT = scx_tokens.TOKEN_LIMIT
 
 
 def make(width: int, lanes: int, patterns: dict[int, bytes], deprecated: tuple[int, ...] = ()):
@@ -54,19 +53,19 @@ def ref_encode(
     for b in range(len(data) // bb):
         j = first + b
         if shard and j % shard == 0:
-            out.append(tk.SHARD_START)
+            out.append(scx_tokens.SHARD_START)
         if debug and j % chunk == 0:
-            out.append(tk.CHUNK_MARK)
-        out.append(tk.BUNDLE_START)
+            out.append(scx_tokens.CHUNK_MARK)
+        out.append(scx_tokens.BUNDLE_START)
         for lane in range(lanes):
             at = b * bb + lane * width
             if debug:
-                out.append(tk.LANE_MARK)
+                out.append(scx_tokens.LANE_MARK)
             pat = data[at : at + width]
             out += [ids[pat]] if pat in ids else list(pat)
-        out.append(tk.BUNDLE_END)
+        out.append(scx_tokens.BUNDLE_END)
         if shard and (j + 1) % shard == 0:
-            out.append(tk.SHARD_END)
+            out.append(scx_tokens.SHARD_END)
     return out
 
 
@@ -74,17 +73,17 @@ def u16(values: list[int]) -> bytes:
     return np.array(values, dtype="<u2").tobytes()
 
 
-composite_sets = st.integers(1, 8).flatmap(
-    lambda w: st.tuples(
-        st.just(w),
-        st.lists(st.binary(min_size=w, max_size=w), max_size=40),
-        st.lists(st.binary(min_size=w, max_size=w), max_size=40),
+composite_sets = strategies.integers(1, 8).flatmap(
+    lambda w: strategies.tuples(
+        strategies.just(w),
+        strategies.lists(strategies.binary(min_size=w, max_size=w), max_size=40),
+        strategies.lists(strategies.binary(min_size=w, max_size=w), max_size=40),
     )
 )
 
 
 @settings(max_examples=80, deadline=None)
-@given(spec=composite_sets, dep=st.sets(st.integers(0, 39), max_size=5))
+@given(spec=composite_sets, dep=strategies.sets(strategies.integers(0, 39), max_size=5))
 def test_lookup_answers_like_a_dict(
     spec: tuple[int, list[bytes], list[bytes]], dep: set[int]
 ) -> None:
@@ -101,12 +100,12 @@ def test_lookup_answers_like_a_dict(
 @settings(max_examples=80, deadline=None)
 @given(
     spec=composite_sets,
-    lanes=st.integers(1, 5),
-    bundles=st.integers(0, 6),
-    seed=st.integers(0, 2**32 - 1),
-    first=st.integers(0, 10),
-    debug=st.booleans(),
-    chunk=st.integers(1, 4),
+    lanes=strategies.integers(1, 5),
+    bundles=strategies.integers(0, 6),
+    seed=strategies.integers(0, 2**32 - 1),
+    first=strategies.integers(0, 10),
+    debug=strategies.booleans(),
+    chunk=strategies.integers(1, 4),
 )
 def test_encode_and_decode_match_the_references(
     spec: tuple[int, list[bytes], list[bytes]],
@@ -138,20 +137,43 @@ def test_encode_and_decode_match_the_references(
 def test_decode_refuses_every_non_canonical_window() -> None:
     w, n = 2, 2
     codec = make(w, n, {0x400: b"th", 0x401: b"e ", 0x402: b"xx"}, deprecated=(0x402,))
-    ok = [tk.BUNDLE_START, 0x400, ord("a"), ord("b"), tk.BUNDLE_END]
+    ok = [scx_tokens.BUNDLE_START, 0x400, ord("a"), ord("b"), scx_tokens.BUNDLE_END]
     assert codec.decode(u16(ok)) == (b"thab", 1)
     assert codec.decode(u16(ok * 3)) == (b"thab" * 3, 3)
     bad = {
-        "composite spelled as bytes": [tk.BUNDLE_START, ord("t"), ord("h"), 0x400, tk.BUNDLE_END],
-        "deprecated composite": [tk.BUNDLE_START, 0x402, 0x400, tk.BUNDLE_END],
-        "unassigned id": [tk.BUNDLE_START, 0x403, 0x400, tk.BUNDLE_END],
-        "lane split by a composite": [tk.BUNDLE_START, ord("a"), 0x400, ord("b"), tk.BUNDLE_END],
-        "short bundle": [tk.BUNDLE_START, 0x400, tk.BUNDLE_END],
-        "long bundle": [tk.BUNDLE_START, 0x400, 0x400, 0x401, tk.BUNDLE_END],
-        "no BUNDLE_START": [0x400, 0x400, tk.BUNDLE_END],
-        "control token in a lane": [tk.BUNDLE_START, tk.PAD_LANE, 0x400, tk.BUNDLE_END],
-        "debug marker": [tk.BUNDLE_START, tk.LANE_MARK, 0x400, 0x400, tk.BUNDLE_END],
-        "shard marker": [tk.SHARD_START, *ok],
+        "composite spelled as bytes": [
+            scx_tokens.BUNDLE_START,
+            ord("t"),
+            ord("h"),
+            0x400,
+            scx_tokens.BUNDLE_END,
+        ],
+        "deprecated composite": [scx_tokens.BUNDLE_START, 0x402, 0x400, scx_tokens.BUNDLE_END],
+        "unassigned id": [scx_tokens.BUNDLE_START, 0x403, 0x400, scx_tokens.BUNDLE_END],
+        "lane split by a composite": [
+            scx_tokens.BUNDLE_START,
+            ord("a"),
+            0x400,
+            ord("b"),
+            scx_tokens.BUNDLE_END,
+        ],
+        "short bundle": [scx_tokens.BUNDLE_START, 0x400, scx_tokens.BUNDLE_END],
+        "long bundle": [scx_tokens.BUNDLE_START, 0x400, 0x400, 0x401, scx_tokens.BUNDLE_END],
+        "no BUNDLE_START": [0x400, 0x400, scx_tokens.BUNDLE_END],
+        "control token in a lane": [
+            scx_tokens.BUNDLE_START,
+            scx_tokens.PAD_LANE,
+            0x400,
+            scx_tokens.BUNDLE_END,
+        ],
+        "debug marker": [
+            scx_tokens.BUNDLE_START,
+            scx_tokens.LANE_MARK,
+            0x400,
+            0x400,
+            scx_tokens.BUNDLE_END,
+        ],
+        "shard marker": [scx_tokens.SHARD_START, *ok],
     }
     for name, toks in bad.items():
         assert codec.decode(u16(toks)) is None, name
@@ -165,11 +187,12 @@ def test_decode_refuses_every_non_canonical_window() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    toks=st.lists(
-        st.sampled_from([*range(0, 300, 37), 0x100, 0x101, 0x400, 0x401, 0xFFFF]), max_size=60
+    toks=strategies.lists(
+        strategies.sampled_from([*range(0, 300, 37), 0x100, 0x101, 0x400, 0x401, 0xFFFF]),
+        max_size=60,
     ),
-    width=st.integers(1, 8),
-    lanes=st.integers(1, 4),
+    width=strategies.integers(1, 8),
+    lanes=strategies.integers(1, 4),
 )
 def test_decode_of_hostile_windows_is_exact_or_none(
     toks: list[int], width: int, lanes: int
@@ -186,14 +209,14 @@ def test_decode_of_hostile_windows_is_exact_or_none(
 
 @settings(max_examples=150, deadline=None)
 @given(
-    width=st.sampled_from([1, 2, 3, 4, 8]),
-    lanes=st.integers(1, 4),
-    bundles=st.integers(0, 30),
-    first=st.integers(0, 1 << 40),
-    debug=st.booleans(),
-    chunk=st.integers(1, 7),
-    shard=st.integers(1, 9),
-    seed=st.integers(0, 2**16),
+    width=strategies.sampled_from([1, 2, 3, 4, 8]),
+    lanes=strategies.integers(1, 4),
+    bundles=strategies.integers(0, 30),
+    first=strategies.integers(0, 1 << 40),
+    debug=strategies.booleans(),
+    chunk=strategies.integers(1, 7),
+    shard=strategies.integers(1, 9),
+    seed=strategies.integers(0, 2**16),
 )
 def test_encode_frames_shards_like_the_reference(
     width: int,

@@ -73,12 +73,12 @@ def test_a_packs_set_aside_copy_is_reported_then_restored_or_removed(
 
 
 def test_an_scx_folders_set_aside_copy_is_reported_and_restored(tmp_path: Path) -> None:
-    from tests import scx_golden as g
+    from tests import scx_golden
 
     key = tmp_path / "k.key"
     assert run_cli("tokenize", "scx", "keygen", "-o", str(key)).code == 0
     src = tmp_path / "src.json"
-    src.write_text(json.dumps(g.SOURCE))
+    src.write_text(json.dumps(scx_golden.SOURCE))
     reg = tmp_path / "reg.scxr"
     assert run_cli("tokenize", "scx", "sign", str(src), "-o", str(reg), "--key", str(key)).code == 0
     blob = tmp_path / "blob.bin"

@@ -22,7 +22,7 @@ LIMIT = "2M"
 
 
 def _scx_files(folder: Path) -> dict[str, str]:
-    from tests import scx_golden as g
+    from tests import scx_golden
 
     key = folder / "k.key"
     assert run_cli("tokenize", "scx", "keygen", "-o", str(key)).code == 0
@@ -30,7 +30,10 @@ def _scx_files(folder: Path) -> dict[str, str]:
     # Shards of 512 KiB (the golden's are 16 bytes: 2M of input would be 131,072 shards).
     src.write_text(
         json.dumps(
-            {**g.SOURCE, "alignment": {"bundle_lanes": 2, "chunk_bytes": 4096, "shard_bundles": 64}}
+            {
+                **scx_golden.SOURCE,
+                "alignment": {"bundle_lanes": 2, "chunk_bytes": 4096, "shard_bundles": 64},
+            }
         )
     )
     reg = folder / "reg.scxr"
@@ -46,7 +49,7 @@ COMMANDS = {
     "ingest-docs": ["ingest", "docs", "IN", "-o", "OUT/pack"],
     "ingest-gguf": ["ingest", "gguf", "IN", "-o", "OUT/tok"],
     "pack-atoms": ["pack", "atoms", "IN", "-n", "4", "-o", "OUT/p.atoms"],
-    "pack-svgt": ["pack", "svgt", "IN", "--grid", "2x2", "-o", "OUT/g.svgt"],
+    "pack-svgt": ["pack", "svgt", "IN", "--grid", "2x2", "-o", "OUT/scx_golden.svgt"],
     "pack-shards": ["pack", "shards", "IN", "-o", "OUT/sh", "-r", "REG", "--trust", "PUB"],
     "tokenize-pi-encode": ["tokenize", "pi", "encode", "IN", "-o", "OUT/t.mxt"],
     "tokenize-pi-decode": ["tokenize", "pi", "decode", "IN", "-o", "OUT/t.txt"],

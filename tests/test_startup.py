@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import golden_bytes as gb
+from tests import golden_bytes
 from tests.conftest import ROOT
 
 HEAVY = (
@@ -56,7 +56,7 @@ def test_help_imports_no_heavy_module() -> None:
 
 def test_inspect_json_of_a_small_atom_file_imports_no_heavy_module(tmp_path: Path) -> None:
     path = tmp_path / "a.bin"
-    path.write_bytes(gb.MATRIX_ATOM)
+    path.write_bytes(golden_bytes.MATRIX_ATOM)
     assert loaded_after("inspect", "--json", str(path)) == []
 
 

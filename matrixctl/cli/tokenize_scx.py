@@ -125,8 +125,8 @@ def sign(
 
     from matrixctl.errors import FormatError, UsageError
     from matrixctl.io import STDIO, Source, atomic_output, refuse_binary_to_terminal
-    from matrixctl.tokenizers.scx import manifest as mf
-    from matrixctl.tokenizers.scx import registry as rg
+    from matrixctl.tokenizers.scx import manifest as scx_manifest
+    from matrixctl.tokenizers.scx import registry as scx_registry
     from matrixctl.tokenizers.scx import signing
 
     if json_out and output == STDIO:
@@ -136,14 +136,14 @@ def sign(
         data = bytes(src.buf[: src.size])
         name = src.name
     summary: dict[str, Any] = {"input": source, "output": output, "key_id": private.key_id}
-    if mf.sniff(data[:64], len(data)):
+    if scx_manifest.sniff(data[:64], len(data)):
         if parent is not None:
             raise UsageError("--parent applies to registries, not manifests")
         try:
-            man = mf.parse(data)
+            man = scx_manifest.parse(data)
         except FormatError as err:
             raise err.with_path(name) from None
-        sig = rg.Signature(private.public_key, private.sign(man.config_hash))
+        sig = scx_registry.Signature(private.public_key, private.sign(man.config_hash))
         rotated = man.rotated(sig)
         text = rotated.to_bytes()
         with atomic_output(output, what="a manifest") as fp:
@@ -159,9 +159,9 @@ def sign(
             f"-> {output}"
         )
     else:
-        if data.startswith(rg.MAGIC):
+        if data.startswith(scx_registry.MAGIC):
             try:
-                rf = rg.parse(data)
+                rf = scx_registry.parse(data)
             except FormatError as err:
                 raise err.with_path(name) from None
             kind = "registry"
@@ -170,23 +170,23 @@ def sign(
                 doc = json.loads(data.decode("utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise FormatError(
-                    rg.SCX_REG_SOURCE,
+                    scx_registry.SCX_REG_SOURCE,
                     f"neither a registry, a manifest nor a JSON registry source ({exc})",
                     path=name,
                 ) from None
             try:
-                rf = rg.from_source(doc)
+                rf = scx_registry.from_source(doc)
             except FormatError as err:
                 raise err.with_path(name) from None
             kind = "source"
         if parent is not None:
             with Source.open(parent) as psrc:
                 try:
-                    prf = rg.parse(bytes(psrc.buf[: psrc.size]))
+                    prf = scx_registry.parse(bytes(psrc.buf[: psrc.size]))
                 except FormatError as err:
                     raise err.with_path(psrc.name) from None
             try:
-                rg.check_append_only(prf, rf)
+                scx_registry.check_append_only(prf, rf)
             except FormatError as err:
                 raise err.with_path(name) from None
         elif rf.registry.revision:
@@ -194,7 +194,9 @@ def sign(
                 f"revision {rf.registry.revision} names a parent; pass it with --parent so the "
                 "append-only rule can be checked"
             )
-        signed = rf.with_signature(rg.Signature(private.public_key, private.sign(rf.h_tok)))
+        signed = rf.with_signature(
+            scx_registry.Signature(private.public_key, private.sign(rf.h_tok))
+        )
         refuse_binary_to_terminal(output, "a registry")
         with atomic_output(output, what="a registry") as fp:
             fp.write(signed.to_bytes())

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from matrixctl import __version__, codes
 from matrixctl.errors import FormatError, OutputError, UsageError
-from matrixctl.formats import gguf as gg
-from matrixctl.formats import gguf_ingest as gi
+from matrixctl.formats import gguf as gguf_format
+from matrixctl.formats import gguf_ingest as gguf_ingest_format
 from matrixctl.tensors import TensorInfo, TensorSource, drop_pages
 from matrixctl.tokenizers import pi
 
@@ -85,26 +85,26 @@ class VocabPlan:
 # The symbol map ------------------------------------------------------------------------------
 
 
-def _special_ids(gf: gg.GgufFile) -> dict[str, int]:
+def _special_ids(gf: gguf_format.GgufFile) -> dict[str, int]:
     from matrixctl.validate.gguf import SPECIALS
 
     out: dict[str, int] = {}
     for key, short in SPECIALS.items():
         kv = gf.kvs.get(f"tokenizer.ggml.{key}")
-        if kv is not None and kv.vtype in gg.INTEGER_TYPES:
+        if kv is not None and kv.vtype in gguf_format.INTEGER_TYPES:
             out.setdefault(short.removesuffix("_id"), int(kv.value))
     return out
 
 
-def _flag(gf: gg.GgufFile, key: str) -> bool | None:
+def _flag(gf: gguf_format.GgufFile, key: str) -> bool | None:
     kv = gf.kvs.get(key)
-    if kv is None or kv.vtype != gg.BOOL:
+    if kv is None or kv.vtype != gguf_format.BOOL:
         return None
     return bool(kv.value)
 
 
 def detect_marking(
-    gf: gg.GgufFile, model: str | None, texts: list[str], types: list[int]
+    gf: gguf_format.GgufFile, model: str | None, texts: list[str], types: list[int]
 ) -> pi.SpaceMarking | None:
     """How the vocabulary marks spaces, from tokenizer.ggml.model (llama.cpp's tokenizer kinds),
     else from the tokens themselves."""
@@ -165,7 +165,7 @@ def _byte_run(texts: list[str]) -> int | None:
     return base
 
 
-def build_vocab(gf: gg.GgufFile, buf: Any) -> VocabPlan:
+def build_vocab(gf: gguf_format.GgufFile, buf: Any) -> VocabPlan:
     """The π symbol map of a GGUF vocabulary: symbol i is GGUF token i, in GGUF order.
 
     Byte tokens forming the full run <0x00>..<0xFF> become the map's byte fallback; control,
@@ -173,14 +173,14 @@ def build_vocab(gf: gg.GgufFile, buf: Any) -> VocabPlan:
     than 1,024 bytes, or matching the same bytes as a lower id) are listed as special symbols
     (kept with their id and text, never matched)."""
     tokens_kv = gf.kvs.get("tokenizer.ggml.tokens")
-    if tokens_kv is None or not isinstance(tokens_kv.value, gg.GgufArray):
+    if tokens_kv is None or not isinstance(tokens_kv.value, gguf_format.GgufArray):
         raise FormatError(
             INGEST_GGUF_VOCAB,
             "the file has no tokenizer.ggml.tokens array: there is no vocabulary to ingest",
             field="tokenizer.ggml.tokens",
         )
-    arr: gg.GgufArray = tokens_kv.value
-    if arr.item_type != gg.STRING or arr.count == 0:
+    arr: gguf_format.GgufArray = tokens_kv.value
+    if arr.item_type != gguf_format.STRING or arr.count == 0:
         raise FormatError(
             INGEST_GGUF_VOCAB,
             f"tokenizer.ggml.tokens is an empty array or not strings ({arr.type_name})",
@@ -192,7 +192,7 @@ def build_vocab(gf: gg.GgufFile, buf: Any) -> VocabPlan:
     n = len(texts)
     types_kv = gf.kvs.get("tokenizer.ggml.token_type")
     specials_gguf = _special_ids(gf)
-    if types_kv is not None and isinstance(types_kv.value, gg.GgufArray):
+    if types_kv is not None and isinstance(types_kv.value, gguf_format.GgufArray):
         types = types_kv.value.numpy(buf).astype(np.int64)
     else:  # no types: the special ids are the control tokens
         types = np.full(n, NORMAL, dtype=np.int64)
@@ -272,7 +272,7 @@ def build_vocab(gf: gg.GgufFile, buf: Any) -> VocabPlan:
     return VocabPlan(smap, model, pre, n, specials_gguf, not_utf8, reasons, texts, keys)
 
 
-def _decode_all(arr: gg.GgufArray, buf: Any) -> tuple[list[str], dict[int, bytes]]:
+def _decode_all(arr: gguf_format.GgufArray, buf: Any) -> tuple[list[str], dict[int, bytes]]:
     """Every token as text, in batches (one decode of a batch's joined bytes when they are all
     UTF-8 and none holds a NUL, else token by token); tokens that are not UTF-8 are
     backslash-escaped and returned apart as raw bytes."""
@@ -315,14 +315,14 @@ def keys_of(texts: list[str], marking: pi.SpaceMarking | None) -> list[bytes]:
     return out
 
 
-def tokenizer_sidecar(gf: gg.GgufFile, buf: Any, plan: VocabPlan) -> dict[str, Any]:
+def tokenizer_sidecar(gf: gguf_format.GgufFile, buf: Any, plan: VocabPlan) -> dict[str, Any]:
     """Everything the GGUF says about its tokenizer that the map does not hold."""
     metadata: dict[str, Any] = {}
     for kv in gf.kvs.values():
         if not kv.name.startswith("tokenizer.") or kv.name == "tokenizer.ggml.tokens":
             continue
         # float32 values are written as the double they equal exactly (reads back the same).
-        metadata[kv.name] = gg.metadata_value(gf, buf, kv)
+        metadata[kv.name] = gguf_format.metadata_value(gf, buf, kv)
     return {
         "version": 1,
         "tokens": plan.tokens,
@@ -343,7 +343,7 @@ class EmbeddingSource(TensorSource):
 
     def __init__(
         self,
-        inner: gg.GgufSource,
+        inner: gguf_format.GgufSource,
         info: TensorInfo,
         meta: Mapping[str, Any],
         stop: threading.Event | None = None,
@@ -434,16 +434,16 @@ class _Hasher(threading.Thread):
 def check_destination(dest: str) -> None:
     if os.path.lexists(dest):
         if os.path.isdir(dest) and not os.path.islink(dest):
-            partial = os.path.isfile(os.path.join(dest, gi.MANIFEST + ".partial"))
-            if gi.is_folder(dest) or partial or not os.listdir(dest):
+            partial = os.path.isfile(os.path.join(dest, gguf_ingest_format.MANIFEST + ".partial"))
+            if gguf_ingest_format.is_folder(dest) or partial or not os.listdir(dest):
                 return
             raise OutputError(
-                gi.GGUF_OUTPUT,
+                gguf_ingest_format.GGUF_OUTPUT,
                 "exists and is not a folder `ingest gguf` wrote; refusing to replace it",
                 path=dest,
                 hint="choose another -o, or remove the folder yourself",
             )
-        raise OutputError(gi.GGUF_OUTPUT, "exists and is not a folder", path=dest)
+        raise OutputError(gguf_ingest_format.GGUF_OUTPUT, "exists and is not a folder", path=dest)
 
 
 @contextlib.contextmanager
@@ -539,8 +539,8 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
     hasher = _Hasher(src.buf, src.size, src.path if regular else None)
     hasher.start()
     try:
-        checked = open_checked(src, gg.FORMAT)
-        source = gg.GgufSource(src, checked, {"keep_quantized": opts.keep_quantized})
+        checked = open_checked(src, gguf_format.FORMAT)
+        source = gguf_format.GgufSource(src, checked, {"keep_quantized": opts.keep_quantized})
     except BaseException:
         hasher.join()
         raise
@@ -549,7 +549,7 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
     try:
         gf = source.gf
         tokens = gf.get("tokenizer.ggml.tokens")
-        n_tokens = tokens.count if isinstance(tokens, gg.GgufArray) else 0
+        n_tokens = tokens.count if isinstance(tokens, gguf_format.GgufArray) else 0
         embd = next((t for t in gf.tensors if t.name == EMBD_TENSOR), None)
         # The slot exits before `building` removes the temporary folder on a failure: the
         # embeddings writer is stopped and joined before its folder goes.
@@ -572,10 +572,13 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
                 raise err.with_path(src.name) from None
             measured = measure_tokenizer(gf, src.buf, plan)
             map_bytes = plan.smap.to_json_bytes()
-            known[gi.SYMBOLS] = "sha256:" + hashlib.sha256(map_bytes).hexdigest()
-            _write(os.path.join(tmp, gi.SYMBOLS), map_bytes)
+            known[gguf_ingest_format.SYMBOLS] = "sha256:" + hashlib.sha256(map_bytes).hexdigest()
+            _write(os.path.join(tmp, gguf_ingest_format.SYMBOLS), map_bytes)
             sidecar = tokenizer_sidecar(gf, src.buf, plan)
-            _write(os.path.join(tmp, gi.TOKENIZER), (_json_lines(sidecar) + "\n").encode())
+            _write(
+                os.path.join(tmp, gguf_ingest_format.TOKENIZER),
+                (_json_lines(sidecar) + "\n").encode(),
+            )
             canonical_hash = plan.smap.canonical_hash()
             if slot.worker is not None:
                 embeddings, embd_notes, embd_known = slot.outcome()
@@ -589,7 +592,7 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
                 files[name] = {"sha256": digest, "bytes": os.path.getsize(path)}
             smap = plan.smap
             manifest: dict[str, Any] = {
-                "version": gi.MANIFEST_VERSION,
+                "version": gguf_ingest_format.MANIFEST_VERSION,
                 "kind": "gguf",
                 "source": {"path": src.name, "bytes": src.size, "sha256": source_sha},
                 "gguf": {
@@ -600,9 +603,9 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
                     "kv_count": gf.kv_count,
                 },
                 "tokenizer": {
-                    "file": gi.SYMBOLS,
+                    "file": gguf_ingest_format.SYMBOLS,
                     "canonical_hash": canonical_hash,
-                    "sidecar": gi.TOKENIZER,
+                    "sidecar": gguf_ingest_format.TOKENIZER,
                     "model": plan.model,
                     "pre": plan.pre,
                     "vocab_size": smap.vocab_size,
@@ -628,7 +631,7 @@ def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
                 "tool": {"name": "matrixctl", "version": __version__},
                 "created": created_stamp(),
             }
-            _write(os.path.join(tmp, gi.MANIFEST), _json_bytes(manifest))
+            _write(os.path.join(tmp, gguf_ingest_format.MANIFEST), _json_bytes(manifest))
             put_in_place(tmp, dest)
     finally:
         hasher.join()
@@ -690,9 +693,9 @@ class _Worker(threading.Thread):
 
 
 def _embeddings(
-    source: gg.GgufSource,
+    source: gguf_format.GgufSource,
     src: Source,
-    embd: gg.GgufTensor,
+    embd: gguf_format.GgufTensor,
     n_tokens: int,
     tmp: str,
     embd_sink: tuple[str, str, Any],

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from itertools import compress, count
 from typing import TYPE_CHECKING, Any
 
-from matrixctl.formats import gguf as gg
+from matrixctl.formats import gguf as gguf_format
 from matrixctl.tokenizers import pi
 from matrixctl.tokenizers import reference as ref
 
@@ -55,11 +55,11 @@ def sample() -> bytes:
         return fp.read()
 
 
-def _floats(gf: gg.GgufFile, buf: Any, key: str, n: int) -> list[float] | None:
+def _floats(gf: gguf_format.GgufFile, buf: Any, key: str, n: int) -> list[float] | None:
     kv = gf.kvs.get(key)
-    if kv is None or not isinstance(kv.value, gg.GgufArray) or kv.value.count != n:
+    if kv is None or not isinstance(kv.value, gguf_format.GgufArray) or kv.value.count != n:
         return None
-    if kv.value.item_type not in (gg.FLOAT32, gg.FLOAT64):
+    if kv.value.item_type not in (gguf_format.FLOAT32, gguf_format.FLOAT64):
         return None
     values: list[float] = kv.value.numpy(buf).astype("float64").tolist()
     return values
@@ -88,13 +88,13 @@ def _sample_bpe(plan: VocabPlan, merges: list[bytes], text: str) -> ref.ByteLeve
     return ref.ByteLevelBPE(ids, ranks, whole.pre)
 
 
-def gguf_merges(gf: gg.GgufFile, buf: Any) -> list[bytes] | None:
+def gguf_merges(gf: gguf_format.GgufFile, buf: Any) -> list[bytes] | None:
     """tokenizer.ggml.merges as raw strings, or None when absent, empty or not strings."""
     kv = gf.kvs.get("tokenizer.ggml.merges")
     if (
         kv is None
-        or not isinstance(kv.value, gg.GgufArray)
-        or kv.value.item_type != gg.STRING
+        or not isinstance(kv.value, gguf_format.GgufArray)
+        or kv.value.item_type != gguf_format.STRING
         or kv.value.count == 0
     ):
         return None
@@ -183,7 +183,7 @@ def pi_spans(plan: VocabPlan, text: str) -> list[ref.Span]:
     return [(sid, content[s], content[e]) for sid, s, e in spans]
 
 
-def measure(gf: gg.GgufFile, buf: Any, plan: VocabPlan) -> Measured:
+def measure(gf: gguf_format.GgufFile, buf: Any, plan: VocabPlan) -> Measured:
     kind = ref.tokenizer_type(plan.model, plan.pre)
     if not kind.measurable:
         return Measured(kind, None, None, f"no reference tokenizer for {kind.name}")

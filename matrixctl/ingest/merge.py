@@ -17,9 +17,8 @@ from typing import Any
 
 from matrixctl import codes
 from matrixctl.errors import FormatError, UsageError
-from matrixctl.formats import doc_index as di
-from matrixctl.formats import ingest_pack as ip
-from matrixctl.formats import matrix_atom as ma
+from matrixctl.formats import doc_index, matrix_atom
+from matrixctl.formats import ingest_pack as pack_format
 
 INGEST_MERGE = codes.define(
     "INGEST_MERGE",
@@ -31,7 +30,7 @@ SAME = ("atom_size", "dtype", "vocab_size", "pad_id", "eos_id", "svgt", "options
 
 
 def _manifest(path: str) -> dict[str, Any]:
-    with open(os.path.join(path, ip.MANIFEST), "rb") as fp:
+    with open(os.path.join(path, pack_format.MANIFEST), "rb") as fp:
         doc: dict[str, Any] = json.loads(fp.read().decode("utf-8"))
     return doc
 
@@ -55,7 +54,7 @@ def merge_packs(packs: list[str], out_dir: str) -> dict[str, Any]:
 
             raise InputError(codes.IO_NOT_FOUND, "no such pack folder", path=path)
         report, _ = examine(path, scan=True)
-        if report.format != ip.FORMAT or not report.ok():
+        if report.format != pack_format.FORMAT or not report.ok():
             first = next((f for f in report.findings if f.severity is codes.Severity.ERROR), None)
             why = f"[{first.code}] {first.message}" if first else "not an ingest pack"
             raise FormatError(INGEST_MERGE, f"fails verification: {why}", path=path)
@@ -114,11 +113,11 @@ def merge_packs(packs: list[str], out_dir: str) -> dict[str, Any]:
         for path, m in zip(packs, manifests, strict=True):
             atoms = Source.open(os.path.join(path, m["atom_file"]))
             index = Source.open(os.path.join(path, m["doc_index"]))
-            ah = ma.AtomHeader.parse(atoms.head(ma.HEADER_SIZE))
-            ih = di.IndexHeader.parse(index.head(di.HEADER_SIZE))
-            recs = di.records_view(index.buf, ih)
+            ah = matrix_atom.AtomHeader.parse(atoms.head(matrix_atom.HEADER_SIZE))
+            ih = doc_index.IndexHeader.parse(index.head(doc_index.HEADER_SIZE))
+            recs = doc_index.records_view(index.buf, ih)
             src_col = recs["source"].astype(np.int64)
-            opened.append((atoms, index, ma.token_view(atoms.buf, ah), recs, src_col))
+            opened.append((atoms, index, matrix_atom.token_view(atoms.buf, ah), recs, src_col))
         with PackBuilder(out_dir, plan) as pb:
             for ordinal_key, p, n in entries:
                 _atoms, _index, tokens, recs, src_col = opened[p]

@@ -23,10 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from matrixctl import __version__, codes
 from matrixctl.errors import InputError, OutputError
-from matrixctl.formats import doc_index as di
-from matrixctl.formats import ingest_pack as ip
-from matrixctl.formats import matrix_atom as ma
-from matrixctl.formats import svgt
+from matrixctl.formats import doc_index, matrix_atom, svgt
+from matrixctl.formats import ingest_pack as pack_format
 from matrixctl.ingest.swap import clean_stale, make_temp_dir, publish
 from matrixctl.io import sha256_file
 
@@ -44,7 +42,7 @@ WRITE_CHUNK = 1 << 22  # tokens per write when copying spilled tokens
 def check_destination(dest: str) -> None:
     if os.path.lexists(dest):
         if os.path.isdir(dest) and not os.path.islink(dest):
-            if ip.is_pack(dest) or _interrupted(dest) or not os.listdir(dest):
+            if pack_format.is_pack(dest) or _interrupted(dest) or not os.listdir(dest):
                 return
             raise OutputError(
                 INGEST_OUTPUT,
@@ -58,7 +56,7 @@ def check_destination(dest: str) -> None:
 def _interrupted(dest: str) -> bool:
     """A pack an older version left between its last two renames: the manifest still has its
     `.partial` name. It is ours, so the next run replaces it."""
-    return os.path.isfile(os.path.join(dest, ip.MANIFEST + ".partial"))
+    return os.path.isfile(os.path.join(dest, pack_format.MANIFEST + ".partial"))
 
 
 def created_stamp() -> str | None:
@@ -116,10 +114,10 @@ class PackBuilder:
             os.chmod(self.tmp, 0o777 & ~umask)
             self.spill_dir = os.path.join(self.tmp, ".spill")
             os.mkdir(self.spill_dir)
-            flags = ma.FLAG_INDEX | (ma.FLAG_SVG_TENSOR if plan.grid else 0)
-            self._atoms_fp = open(os.path.join(self.tmp, ip.ATOMS), "w+b")  # noqa: SIM115
+            flags = matrix_atom.FLAG_INDEX | (matrix_atom.FLAG_SVG_TENSOR if plan.grid else 0)
+            self._atoms_fp = open(os.path.join(self.tmp, pack_format.ATOMS), "w+b")  # noqa: SIM115
             opened.append(self._atoms_fp)
-            self.atoms = ma.AtomWriter(
+            self.atoms = matrix_atom.AtomWriter(
                 self._atoms_fp,
                 atom_size=plan.atom_size,
                 dtype=plan.dtype,
@@ -127,9 +125,9 @@ class PackBuilder:
                 pad_id=plan.pad_id,
                 flags=flags,
             )
-            self._index_fp = open(os.path.join(self.tmp, ip.DOC_INDEX), "w+b")  # noqa: SIM115
+            self._index_fp = open(os.path.join(self.tmp, pack_format.DOC_INDEX), "w+b")  # noqa: SIM115
             opened.append(self._index_fp)
-            self.index = di.IndexWriter(self._index_fp, eos_id=plan.eos_id)
+            self.index = doc_index.IndexWriter(self._index_fp, eos_id=plan.eos_id)
         except BaseException:
             for fp in opened:
                 with contextlib.suppress(OSError):
@@ -183,21 +181,26 @@ class PackBuilder:
         files: dict[str, dict[str, Any]] = {}
         if plan.grid:
             self._project(header)
-        with open(os.path.join(self.tmp, ip.SYMBOLS), "wb") as fp:
+        with open(os.path.join(self.tmp, pack_format.SYMBOLS), "wb") as fp:
             fp.write(plan.map_raw)
             fp.flush()
             os.fsync(fp.fileno())
-        for name in (ip.ATOMS, ip.SYMBOLS, ip.DOC_INDEX, *((ip.SVGT,) if plan.grid else ())):
+        for name in (
+            pack_format.ATOMS,
+            pack_format.SYMBOLS,
+            pack_format.DOC_INDEX,
+            *((pack_format.SVGT,) if plan.grid else ()),
+        ):
             path = os.path.join(self.tmp, name)
             files[name] = {"sha256": sha256_file(path), "bytes": os.path.getsize(path)}
         manifest: dict[str, Any] = {
-            "version": ip.MANIFEST_VERSION,
+            "version": pack_format.MANIFEST_VERSION,
             **plan.manifest_head,
-            "tokenizer": ip.SYMBOLS,
-            "atom_file": ip.ATOMS,
+            "tokenizer": pack_format.SYMBOLS,
+            "atom_file": pack_format.ATOMS,
             "atom_size": header.atom_size,
             "dtype": header.dtype_name,
-            "hash": files[ip.ATOMS]["sha256"],
+            "hash": files[pack_format.ATOMS]["sha256"],
             "vocab_size": header.vocab_size,
             "pad_id": plan.pad_id,
             "eos_id": plan.eos_id,
@@ -206,17 +209,19 @@ class PackBuilder:
             "token_count": header.token_count,
             "atom_count": header.atom_count,
             "documents": idx_header.doc_count,
-            "symbol_map": {"file": ip.SYMBOLS, "canonical_hash": plan.map_hash},
-            "doc_index": ip.DOC_INDEX,
+            "symbol_map": {"file": pack_format.SYMBOLS, "canonical_hash": plan.map_hash},
+            "doc_index": pack_format.DOC_INDEX,
             "svgt": (
-                {"file": ip.SVGT, "grid": f"{plan.grid[0]}x{plan.grid[1]}"} if plan.grid else None
+                {"file": pack_format.SVGT, "grid": f"{plan.grid[0]}x{plan.grid[1]}"}
+                if plan.grid
+                else None
             ),
             "files": files,
             **manifest_tail,
             "tool": {"name": "matrixctl", "version": __version__},
             "created": created_stamp(),
         }
-        write_json(os.path.join(self.tmp, ip.MANIFEST), manifest)
+        write_json(os.path.join(self.tmp, pack_format.MANIFEST), manifest)
         publish(self.tmp, self.dest)
         self.done = True
         return manifest
@@ -226,16 +231,16 @@ class PackBuilder:
         os.fsync(fp.fileno())
         fp.close()
 
-    def _project(self, header: ma.AtomHeader) -> None:
+    def _project(self, header: matrix_atom.AtomHeader) -> None:
         from matrixctl.io import Source
 
         assert self.plan.grid is not None
         rows, cols = self.plan.grid
-        with Source.open(os.path.join(self.tmp, ip.ATOMS)) as src:
-            tokens = ma.token_view(src.buf, header)
+        with Source.open(os.path.join(self.tmp, pack_format.ATOMS)) as src:
+            tokens = matrix_atom.token_view(src.buf, header)
             step = max(1, (1 << 22) // header.atom_size) * header.atom_size
             chunks = (tokens[i : i + step] for i in range(0, tokens.size, step))
-            with open(os.path.join(self.tmp, ip.SVGT), "wb") as fp:
+            with open(os.path.join(self.tmp, pack_format.SVGT), "wb") as fp:
                 svgt.write_svgt(fp, chunks, rows=rows, cols=cols, atom_count=header.atom_count)
                 fp.flush()
                 os.fsync(fp.fileno())

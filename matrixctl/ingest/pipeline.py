@@ -1063,7 +1063,7 @@ def ingest_docs(
     srcs: list[str], out_dir: str, opts: IngestOptions, tick: Tick | None = None
 ) -> dict[str, Any]:
     """Documents to a complete, verified-by-construction ingest pack. Returns a summary."""
-    from matrixctl.formats import matrix_atom as ma
+    from matrixctl.formats import matrix_atom
     from matrixctl.formats import svgt as svgt_fmt
 
     if opts.jobs < 1:
@@ -1088,16 +1088,16 @@ def ingest_docs(
     map_path = opts.symbols or pi.default_map_path()
     smap, map_raw = pi.load_symbol_map(map_path)
     eos = resolve_eos(smap, opts.eos_id)
-    dtype = ma.choose_dtype(opts.dtype, smap.vocab_size)
+    dtype = matrix_atom.choose_dtype(opts.dtype, smap.vocab_size)
     assert dtype is not None
-    if dtype == "uint16" and smap.vocab_size > ma.UINT16_LIMIT:
+    if dtype == "uint16" and smap.vocab_size > matrix_atom.UINT16_LIMIT:
         raise UsageError(
             f"--dtype uint16 cannot hold the map's ids (vocab_size {smap.vocab_size:,})"
         )
-    if not 1 <= opts.atom_size < ma.UINT32_LIMIT:
+    if not 1 <= opts.atom_size < matrix_atom.UINT32_LIMIT:
         raise UsageError("--atom-size must be between 1 and 2**32 - 1")
     grid = svgt_fmt.parse_grid(opts.svgt, opts.atom_size) if opts.svgt else None
-    if grid and smap.vocab_size > ma.UINT16_LIMIT:
+    if grid and smap.vocab_size > matrix_atom.UINT16_LIMIT:
         raise UsageError(
             "--svgt needs ids below 65536 (SVG-Tensor stores uint16) but the map's vocab_size "
             f"is {smap.vocab_size:,}"

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from matrixctl.errors import FormatError
-from matrixctl.tokenizers.scx import lanes as ln
+from matrixctl.tokenizers.scx import lanes as scx_lanes
 from matrixctl.tokenizers.scx import signing
-from matrixctl.tokenizers.scx import tokens as tk
+from matrixctl.tokenizers.scx import tokens as scx_tokens
 from matrixctl.tokenizers.scx.issues import ScxFailure, fail
 from matrixctl.tokenizers.scx.registry import RegistryFile, Signature, parse
 
@@ -23,12 +23,12 @@ def authorize(rf: RegistryFile, trusted: Iterable[bytes]) -> Signature:
     ctx = {"h_tok": h.hex(), "signatures": str(len(rf.signatures))}
     if not trusted:
         raise fail(
-            tk.UNSIGNED_REGISTRY,
+            scx_tokens.UNSIGNED_REGISTRY,
             "no trusted signing keys were given, so no signature can authorise this config",
             context=ctx,
         )
     if not rf.signatures:
-        raise fail(tk.UNSIGNED_REGISTRY, "the registry carries no signature", context=ctx)
+        raise fail(scx_tokens.UNSIGNED_REGISTRY, "the registry carries no signature", context=ctx)
     broken = []
     for sig in rf.signatures:
         if sig.public_key not in trusted:
@@ -38,14 +38,14 @@ def authorize(rf: RegistryFile, trusted: Iterable[bytes]) -> Signature:
         broken.append(sig.key_id)
     if broken:
         raise fail(
-            tk.UNSIGNED_REGISTRY,
+            scx_tokens.UNSIGNED_REGISTRY,
             f"the signature by trusted key {broken[0]} does not verify over the config hash "
             "(the registry or its alignment settings were changed after signing)",
             context={**ctx, "key_id": broken[0]},
         )
     ids = ", ".join(s.key_id for s in rf.signatures)
     raise fail(
-        tk.UNSIGNED_REGISTRY,
+        scx_tokens.UNSIGNED_REGISTRY,
         f"signed only by keys that are not trusted ({ids})",
         context={**ctx, "key_ids": ids},
     )
@@ -58,7 +58,7 @@ class Tokenizer:
         self.rf = rf
         self.authority = authority
         self.h_tok = rf.h_tok
-        self.codec = ln.LaneCodec(rf)
+        self.codec = scx_lanes.LaneCodec(rf)
         law = rf.alignment
         self.width = rf.registry.lane_width
         self.lanes = law.bundle_lanes
@@ -80,7 +80,7 @@ class Tokenizer:
     def check_config_hash(self, config_hash: bytes, **position: int) -> None:
         if config_hash != self.h_tok:
             raise fail(
-                tk.UNSUPPORTED_VERSION,
+                scx_tokens.UNSUPPORTED_VERSION,
                 "the request's config_hash is not this tokenizer's config hash (H_TOK)",
                 context={"config_hash": config_hash.hex(), "h_tok": self.h_tok.hex()},
                 **position,

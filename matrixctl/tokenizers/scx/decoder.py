@@ -11,8 +11,8 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from matrixctl.tokenizers.scx import lanes as ln
-from matrixctl.tokenizers.scx import tokens as tk
+from matrixctl.tokenizers.scx import lanes as scx_lanes
+from matrixctl.tokenizers.scx import tokens as scx_tokens
 from matrixctl.tokenizers.scx.config import Tokenizer
 from matrixctl.tokenizers.scx.issues import Issue, fail
 from matrixctl.tokenizers.scx.segment import check_segment
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 DECODE_WINDOW = 1 << 17  # decoder work unit, in tokens (measured: 64K and 256K are slower)
-PREAMBLE_TOKENS = 1 + tk.HASH_BYTES
+PREAMBLE_TOKENS = 1 + scx_tokens.HASH_BYTES
 TRAILER_TOKENS = 1 + 8
 
 
@@ -81,7 +81,7 @@ class Decoder:
         """A decodable but non-canonical stream: an error when strict, else a warning."""
         if self.strict:
             raise fail(
-                tk.INVERTIBILITY_VIOLATION,
+                scx_tokens.INVERTIBILITY_VIOLATION,
                 message + " (strict_invertibility)",
                 token_index=index,
                 context=ctx,
@@ -90,14 +90,16 @@ class Decoder:
         if tally is None:
             ctx_s = {k: str(v) for k, v in ctx.items()}
             self._tallies[kind] = _Tally(
-                Issue(tk.INVERTIBILITY_VIOLATION, message, token_index=index, context=ctx_s),
+                Issue(
+                    scx_tokens.INVERTIBILITY_VIOLATION, message, token_index=index, context=ctx_s
+                ),
                 count,
             )
         else:
             tally.count += count
 
     def token_name(self, token: int) -> str:
-        return tk.token_name(token, self.codec.names)
+        return scx_tokens.token_name(token, self.codec.names)
 
     # Feeding ----------------------------------------------------------------------------
 
@@ -146,20 +148,20 @@ class Decoder:
         end = self.cursor + self.buf.size
         if self.phase == "config":
             raise fail(
-                tk.UNSUPPORTED_VERSION,
+                scx_tokens.UNSUPPORTED_VERSION,
                 "the stream ends before its TOK_CONFIG preamble (33 tokens) is complete",
                 token_index=end,
             )
         if self.phase == "body":
             raise fail(
-                tk.MISALIGNED_SHARD,
+                scx_tokens.MISALIGNED_SHARD,
                 "the stream ends without STREAM_END (truncated?)",
                 token_index=end,
                 context={"bytes_decoded": self.bytes_out},
             )
         if self.phase == "trailer":
             raise fail(
-                tk.MISALIGNED_SHARD,
+                scx_tokens.MISALIGNED_SHARD,
                 "the stream ends inside its STREAM_END trailer (8 byte tokens)",
                 token_index=end,
             )
@@ -183,7 +185,7 @@ class Decoder:
             return TRAILER_TOKENS - 1 + self._step(t[TRAILER_TOKENS - 1 :], out, final=final)
         if t.size:
             raise fail(
-                tk.MISALIGNED_SHARD,
+                scx_tokens.MISALIGNED_SHARD,
                 f"{self.token_name(int(t[0]))} follows STREAM_END; nothing may",
                 token_index=self.cursor,
             )
@@ -193,25 +195,25 @@ class Decoder:
         import numpy as np
 
         first = int(t[0]) if t.size else None
-        if first != tk.TOK_CONFIG:
+        if first != scx_tokens.TOK_CONFIG:
             what = "nothing" if first is None else self.token_name(first)
             raise fail(
-                tk.UNSUPPORTED_VERSION,
+                scx_tokens.UNSUPPORTED_VERSION,
                 f"not an SCX-TOK-V1 token stream: it starts with {what}, not TOK_CONFIG",
                 token_index=0,
             )
         body = t[1:PREAMBLE_TOKENS]
         high = np.flatnonzero(body > 0xFF)
-        if body.size < tk.HASH_BYTES or high.size:
+        if body.size < scx_tokens.HASH_BYTES or high.size:
             raise fail(
-                tk.UNSUPPORTED_VERSION,
+                scx_tokens.UNSUPPORTED_VERSION,
                 "TOK_CONFIG must be followed by the 32 bytes of H_TOK as byte tokens",
                 token_index=1 + int(high[0]) if high.size else t.size,
             )
         h = body.astype(np.uint8).tobytes()
         if h != self.tok.h_tok:
             raise fail(
-                tk.UNSUPPORTED_VERSION,
+                scx_tokens.UNSUPPORTED_VERSION,
                 "the stream was made by another tokenizer config (its config hash differs)",
                 token_index=1,
                 context={"stream_h_tok": h.hex(), "h_tok": self.tok.h_tok.hex()},
@@ -225,14 +227,14 @@ class Decoder:
         high = np.flatnonzero(body > 0xFF)
         if high.size:
             raise fail(
-                tk.MISALIGNED_SHARD,
+                scx_tokens.MISALIGNED_SHARD,
                 "STREAM_END must be followed by 8 byte tokens (the byte count)",
                 token_index=self.cursor + int(high[0]),
             )
         (count,) = struct.unpack("<Q", body.astype(np.uint8).tobytes())
         if count != self.bytes_out:
             raise fail(
-                tk.INVERTIBILITY_VIOLATION,
+                scx_tokens.INVERTIBILITY_VIOLATION,
                 f"STREAM_END says {count} bytes; the stream decodes to {self.bytes_out}",
                 token_index=self.cursor - 1,
                 context={"declared": count, "decoded": self.bytes_out},
@@ -247,7 +249,7 @@ class Decoder:
             # what the code below would accept for this cut: the kernel refuses any window
             # with another kind of token, which then takes the way below.
             tail = max(0, t.size - 2 * self.max_bundle_tokens)
-            last = np.flatnonzero(t[tail:] == tk.BUNDLE_END)
+            last = np.flatnonzero(t[tail:] == scx_tokens.BUNDLE_END)
             cut = tail + int(last[-1]) + 1 if last.size else 0
             # A window that must reach past the shard's end (it holds at least
             # cut / (N*W + 2) bundles) is not tried: it holds shard markers.
@@ -255,39 +257,39 @@ class Decoder:
             if cut and fits and self._bundles(t[:cut], out):
                 return cut
         cls = self.codec.cls.take(t)
-        stops = np.flatnonzero(cls >= ln.C_CONFIG)
+        stops = np.flatnonzero(cls >= scx_lanes.C_CONFIG)
         if stops.size:
             stop = int(stops[0])
             code = int(cls[stop])
             token = int(t[stop])
-            is_end = code == ln.C_STREAM_END
+            is_end = code == scx_lanes.C_STREAM_END
             check_segment(self, t[:stop], out, complete=is_end, stop_token=token)
             index = self.cursor
             if is_end:
                 if self.in_shard:
                     raise fail(
-                        tk.MISALIGNED_SHARD,
+                        scx_tokens.MISALIGNED_SHARD,
                         f"STREAM_END inside shard {self.shards - 1} (no SHARD_END)",
                         token_index=index,
                     )
                 self.cursor += 1
                 self.phase = "trailer"
                 return stop + 1 + self._step(t[stop + 1 :], out, final=final)
-            if code == ln.C_ERROR:
+            if code == scx_lanes.C_ERROR:
                 raise fail(
-                    tk.ERROR_SENTINELS[token],
+                    scx_tokens.ERROR_SENTINELS[token],
                     f"the stream holds the error sentinel {self.token_name(token)}: its producer "
                     "reported this error here",
                     token_index=index,
                 )
-            if code == ln.C_CONFIG:
+            if code == scx_lanes.C_CONFIG:
                 raise fail(
-                    tk.INVALID_BUNDLE_BOUNDARY,
+                    scx_tokens.INVALID_BUNDLE_BOUNDARY,
                     "TOK_CONFIG may only start the stream",
                     token_index=index,
                 )
             raise fail(
-                tk.UNKNOWN_TOKEN,
+                scx_tokens.UNKNOWN_TOKEN,
                 f"token id 0x{token:04X} is not assigned (the registry's ids end at "
                 f"0x{self.tok.rf.registry.max_id:04X})",
                 token_index=index,
@@ -296,13 +298,13 @@ class Decoder:
         if final:
             check_segment(self, t, out, complete=True)
             return t.size
-        ends = np.flatnonzero(cls == ln.C_BEND)
+        ends = np.flatnonzero(cls == scx_lanes.C_BEND)
         if not ends.size:
             if t.size > self.carry_limit:
                 # No bundle is this long: find the exact error (or name the first token).
                 check_segment(self, t, out, complete=False)
                 raise fail(
-                    tk.INVALID_BUNDLE_BOUNDARY,
+                    scx_tokens.INVALID_BUNDLE_BOUNDARY,
                     f"no BUNDLE_END within {t.size} tokens",
                     token_index=self.cursor,
                 )
@@ -354,7 +356,7 @@ class Decoder:
             return False
         if self.in_shard != (j0 > 0) or (j0 and self.shard_count != (j0 - 1) % s + 1):
             return False  # pragma: no cover - the state always follows the bundle count
-        if int(cls.max()) > (ln.FAST_MAX_DEBUG if debug else ln.FAST_MAX):
+        if int(cls.max()) > (scx_lanes.FAST_MAX_DEBUG if debug else scx_lanes.FAST_MAX):
             return False
         length = codec.length.take(t)
         data_tokens = np.compress(length != 0, t)
@@ -373,19 +375,19 @@ class Decoder:
             pos += size
             return ok
 
-        if j0 and j0 % s == 0 and not match([tk.SHARD_END]):
+        if j0 and j0 % s == 0 and not match([scx_tokens.SHARD_END]):
             return False
         done = 0
         while done < nb:
             j = j0 + done
-            if j % s == 0 and not match([tk.SHARD_START]):
+            if j % s == 0 and not match([scx_tokens.SHARD_START]):
                 return False
             take = min(nb - done, s - j % s)
             part = data[done * bb : (done + take) * bb]
             if not match(codec.bundle_tokens(part, j, debug, tok.chunk_bundles)):
                 return False
             done += take
-            if done < nb and (j0 + done) % s == 0 and not match([tk.SHARD_END]):
+            if done < nb and (j0 + done) % s == 0 and not match([scx_tokens.SHARD_END]):
                 return False
         if pos != t.size:
             return False

@@ -9,7 +9,7 @@ import struct
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from matrixctl.tokenizers.scx import tokens as tk
+from matrixctl.tokenizers.scx import tokens as scx_tokens
 from matrixctl.tokenizers.scx.config import Tokenizer
 from matrixctl.tokenizers.scx.issues import Issue, fail
 
@@ -52,7 +52,7 @@ class Encoder:
         pending: list[int] = []
         if not self._started:
             self._started = True
-            pending += [tk.TOK_CONFIG, *self.tok.h_tok]
+            pending += [scx_tokens.TOK_CONFIG, *self.tok.h_tok]
         view = memoryview(data).cast("B")
         self.bytes_in += len(view)
         bb = self.tok.bundle_bytes
@@ -112,7 +112,7 @@ class Encoder:
             pad = tok.bundle_bytes - len(self.carry)
             if self.strict:
                 raise fail(
-                    tk.MISALIGNED_SHARD,
+                    scx_tokens.MISALIGNED_SHARD,
                     f"input is {self.bytes_in} bytes, not a multiple of the bundle size "
                     f"{tok.bundle_bytes}; strict_alignment refuses to pad the last "
                     f"{len(self.carry)} bytes",
@@ -124,14 +124,14 @@ class Encoder:
             self.pad_bytes = pad
             j = self.bundles
             if j % tok.shard_bundles == 0:
-                pending.append(tk.SHARD_START)
+                pending.append(scx_tokens.SHARD_START)
             chunk_mark = self.debug and j % tok.chunk_bundles == 0
             pending += tok.codec.partial_bundle(self.carry, self.debug, chunk_mark)
             self.bundles += 1
-            pending.append(tk.SHARD_END)
+            pending.append(scx_tokens.SHARD_END)
         elif self.bundles % tok.shard_bundles:
-            pending.append(tk.SHARD_END)
-        pending += [tk.STREAM_END, *struct.pack("<Q", self.bytes_in)]
+            pending.append(scx_tokens.SHARD_END)
+        pending += [scx_tokens.STREAM_END, *struct.pack("<Q", self.bytes_in)]
         out.append(np.array(pending, dtype="<u2"))
         return out
 
@@ -167,7 +167,7 @@ def encode_chunks(
             return
         bb = tok.bundle_bytes
         enc._started = True
-        yield np.array([tk.TOK_CONFIG, *tok.h_tok], dtype="<u2")
+        yield np.array([scx_tokens.TOK_CONFIG, *tok.h_tok], dtype="<u2")
         carry = b""
         running: list[Future[list[np.ndarray]]] = []  # the parts of the chunk being encoded
         with ThreadPoolExecutor(max_workers=jobs) as pool:

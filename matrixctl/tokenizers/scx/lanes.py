@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from matrixctl import _scx_kernel
-from matrixctl.tokenizers.scx import tokens as tk
+from matrixctl.tokenizers.scx import tokens as scx_tokens
 from matrixctl.tokenizers.scx.registry import RegistryFile
 
 if TYPE_CHECKING:
@@ -56,24 +56,24 @@ class LaneCodec:
         self.pad_byte = reg.pad_byte
         self.n_active = sum(1 for c in reg.composites if not c.deprecated)
         # Decoder tables.
-        cls = np.full(tk.TOKEN_LIMIT, C_UNKNOWN, dtype=np.uint8)
+        cls = np.full(scx_tokens.TOKEN_LIMIT, C_UNKNOWN, dtype=np.uint8)
         cls[:256] = C_RAW
         for tid, c in (
-            (tk.BUNDLE_START, C_BSTART),
-            (tk.BUNDLE_END, C_BEND),
-            (tk.PAD_LANE, C_PAD_LANE),
-            (tk.LANE_MARK, C_LANE_MARK),
-            (tk.BUNDLE_PAD, C_BUNDLE_PAD),
-            (tk.SHARD_START, C_SHARD_START),
-            (tk.SHARD_END, C_SHARD_END),
-            (tk.CHUNK_MARK, C_CHUNK_MARK),
-            (tk.TOK_CONFIG, C_CONFIG),
-            (tk.STREAM_END, C_STREAM_END),
+            (scx_tokens.BUNDLE_START, C_BSTART),
+            (scx_tokens.BUNDLE_END, C_BEND),
+            (scx_tokens.PAD_LANE, C_PAD_LANE),
+            (scx_tokens.LANE_MARK, C_LANE_MARK),
+            (scx_tokens.BUNDLE_PAD, C_BUNDLE_PAD),
+            (scx_tokens.SHARD_START, C_SHARD_START),
+            (scx_tokens.SHARD_END, C_SHARD_END),
+            (scx_tokens.CHUNK_MARK, C_CHUNK_MARK),
+            (scx_tokens.TOK_CONFIG, C_CONFIG),
+            (scx_tokens.STREAM_END, C_STREAM_END),
         ):
             cls[tid] = c
-        for tid in tk.ERROR_SENTINELS:
+        for tid in scx_tokens.ERROR_SENTINELS:
             cls[tid] = C_ERROR
-        expand = np.zeros((tk.TOKEN_LIMIT, w), dtype=np.uint8)
+        expand = np.zeros((scx_tokens.TOKEN_LIMIT, w), dtype=np.uint8)
         expand[:256, 0] = np.arange(256, dtype=np.uint8)
         for comp in reg.composites:
             cls[comp.token_id] = C_COMP_DEP if comp.deprecated else C_COMP
@@ -81,7 +81,7 @@ class LaneCodec:
         self.cls = cls
         self.expand = expand
         self.expand_void = expand.view(f"V{w}").reshape(-1)
-        length = np.zeros(tk.TOKEN_LIMIT, dtype=np.uint8)
+        length = np.zeros(scx_tokens.TOKEN_LIMIT, dtype=np.uint8)
         length[:256] = 1
         length[(cls == C_COMP) | (cls == C_COMP_DEP)] = w
         self.length = length
@@ -113,22 +113,22 @@ class LaneCodec:
         """Tokens of the final, short bundle: whole lanes, then PAD_LANE and the partial lane."""
         w = self.width
         whole = len(tail) // w * w
-        out: list[int] = [tk.CHUNK_MARK] if chunk_mark else []
-        out.append(tk.BUNDLE_START)
+        out: list[int] = [scx_tokens.CHUNK_MARK] if chunk_mark else []
+        out.append(scx_tokens.BUNDLE_START)
         ids = memoryview(self.kernel.lookup(tail[:whole])).cast("H")
         for lane, tid in enumerate(ids):
             if debug:
-                out.append(tk.LANE_MARK)
+                out.append(scx_tokens.LANE_MARK)
             if tid:
                 out.append(tid)
             else:
                 out.extend(tail[lane * w : lane * w + w])
         if whole < len(tail):
             if debug:
-                out.append(tk.LANE_MARK)
-            out.append(tk.PAD_LANE)
+                out.append(scx_tokens.LANE_MARK)
+            out.append(scx_tokens.PAD_LANE)
             out.extend(tail[whole:])
-        out += [tk.BUNDLE_PAD, tk.BUNDLE_END]
+        out += [scx_tokens.BUNDLE_PAD, scx_tokens.BUNDLE_END]
         return out
 
     # Decoding --------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ key (and without the comma that would precede it): every byte of the manifest is
 
 from __future__ import annotations
 
-import datetime as dt
+import datetime
 import json
 import os
 import re
@@ -40,7 +40,7 @@ from typing import Any
 from matrixctl import codes
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.tokenizers.scx import signing
-from matrixctl.tokenizers.scx import tokens as tk
+from matrixctl.tokenizers.scx import tokens as scx_tokens
 from matrixctl.tokenizers.scx.registry import LANE_MODE_NAMES, Signature
 
 FORMAT = "scx-manifest"
@@ -119,7 +119,7 @@ def created_at_from(option: str | None) -> str | None:
         if not _TIME.match(option):
             raise UsageError(f"--created-at must look like 2024-01-31T12:00:00Z, got {option!r}")
         try:
-            dt.datetime.strptime(option, "%Y-%m-%dT%H:%M:%SZ")
+            datetime.datetime.strptime(option, "%Y-%m-%dT%H:%M:%SZ")
         except ValueError:
             raise UsageError(f"--created-at {option!r} is not a valid UTC time") from None
         return option
@@ -149,7 +149,7 @@ class Manifest:
     registry_path: str = "registry.scxr"
     created_at: str | None = None
     key_history: list[Signature] = field(default_factory=list)
-    tok_spec_version: str = tk.SPEC_NAME
+    tok_spec_version: str = scx_tokens.SPEC_NAME
     format: str = NAME
     stored_hash: bytes | None = None  # manifest_hash as read from a file
 
@@ -169,7 +169,7 @@ class Manifest:
             pi_signature=tok.authority,
             registry_hash=rf.h_reg,
             alignment_hash=rf.h_align,
-            api_schema_hash=tk.h_api(),
+            api_schema_hash=scx_tokens.h_api(),
             lane_mode=rf.registry.lane_mode_name,
             shards=shards,
             raw_bytes=raw_bytes,
@@ -204,7 +204,7 @@ class Manifest:
 
     @property
     def h_manifest(self) -> bytes:
-        return tk.blake3_256(self.body_bytes())
+        return scx_tokens.blake3_256(self.body_bytes())
 
     def to_bytes(self, manifest_hash: bytes | None = None) -> bytes:
         doc = self.to_json()
@@ -279,11 +279,11 @@ def parse(data: bytes) -> Manifest:
             + (f"; unknown {extra}" if extra else ""),
             "$",
         )
-    if doc["format"] != NAME or doc["tok_spec_version"] != tk.SPEC_NAME:
+    if doc["format"] != NAME or doc["tok_spec_version"] != scx_tokens.SPEC_NAME:
         raise FormatError(
-            tk.UNSUPPORTED_VERSION,
+            scx_tokens.UNSUPPORTED_VERSION,
             f"format {doc['format']!r} / tok_spec_version {doc['tok_spec_version']!r}: this "
-            f"implementation reads {NAME} / {tk.SPEC_NAME}",
+            f"implementation reads {NAME} / {scx_tokens.SPEC_NAME}",
             field="tok_spec_version",
         )
     if doc["lane_mode"] not in LANE_MODE_NAMES.values():
@@ -296,7 +296,7 @@ def parse(data: bytes) -> Manifest:
     pi_sig = _sig(doc["pi_signature"], "pi_signature")
     if doc["pi_key_id"] != signing.key_id(pi_sig.public_key):
         raise FormatError(
-            tk.UNSIGNED_REGISTRY,
+            scx_tokens.UNSIGNED_REGISTRY,
             f"pi_key_id {doc['pi_key_id']!r} is not the id of pi_signature's key "
             f"({signing.key_id(pi_sig.public_key)})",
             field="pi_key_id",
@@ -312,7 +312,9 @@ def parse(data: bytes) -> Manifest:
         sig = _sig(item["pi_signature"], where + ".pi_signature")
         if item["pi_key_id"] != signing.key_id(sig.public_key):
             raise FormatError(
-                tk.UNSIGNED_REGISTRY, "pi_key_id is not the id of the entry's key", field=where
+                scx_tokens.UNSIGNED_REGISTRY,
+                "pi_key_id is not the id of the entry's key",
+                field=where,
             )
         history.append(sig)
     shards_doc = doc["shards"]
@@ -364,7 +366,7 @@ def parse(data: bytes) -> Manifest:
 
 def expected_h_tok(man: Manifest) -> bytes:
     mode = {v: k for k, v in LANE_MODE_NAMES.items()}[man.lane_mode]
-    return tk.h_tok(mode, man.registry_hash, man.alignment_hash, man.api_schema_hash)
+    return scx_tokens.h_tok(mode, man.registry_hash, man.alignment_hash, man.api_schema_hash)
 
 
 def safe_member(folder: str, rel: str) -> str | None:

@@ -45,7 +45,7 @@ from typing import Any
 from matrixctl import codes
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError
-from matrixctl.tokenizers.scx import tokens as tk
+from matrixctl.tokenizers.scx import tokens as scx_tokens
 
 FORMAT = "scx-registry"
 MAGIC = b"SCXTKREG"
@@ -143,7 +143,7 @@ SCX_REG_NOT_APPEND_ONLY = codes.define(
     group=G,
 )
 
-LANE_MODE_NAMES = {m.value: m.name for m in tk.LaneMode}
+LANE_MODE_NAMES = {m.value: m.name for m in scx_tokens.LaneMode}
 
 
 @dataclass(frozen=True)
@@ -171,9 +171,16 @@ class Composite:
     deprecated: bool = False
 
     def entry(self, lane_width: int) -> Entry:
-        flags = tk.Flag.IS_REVERSIBLE | (tk.Flag.IS_DEPRECATED if self.deprecated else 0)
+        flags = scx_tokens.Flag.IS_REVERSIBLE | (
+            scx_tokens.Flag.IS_DEPRECATED if self.deprecated else 0
+        )
         return Entry(
-            self.token_id, tk.Kind.COMPOSITE, lane_width, int(flags), self.pattern, self.semantics
+            self.token_id,
+            scx_tokens.Kind.COMPOSITE,
+            lane_width,
+            int(flags),
+            self.pattern,
+            self.semantics,
         )
 
 
@@ -194,10 +201,10 @@ def _build_fixed() -> list[Entry]:
             int(f.kind),
             0,
             int(f.flags),
-            bytes([f.token_id]) if f.kind == tk.Kind.RAW_BYTE else b"",
+            bytes([f.token_id]) if f.kind == scx_tokens.Kind.RAW_BYTE else b"",
             f.name,
         )
-        for f in tk.FIXED
+        for f in scx_tokens.FIXED
     ]
 
 
@@ -223,7 +230,7 @@ class Alignment:
 
     @property
     def h_align(self) -> bytes:
-        return tk.blake3_256(self.pack())
+        return scx_tokens.blake3_256(self.pack())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -273,7 +280,7 @@ class Registry:
 
     @property
     def max_id(self) -> int:
-        return self.composites[-1].token_id if self.composites else tk.LAST_FIXED_ID
+        return self.composites[-1].token_id if self.composites else scx_tokens.LAST_FIXED_ID
 
     def body(self) -> bytes:
         area = b"".join(e.pack() for e in self.entries())
@@ -285,7 +292,7 @@ class Registry:
             self.pad_byte,
             0,
             self.max_id,
-            len(tk.FIXED) + len(self.composites),
+            len(scx_tokens.FIXED) + len(self.composites),
             len(area),
             self.revision,
             0,
@@ -314,7 +321,7 @@ class RegistryFile:
 
     @property
     def h_reg(self) -> bytes:
-        return tk.blake3_256(self.body)
+        return scx_tokens.blake3_256(self.body)
 
     @property
     def h_align(self) -> bytes:
@@ -322,7 +329,9 @@ class RegistryFile:
 
     @property
     def h_tok(self) -> bytes:
-        return tk.h_tok(self.registry.lane_mode, self.h_reg, self.h_align, tk.h_api())
+        return scx_tokens.h_tok(
+            self.registry.lane_mode, self.h_reg, self.h_align, scx_tokens.h_api()
+        )
 
     @property
     def bundle_bytes(self) -> int:
@@ -349,7 +358,7 @@ def check_alignment(alignment: Alignment, lane_width: int, *, offset: int | None
 
     if alignment.law_version != LAW_VERSION:
         raise FormatError(
-            tk.UNSUPPORTED_VERSION,
+            scx_tokens.UNSUPPORTED_VERSION,
             f"alignment law_version {alignment.law_version} is not supported (v{LAW_VERSION})",
             offset=None if offset is None else offset + 8,
             field="alignment.law_version",
@@ -388,7 +397,7 @@ def check_registry(reg: Registry) -> None:
         raise FormatError(
             SCX_REG_HEADER, f"lane_mode {mode} is not 1, 2 or 3", offset=0x09, field="lane_mode"
         )
-    want = tk.LANE_WIDTHS.get(tk.LaneMode(mode))
+    want = scx_tokens.LANE_WIDTHS.get(scx_tokens.LaneMode(mode))
     if want is not None and reg.lane_width != want:
         raise FormatError(
             SCX_REG_HEADER,
@@ -396,10 +405,10 @@ def check_registry(reg: Registry) -> None:
             offset=0x0A,
             field="lane_width",
         )
-    if not 1 <= reg.lane_width <= tk.MAX_LANE_WIDTH:
+    if not 1 <= reg.lane_width <= scx_tokens.MAX_LANE_WIDTH:
         raise FormatError(
             SCX_REG_HEADER,
-            f"lane_width is {reg.lane_width}, must be 1..{tk.MAX_LANE_WIDTH}",
+            f"lane_width is {reg.lane_width}, must be 1..{scx_tokens.MAX_LANE_WIDTH}",
             offset=0x0A,
             field="lane_width",
         )
@@ -412,18 +421,18 @@ def check_registry(reg: Registry) -> None:
             offset=0x18,
             field="revision",
         )
-    if len(reg.composites) > tk.MAX_COMPOSITES:
+    if len(reg.composites) > scx_tokens.MAX_COMPOSITES:
         raise FormatError(
-            SCX_REG_ENTRY, f"more than {tk.MAX_COMPOSITES} composites", field="entries"
+            SCX_REG_ENTRY, f"more than {scx_tokens.MAX_COMPOSITES} composites", field="entries"
         )
     seen: dict[bytes, int] = {}
     for i, c in enumerate(reg.composites):
         where = f"composites[{i}]"
-        if c.token_id != tk.COMPOSITE_FIRST + i:
+        if c.token_id != scx_tokens.COMPOSITE_FIRST + i:
             raise FormatError(
                 SCX_REG_ENTRY,
                 f"composite {i} has id 0x{c.token_id:04X}; composite ids are dense from 0x0400, "
-                f"so it must be 0x{tk.COMPOSITE_FIRST + i:04X}",
+                f"so it must be 0x{scx_tokens.COMPOSITE_FIRST + i:04X}",
                 field=where,
             )
         if len(c.pattern) != reg.lane_width:
@@ -485,7 +494,7 @@ def parse(buf: Any, size: int | None = None) -> RegistryFile:
         raise FormatError(codes.UNKNOWN_FORMAT, f"not an SCX registry: {magic!r}", offset=0)
     if version != VERSION:
         raise FormatError(
-            tk.UNSUPPORTED_VERSION,
+            scx_tokens.UNSUPPORTED_VERSION,
             f"registry version {version} is not supported (v{VERSION})",
             offset=0x08,
             field="version",
@@ -498,11 +507,12 @@ def parse(buf: Any, size: int | None = None) -> RegistryFile:
         raise FormatError(
             SCX_REG_HEADER, f"min_id is {min_id}, must be 0", offset=0x0C, field="min_id"
         )
-    n_fixed = len(tk.FIXED)
-    if not n_fixed <= entry_count <= n_fixed + tk.MAX_COMPOSITES:
+    n_fixed = len(scx_tokens.FIXED)
+    if not n_fixed <= entry_count <= n_fixed + scx_tokens.MAX_COMPOSITES:
         raise FormatError(
             SCX_REG_HEADER,
-            f"entry_count {entry_count} is outside {n_fixed}..{n_fixed + tk.MAX_COMPOSITES}",
+            f"entry_count {entry_count} is outside "
+            f"{n_fixed}..{n_fixed + scx_tokens.MAX_COMPOSITES}",
             offset=0x10,
             field="entry_count",
         )
@@ -541,7 +551,7 @@ def parse(buf: Any, size: int | None = None) -> RegistryFile:
     composites = []
     for i, (e, off) in enumerate(entries[n_fixed:]):
         where = f"entries[{n_fixed + i}]"
-        if e.kind != tk.Kind.COMPOSITE:
+        if e.kind != scx_tokens.Kind.COMPOSITE:
             raise FormatError(
                 SCX_REG_ENTRY,
                 f"entry 0x{e.token_id:04X} has kind {e.kind}; only composites follow the fixed "
@@ -557,8 +567,8 @@ def parse(buf: Any, size: int | None = None) -> RegistryFile:
                 offset=off + 3,
                 field=where,
             )
-        if e.flags & ~(tk.Flag.IS_REVERSIBLE | tk.Flag.IS_DEPRECATED) or not (
-            e.flags & tk.Flag.IS_REVERSIBLE
+        if e.flags & ~(scx_tokens.Flag.IS_REVERSIBLE | scx_tokens.Flag.IS_DEPRECATED) or not (
+            e.flags & scx_tokens.Flag.IS_REVERSIBLE
         ):
             raise FormatError(
                 SCX_REG_ENTRY,
@@ -568,7 +578,9 @@ def parse(buf: Any, size: int | None = None) -> RegistryFile:
                 field=where,
             )
         composites.append(
-            Composite(e.token_id, e.pattern, e.semantics, bool(e.flags & tk.Flag.IS_DEPRECATED))
+            Composite(
+                e.token_id, e.pattern, e.semantics, bool(e.flags & scx_tokens.Flag.IS_DEPRECATED)
+            )
         )
     reg = Registry(lane_mode, lane_width, pad_byte, revision, bytes(parent), tuple(composites))
     try:
@@ -640,7 +652,7 @@ def _parse_entries(
                 offset=pos,
                 field=f"entries[{i}]",
             )
-        if kind > max(tk.Kind) or flags & ~tk.KNOWN_FLAGS:
+        if kind > max(scx_tokens.Kind) or flags & ~scx_tokens.KNOWN_FLAGS:
             raise FormatError(
                 SCX_REG_ENTRY,
                 f"entry 0x{token_id:04X}: unknown kind {kind} or flags 0x{flags:02x}",
@@ -797,11 +809,11 @@ def from_source(doc: Any) -> RegistryFile:
     if doc.get("format", SOURCE_FORMAT) != SOURCE_FORMAT:
         raise _src_error(f"format must be {SOURCE_FORMAT!r}", "format")
     mode_name = doc.get("lane_mode")
-    if mode_name not in tk.LaneMode.__members__:
+    if mode_name not in scx_tokens.LaneMode.__members__:
         raise _src_error("lane_mode must be SCXQ2, SCXQ4 or CUSTOM", "lane_mode")
-    mode = tk.LaneMode[str(mode_name)]
-    fixed_width = tk.LANE_WIDTHS.get(mode)
-    width = _int(doc, "lane_width", fixed_width, 1, tk.MAX_LANE_WIDTH, "")
+    mode = scx_tokens.LaneMode[str(mode_name)]
+    fixed_width = scx_tokens.LANE_WIDTHS.get(mode)
+    width = _int(doc, "lane_width", fixed_width, 1, scx_tokens.MAX_LANE_WIDTH, "")
     if fixed_width is not None and width != fixed_width:
         raise _src_error(f"{mode_name} lanes are {fixed_width} bytes, not {width}", "lane_width")
     pad = _int(doc, "pad_byte", 0, 0, 255, "")
@@ -845,7 +857,7 @@ def from_source(doc: Any) -> RegistryFile:
         deprecated = c.get("deprecated", False)
         if not isinstance(deprecated, bool):
             raise _src_error("deprecated must be true or false", where)
-        tid = tk.COMPOSITE_FIRST + i
+        tid = scx_tokens.COMPOSITE_FIRST + i
         if "token_id" in c and c["token_id"] != tid:
             raise _src_error(
                 f"token_id {c['token_id']!r}: composite ids are dense from 0x0400, so entry {i} "

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from matrixctl.tokenizers.scx import lanes as ln
-from matrixctl.tokenizers.scx import tokens as tk
+from matrixctl.tokenizers.scx import lanes as scx_lanes
+from matrixctl.tokenizers.scx import tokens as scx_tokens
 from matrixctl.tokenizers.scx.issues import ScxFailure, fail
 
 if TYPE_CHECKING:
@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from matrixctl.tokenizers.scx.decoder import Decoder
 
 # Which token classes may stand inside a bundle, and which between bundles.
-INSIDE = [c in ln.INSIDE_OK for c in range(16)]
-OUTSIDE = [c in ln.OUTSIDE_OK for c in range(16)]
+INSIDE = [c in scx_lanes.INSIDE_OK for c in range(16)]
+OUTSIDE = [c in scx_lanes.OUTSIDE_OK for c in range(16)]
 PADDED_AFTER = "a bundle follows a padded bundle; only the last bundle of a stream is padded"
 
 
@@ -66,8 +66,8 @@ class Segment:
         self.base = dec.cursor
         self.n = t.size
         self.cls = dec.codec.cls.take(t)
-        self.is_s = self.cls == ln.C_BSTART
-        self.is_e = self.cls == ln.C_BEND
+        self.is_s = self.cls == scx_lanes.C_BSTART
+        self.is_e = self.cls == scx_lanes.C_BEND
         step = self.is_s.astype(np.int8) - self.is_e.astype(np.int8)
         self.depth = np.cumsum(step, dtype=np.int32)
         self.errors: list[tuple[int, ScxFailure]] = []
@@ -79,10 +79,10 @@ class Segment:
             self.errors.append((i, err))
 
     def boundary(self, i: int, message: str) -> None:
-        self.found(i, fail(tk.INVALID_BUNDLE_BOUNDARY, message, token_index=self.base + i))
+        self.found(i, fail(scx_tokens.INVALID_BUNDLE_BOUNDARY, message, token_index=self.base + i))
 
     def misaligned(self, i: int, message: str) -> None:
-        self.found(i, fail(tk.MISALIGNED_SHARD, message, token_index=self.base + i))
+        self.found(i, fail(scx_tokens.MISALIGNED_SHARD, message, token_index=self.base + i))
 
     # Structure ----------------------------------------------------------------------------
 
@@ -109,7 +109,9 @@ class Segment:
         name = self.dec.token_name(int(self.t[i]))
         if inside[i]:
             code = (
-                tk.MISALIGNED_SHARD if int(cls[i]) in ln.OUTSIDE_OK else tk.INVALID_BUNDLE_BOUNDARY
+                scx_tokens.MISALIGNED_SHARD
+                if int(cls[i]) in scx_lanes.OUTSIDE_OK
+                else scx_tokens.INVALID_BUNDLE_BOUNDARY
             )
             self.found(i, fail(code, f"{name} inside a bundle", token_index=self.base + i))
         else:
@@ -153,7 +155,7 @@ class Segment:
     def check_bundle_pads(self) -> None:
         import numpy as np
 
-        pads = np.flatnonzero(self.cls[: self.limit] == ln.C_BUNDLE_PAD)
+        pads = np.flatnonzero(self.cls[: self.limit] == scx_lanes.C_BUNDLE_PAD)
         if not pads.size:
             return
         nxt = pads + 1
@@ -172,7 +174,7 @@ class Segment:
         w, bb = tok.width, tok.bundle_bytes
         starts_c, ends_c = self.starts_c, self.ends_c
         nbytes = self.cum[ends_c] - self.cum[starts_c]
-        padded = self.cls[ends_c - 1] == ln.C_BUNDLE_PAD
+        padded = self.cls[ends_c - 1] == scx_lanes.C_BUNDLE_PAD
         wrong = np.where(padded, (nbytes < 1) | (nbytes >= bb), nbytes != bb)
         if wrong.any():
             k = int(np.argmax(wrong))
@@ -197,7 +199,7 @@ class Segment:
         if k + 1 < self.starts.size:
             self.misaligned(int(self.starts[k + 1]), PADDED_AFTER)
         nbk = int(nbytes[k])
-        lanes_here = np.flatnonzero(self.cls[starts_c[k] : ends_c[k]] == ln.C_PAD_LANE)
+        lanes_here = np.flatnonzero(self.cls[starts_c[k] : ends_c[k]] == scx_lanes.C_PAD_LANE)
         if (nbk % w != 0) != bool(lanes_here.size):
             self.boundary(
                 int(ends_c[k]),
@@ -211,12 +213,17 @@ class Segment:
         import numpy as np
 
         cls, n, w = self.cls, self.n, self.dec.tok.width
-        for p in np.flatnonzero(cls[: self.limit] == ln.C_PAD_LANE)[:2].tolist():
+        for p in np.flatnonzero(cls[: self.limit] == scx_lanes.C_PAD_LANE)[:2].tolist():
             q = p + 1
-            while q < n and cls[q] == ln.C_RAW and q - p < w:
+            while q < n and cls[q] == scx_lanes.C_RAW and q - p < w:
                 q += 1
             d = q - p - 1
-            if self.cum_before[p] % w or not 1 <= d < w or q >= n or cls[q] != ln.C_BUNDLE_PAD:
+            if (
+                self.cum_before[p] % w
+                or not 1 <= d < w
+                or q >= n
+                or cls[q] != scx_lanes.C_BUNDLE_PAD
+            ):
                 self.boundary(
                     p,
                     f"PAD_LANE must start a lane and be followed by 1..{w - 1} byte tokens "
@@ -231,7 +238,9 @@ class Segment:
         import numpy as np
 
         cls, limit, w = self.cls, self.limit, self.dec.tok.width
-        self.comp = np.flatnonzero((cls[:limit] == ln.C_COMP) | (cls[:limit] == ln.C_COMP_DEP))
+        self.comp = np.flatnonzero(
+            (cls[:limit] == scx_lanes.C_COMP) | (cls[:limit] == scx_lanes.C_COMP_DEP)
+        )
         if w == 1 or not self.comp.size:
             return
         off = self.cum_before[self.comp] % w
@@ -249,15 +258,17 @@ class Segment:
         import numpy as np
 
         cls, n, w = self.cls, self.n, self.dec.tok.width
-        marks = np.flatnonzero(cls[: self.limit] == ln.C_LANE_MARK)
+        marks = np.flatnonzero(cls[: self.limit] == scx_lanes.C_LANE_MARK)
         if not marks.size:
             return
         nxt = marks + 1
         good = nxt < n
-        nc = np.full(marks.size, ln.C_BEND, dtype=np.uint8)
+        nc = np.full(marks.size, scx_lanes.C_BEND, dtype=np.uint8)
         nc[good] = cls[nxt[good]]
-        lane_next = (nc == ln.C_RAW) | (nc == ln.C_COMP) | (nc == ln.C_COMP_DEP)
-        ok = ((self.cum_before[marks] % w) == 0) & (lane_next | (nc == ln.C_PAD_LANE))
+        lane_next = (
+            (nc == scx_lanes.C_RAW) | (nc == scx_lanes.C_COMP) | (nc == scx_lanes.C_COMP_DEP)
+        )
+        ok = ((self.cum_before[marks] % w) == 0) & (lane_next | (nc == scx_lanes.C_PAD_LANE))
         if not ok.all():
             self.boundary(int(marks[np.argmin(ok)]), "LANE_MARK must come right before a lane")
 
@@ -270,7 +281,7 @@ class Segment:
         import numpy as np
 
         cls, limit = self.cls, self.limit
-        events = np.flatnonzero(self.outside_tokens()[:limit] & (cls[:limit] != ln.C_BEND))
+        events = np.flatnonzero(self.outside_tokens()[:limit] & (cls[:limit] != scx_lanes.C_BEND))
         before_ev = np.searchsorted(self.starts, events) if events.size else events
         self.counted = 0  # bundles of this segment accounted for
         chunk_marks = 0
@@ -281,10 +292,10 @@ class Segment:
             if p >= self.limit:
                 break
             c = int(cls[p])
-            if c == ln.C_SHARD_START:
+            if c == scx_lanes.C_SHARD_START:
                 if not self.shard_start(p):
                     break
-            elif c == ln.C_SHARD_END:
+            elif c == scx_lanes.C_SHARD_END:
                 if not self.shard_end(p):
                     break
             else:  # CHUNK_MARK
@@ -422,15 +433,15 @@ class Segment:
         if not starts.size:
             return
         w, lanes, chunk = dec.tok.width, dec.tok.lanes, dec.tok.chunk_bundles
-        lm = np.cumsum(cls == ln.C_LANE_MARK, dtype=np.int32)
+        lm = np.cumsum(cls == scx_lanes.C_LANE_MARK, dtype=np.int32)
         marks = lm[ends] - lm[starts]
         if dec.debug is None:
             dec.debug = bool(marks[0]) or (
-                starts[0] > 0 and int(cls[starts[0] - 1]) == ln.C_CHUNK_MARK
+                starts[0] > 0 and int(cls[starts[0] - 1]) == scx_lanes.C_CHUNK_MARK
             )
         with_or_without = "with" if dec.debug else "without"
         nbytes_lanes = np.full(starts.size, lanes, dtype=np.int64)
-        if cls[ends[-1] - 1] == ln.C_BUNDLE_PAD:
+        if cls[ends[-1] - 1] == scx_lanes.C_BUNDLE_PAD:
             total_before = int(self.cum_before[ends[-1]] - self.cum_before[starts[-1]])
             nbytes_lanes[-1] = -(-total_before // w)
         expected = nbytes_lanes if dec.debug else np.zeros_like(nbytes_lanes)

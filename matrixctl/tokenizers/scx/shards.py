@@ -45,7 +45,7 @@ from matrixctl.io import (
     open_input_stream,
     restore_aside,
 )
-from matrixctl.tokenizers.scx import tokens as tk
+from matrixctl.tokenizers.scx import tokens as scx_tokens
 
 FORMAT = "scx-shard"
 MAGIC = b"SCXSHARD"
@@ -149,7 +149,7 @@ class ShardHeader:
     def sealed(self) -> ShardHeader:
         from dataclasses import replace
 
-        return replace(self, header_hash=tk.blake3_256(self.pack()[:HASHED_HEADER]))
+        return replace(self, header_hash=scx_tokens.blake3_256(self.pack()[:HASHED_HEADER]))
 
     @classmethod
     def parse(cls, raw: bytes) -> ShardHeader:
@@ -195,9 +195,13 @@ def header_problems(h: ShardHeader, raw: bytes) -> list[FormatError]:
     out: list[FormatError] = []
     if h.version != VERSION:
         out.append(
-            err(tk.UNSUPPORTED_VERSION, f"shard version {h.version} is not supported", "version")
+            err(
+                scx_tokens.UNSUPPORTED_VERSION,
+                f"shard version {h.version} is not supported",
+                "version",
+            )
         )
-    if not 1 <= h.lane_width <= tk.MAX_LANE_WIDTH:
+    if not 1 <= h.lane_width <= scx_tokens.MAX_LANE_WIDTH:
         out.append(err(SCX_SHARD_HEADER, f"lane_width is {h.lane_width}", "lane_width"))
     if h.bundle_lanes == 0:
         out.append(err(SCX_SHARD_HEADER, "bundle_lanes is 0", "bundle_lanes"))
@@ -212,13 +216,13 @@ def header_problems(h: ShardHeader, raw: bytes) -> list[FormatError]:
     if bb and h.bundle_count and not (h.bundle_count - 1) * bb < h.raw_bytes <= h.bundle_count * bb:
         out.append(
             err(
-                tk.MISALIGNED_SHARD,
+                scx_tokens.MISALIGNED_SHARD,
                 f"raw_bytes {h.raw_bytes} does not fit {h.bundle_count} bundles of {bb} bytes "
                 "(only the last bundle may be padded)",
                 "raw_bytes",
             )
         )
-    want = tk.blake3_256(raw[:HASHED_HEADER])
+    want = scx_tokens.blake3_256(raw[:HASHED_HEADER])
     if h.header_hash != want:
         out.append(
             err(
@@ -275,7 +279,7 @@ def payload_problems(buf: Any, size: int, h: ShardHeader) -> list[FormatError]:
         first = next(i for i, b in enumerate(pad) if b != h.pad_byte)
         out.append(
             FormatError(
-                tk.INVERTIBILITY_VIOLATION,
+                scx_tokens.INVERTIBILITY_VIOLATION,
                 f"padding byte is 0x{pad[first]:02x}, the registry's pad byte is "
                 f"0x{h.pad_byte:02x}: decoding drops padding, so it must carry nothing",
                 offset=raw_end + first,
@@ -354,7 +358,7 @@ def pack_shards(
     """
     from blake3 import blake3
 
-    from matrixctl.tokenizers.scx import manifest as mf
+    from matrixctl.tokenizers.scx import manifest as scx_manifest
 
     if outdir == STDIO:
         raise UsageError("pack shards writes a folder; - (stdout) cannot be one")
@@ -435,7 +439,7 @@ def pack_shards(
             # much), as in `tokenize scx encode` (docs/formats/scx.md).
             if cur.raw % bb and strict_alignment:
                 raise FormatError(
-                    tk.MISALIGNED_SHARD,
+                    scx_tokens.MISALIGNED_SHARD,
                     f"input is {total} bytes, not a multiple of the bundle size {bb}; "
                     "--strict-alignment refuses to pad",
                     path=display_name(input_path),
@@ -445,7 +449,7 @@ def pack_shards(
             close_shard(cur)
         with open(os.path.join(work, REGISTRY_NAME), "wb") as fp:
             fp.write(registry_bytes)
-        man = mf.Manifest.new(tok, entries, total, created_at=created_at)
+        man = scx_manifest.Manifest.new(tok, entries, total, created_at=created_at)
         text = man.to_bytes()
         with open(os.path.join(work, MANIFEST_NAME), "wb") as fp:
             fp.write(text)

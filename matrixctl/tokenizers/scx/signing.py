@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from matrixctl import codes
 from matrixctl.errors import FormatError, InputError, OutputError, UsageError, from_os_error
-from matrixctl.tokenizers.scx import tokens as tk
+from matrixctl.tokenizers.scx import tokens as scx_tokens
 
 G = "scx"
 SCX_KEY_FILE = codes.define(
@@ -36,7 +36,7 @@ MAX_KEY_FILE = 1 << 20
 
 
 def key_id(public_key: bytes) -> str:
-    return "pi:" + tk.blake3_256(public_key).hex()[:16]
+    return "pi:" + scx_tokens.blake3_256(public_key).hex()[:16]
 
 
 def public_line(public_key: bytes, comment: str = "") -> str:
