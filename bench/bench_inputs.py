@@ -136,10 +136,10 @@ def build_jsonl(path: Path, size: int) -> int:
 
 def build(size_mb: int) -> dict[str, Path]:
     WORK.mkdir(parents=True, exist_ok=True)
-    if not CORPUS.exists():
-        subprocess.run([sys.executable, str(HERE / "corpus.py"), "--large"], check=True)
     jsonl = WORK / "corpus.jsonl"
     stamp = WORK / f"built-{size_mb}"
+    if not CORPUS.exists() and not stamp.exists():
+        subprocess.run([sys.executable, str(HERE / "corpus.py"), "--large"], check=True)
     paths = {
         "jsonl": jsonl,
         "gz": WORK / "corpus.jsonl.gz",

@@ -28,7 +28,7 @@ def _cli(*args: str) -> None:
 def build() -> None:
     import numpy as np
 
-    from tests import ggufcraft
+    from tests.helpers import ggufcraft
 
     golden = ROOT / "tests" / "golden"
     shutil.rmtree(CORPUS, ignore_errors=True)
@@ -71,7 +71,7 @@ def build() -> None:
             "extract_jsonl": [ROOT / "fixtures" / "corpus" / "records.jsonl"],
             "extract_markdown": [ROOT / "fixtures" / "corpus" / "notes" / "readme.md"],
         }  # fmt: skip
-        from tests import zt2craft
+        from tests.helpers import zt2craft
 
         seeds["ztensor2"] = []
         for n, case in enumerate(zt2craft.CASES):  # the zTensor 2 conformance set

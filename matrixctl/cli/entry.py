@@ -9,7 +9,7 @@ an option, at most one input, no `--help`), `main()` parses them here and runs t
 body (`cli/pi_encode.py`) without typer. Every other command line, and every line this parser
 does not accept (help, a typo, a bad value, an unusual spelling), goes to the full command line
 (`cli/app.py`), so help texts and usage errors are typer's own. Same options, same outputs,
-same errors and exit codes: tests/test_startup.py runs both paths on the same words.
+same errors and exit codes: tests/cli/test_startup.py runs both paths on the same words.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def closed_stdout() -> int:
 # `tokenize pi encode` without typer ----------------------------------------------------------
 
 # Option spellings -> (parameter, takes a value). Kept equal to cli/tokenize_pi.py's `encode`
-# options by tests/test_startup.py (it compares them with the typer command's parameters).
+# options by tests/cli/test_startup.py (it compares them with the typer command's parameters).
 PI_ENCODE_OPTIONS = {
     "--symbols": ("symbols", True),
     "-s": ("symbols", True),

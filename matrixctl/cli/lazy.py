@@ -9,8 +9,8 @@ and shell completion read every entry and so build every subcommand, exactly as 
 
 The built commands are the ones typer builds for `app.add_typer(sub, name=...)` and
 `app.command(name)(function)` under the root's settings (no rich markup, no completion), so
-options, help texts, usage lines and errors do not change (tests/test_startup.py,
-tests/test_docs.py).
+options, help texts, usage lines and errors do not change (tests/cli/test_startup.py,
+tests/cli/test_docs.py).
 """
 
 from __future__ import annotations

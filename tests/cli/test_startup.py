@@ -1,0 +1,187 @@
+"""Start-up cost: `--help` and `inspect` of a small file must not import the heavy modules."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import golden_bytes
+from tests.helpers.cli import ROOT
+
+HEAVY = (
+    "numpy",
+    "rich",
+    "gguf",
+    "safetensors",
+    "cbor2",
+    "zstandard",
+    "blake3",
+    "pyarrow",  # optional extras of ingest docs
+    "isal",
+    "dask",  # ingest docs --executor dask only
+    "distributed",
+)
+
+PROBE = """
+import sys
+from matrixctl.cli.app import main
+code = main(sys.argv[1:])
+sys.stdout.flush()
+heavy = sorted(m for m in {heavy!r} if m in sys.modules)
+sys.stderr.write("LOADED:" + ",".join(heavy) + "\\n")
+raise SystemExit(code)
+"""
+
+
+def loaded_after(*args: str) -> list[str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE.format(heavy=HEAVY), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("LOADED:")][-1]
+    return [m for m in line[len("LOADED:") :].split(",") if m]
+
+
+def test_help_imports_no_heavy_module() -> None:
+    assert loaded_after("--help") == []
+    assert loaded_after("pack", "atoms", "--help") == []
+    assert loaded_after("ingest", "docs", "--help") == []
+
+
+def test_inspect_json_of_a_small_atom_file_imports_no_heavy_module(tmp_path: Path) -> None:
+    path = tmp_path / "a.bin"
+    path.write_bytes(golden_bytes.MATRIX_ATOM)
+    assert loaded_after("inspect", "--json", str(path)) == []
+
+
+# `tokenize pi encode` without typer (cli/entry.py) -----------------------------------------
+
+ENTRY_PROBE = """
+import sys
+from matrixctl.cli.entry import main
+code = main(sys.argv[1:])
+sys.stdout.flush()
+loaded = sorted(m for m in {watch!r} if m in sys.modules)
+sys.stderr.write("LOADED:" + ",".join(loaded) + "\\n")
+raise SystemExit(code)
+"""
+
+
+def test_one_line_pi_encode_imports_neither_typer_nor_other_commands() -> None:
+    heavy = [m for m in HEAVY if m != "blake3"]  # the map cache's key (tokenizers/pi_cache.py)
+    watch = (*heavy, "typer", "click", "matrixctl.cli.app", "matrixctl.cli.tokenize_scx")
+    proc = subprocess.run(
+        [sys.executable, "-c", ENTRY_PROBE.format(watch=watch), "tokenize", "pi", "encode"],
+        input=b"one line\n",
+        capture_output=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(b"MXTOKENS")
+    line = [ln for ln in proc.stderr.decode().splitlines() if ln.startswith("LOADED:")][-1]
+    assert line == "LOADED:"
+
+
+def test_fast_path_knows_every_option_of_the_typer_command() -> None:
+    """The fast path's option table is the typer command's, spelling by spelling."""
+    from matrixctl.cli.app import command_tree
+    from matrixctl.cli.entry import PI_ENCODE_OPTIONS
+
+    encode = command_tree().commands["tokenize"].commands["pi"].commands["encode"]
+    spellings = {}
+    for param in encode.params:
+        if param.name in ("help", "input_path"):
+            continue
+        for opt in [*param.opts, *param.secondary_opts]:
+            spellings[opt] = (param.name, not param.is_flag)
+    assert spellings == PI_ENCODE_OPTIONS
+
+
+def _both_paths(monkeypatch: pytest.MonkeyPatch, words: list[str], stdin: bytes) -> list[tuple]:
+    """(exit code, stdout, stderr, output file) of `words` by the full command line and by
+    the fast path (or the full one again, when the fast path passes them on)."""
+    from matrixctl.cli import app, entry
+    from tests.helpers.cli import run_cli
+
+    full = app.main
+    results = []
+    for fast in (False, True):
+
+        def main(args: list[str], fast: bool = fast) -> int:
+            params = entry.parse_pi_encode(list(args)) if fast else None
+            return full(args) if params is None else entry.run_pi_encode(params)
+
+        monkeypatch.setattr(app, "main", main)
+        run = run_cli("tokenize", "pi", "encode", *words, stdin=stdin)
+        out = Path(OUT_FILE[0])
+        written = out.read_bytes() if out.exists() else None
+        if out.exists():
+            out.unlink()
+        results.append((run.code, run.stdout, run.stderr, written))
+    monkeypatch.setattr(app, "main", full)
+    return results
+
+
+OUT_FILE: list[str] = [""]
+
+
+def test_fast_path_and_typer_give_the_same_outputs_errors_and_exit_codes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from matrixctl.cli.entry import parse_pi_encode
+
+    monkeypatch.chdir(tmp_path)  # `-o --ids` writes a file named --ids
+    text = tmp_path / "in.txt"
+    text.write_bytes(b"hello world, one line\n" * 3)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"ok \xff no\n")
+    out = tmp_path / "out.mxt"
+    OUT_FILE[0] = str(out)
+    symbols = tmp_path / "map.json"
+    symbols.write_text(
+        '{"version": 1, "vocab_size": 300, "unk_id": 0, "byte_fallback": true, '
+        '"byte_base_id": 10, "normalization": "nfkc", "symbols": [{"id": 2, "text": "he"}]}'
+    )
+    t, b, o, s = str(text), str(bad), str(out), str(symbols)
+    fast_cases = [
+        [],
+        ["-q"],
+        [t, "-o", o],
+        [t, "--output=" + o, "--label", "L", "-j", "2"],
+        ["--ids", t],
+        ["--json", t],
+        ["--json", t, "-o", o, "--quiet"],
+        ["-s", s, t, "--ids"],
+        ["--symbols=" + s, "-", "--jobs=3"],
+        [str(tmp_path / "missing.txt")],
+        [b],
+        ["--json", b],
+        [t, "-o", str(tmp_path / "no" / "dir" / "x.mxt")],
+        [str(tmp_path)],
+    ]
+    typer_cases = [
+        ["--help"],
+        ["-j", "0"],
+        ["--jobs", "65"],
+        ["--bogus"],
+        [t, t],
+        ["-qo", o],
+        ["-o"],
+        ["--ids=1"],
+        ["-o", "--ids"],
+        ["--", t],
+        ["-q", "-q"],
+    ]
+    for words in fast_cases + typer_cases:
+        assert (parse_pi_encode(["tokenize", "pi", "encode", *words]) is not None) == (
+            words in fast_cases
+        ), words
+        full, fast = _both_paths(monkeypatch, words, b"from stdin\n")
+        assert fast == full, words

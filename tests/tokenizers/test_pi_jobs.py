@@ -1,0 +1,245 @@
+"""`tokenize pi encode --jobs N`: the input cut into units where the tokens provably do not
+depend on the cut (`Trie.cut`), encoded in N processes, with the bytes of one process
+(docs/formats/pi-symbol-map.md, "Parallel encoding")."""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from functools import partial
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies
+
+from matrixctl import _pi_kernel
+from matrixctl.errors import FormatError
+from matrixctl.tokenizers import pi_jobs
+from matrixctl.tokenizing import encode_file
+from tests.helpers.cli import run_cli
+from tests.tokenizers.test_pi_kernel import BYTES, longest_match
+
+# Cuts -----------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    words=strategies.lists(
+        strategies.text("ab c", min_size=2, max_size=5), max_size=12, unique=True
+    ),
+    data=strategies.text("ab c", max_size=80),
+    before=strategies.text("ab c", max_size=6),
+    after=strategies.text("ab c", max_size=6),
+)
+def test_a_cut_splits_the_tiling_whatever_surrounds_the_bytes(
+    words: list[str], data: str, before: str, after: str
+) -> None:
+    """Decision (pi-symbol-map.md, "Parallel encoding"): a position no pattern can span is a
+    token boundary of any text that contains the bytes around it, so the two sides can be
+    tokenized apart."""
+    patterns = dict(BYTES)
+    patterns.update({w.encode(): i for i, w in enumerate(words)})
+    trie = _pi_kernel.Trie(list(patterns), list(patterns.values()))
+    raw, pre, post = data.encode(), before.encode(), after.encode()
+    whole = longest_match(patterns, pre + raw + post)
+    for p in range(len(raw) + 1):
+        if trie.cut(raw, p, p + 1) != p:
+            continue
+        assert p >= trie.lookahead - 1  # every walk that could span p starts inside the bytes
+        left = longest_match(patterns, pre + raw[:p])
+        assert left + longest_match(patterns, raw[p:] + post) == whole
+
+
+def test_no_cut_where_every_position_is_spanned() -> None:
+    patterns = {**BYTES, b"aa": 1}
+    trie = _pi_kernel.Trie(list(patterns), list(patterns.values()))
+    assert trie.cut(b"a" * 50, 0, 50) == -1
+    assert trie.cut(b"a" * 50 + b"b" * 5, 0, 55) == 50  # "ab" is no pattern: after the a's
+
+
+def test_normalize_runs_keeps_an_already_normalized_text() -> None:
+    text = "caf\u00e9 " * 20
+    nfkc = partial(unicodedata.normalize, "NFKC")
+    assert _pi_kernel.normalize_runs(text, 4, nfkc) is text
+    assert _pi_kernel.normalize_runs("a\u00a0b\ufb01", 4, nfkc) == "a b" + "fi"
+
+
+# Whole documents ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tiny_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Units of ~600 bytes, so a small text makes many (the forked workers inherit these)."""
+    monkeypatch.setattr(pi_jobs, "UNIT", 600)
+    monkeypatch.setattr(pi_jobs, "MAX_SCAN", 200)
+    monkeypatch.setattr(pi_jobs, "WINDOW", 300)
+    monkeypatch.setattr(pi_jobs, "NEAR", 150)
+
+
+SENTENCEPIECE = {
+    "version": 1,
+    "vocab_size": 300,
+    "unk_id": 0,
+    "pad_id": 0,
+    "eos_id": 1,
+    "byte_fallback": True,
+    "byte_base_id": 10,
+    "normalization": "nfkc",
+    "space_marking": {"scheme": "sentencepiece", "marker": "\u2581", "prefix_space": True},
+    "symbols": [
+        {"id": 2, "text": "\u2581the"},
+        {"id": 3, "text": "\u2581a"},
+        {"id": 4, "text": "ing\u2581"},
+        {"id": 5, "text": "fi"},
+        {"id": 6, "text": "\u00e9t\u00e9"},
+        {"id": 7, "text": "\u4e2d\u6587"},
+    ],
+}
+
+TEXTS = {
+    "english": "the thing is a fine thing\n" * 200,
+    "mixed": ("Caf\u00e9\u00a0cr\u00e8me, \ufb01ne \u2163 e\u0301t\u00e9 \u4e2d\u6587 " * 80),
+    "bom": "\ufeffthe bom starts it\n" * 100,
+    "no ascii": "\u4e2d\u6587\u5b57\u00e9\u00e8" * 400,  # cuts before CJK characters only
+    "cyrillic": "\u043f\u0440\u0438\u0432\u0435\u0442" * 300,  # no cut point: one unit
+    "empty": "",
+}
+
+
+def _encode(path: str, out: Path, jobs: int, symbols: str | None) -> bytes:
+    encode_file(path, str(out), symbols=symbols, label="doc", jobs=jobs)
+    return out.read_bytes()
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS))
+@pytest.mark.parametrize("marking", [False, True])
+def test_jobs_write_the_bytes_of_one_process(
+    tmp_path: Path, tiny_units: None, name: str, marking: bool
+) -> None:
+    src = tmp_path / "in.txt"
+    src.write_bytes(TEXTS[name].encode())
+    symbols = None
+    if marking:
+        symbols = str(tmp_path / "map.json")
+        Path(symbols).write_text(json.dumps(SENTENCEPIECE))
+    one = _encode(str(src), tmp_path / "one.mxt", 1, symbols)
+    for jobs in (2, 3):
+        assert _encode(str(src), tmp_path / f"{jobs}.mxt", jobs, symbols) == one
+
+
+@pytest.mark.parametrize("name", ["english", "mixed", "no ascii", "empty"])
+def test_jobs_on_a_pipe_write_the_bytes_of_one_process(
+    tmp_path: Path, tiny_units: None, name: str
+) -> None:
+    data = TEXTS[name].encode()
+    one = run_cli("tokenize", "pi", "encode", "-q", stdin=data)
+    two = run_cli("tokenize", "pi", "encode", "-q", "-j", "2", stdin=data)
+    assert one.code == two.code == 0
+    assert two.stdout == one.stdout
+
+
+@pytest.mark.parametrize("where", [5, 599, 600, 601, 1801, -1])
+def test_invalid_utf8_is_reported_as_one_process_reports_it(
+    tmp_path: Path, tiny_units: None, where: int
+) -> None:
+    data = bytearray(TEXTS["english"].encode())
+    data[where] = 0xE2  # a lead byte followed by ASCII: invalid continuation byte
+    if where == -1:
+        data[-1:] = b"\xe2\x96"  # cut short at the end
+    src = tmp_path / "bad.txt"
+    src.write_bytes(bytes(data))
+    errors = []
+    for jobs in (1, 2):
+        with pytest.raises(FormatError) as info:
+            _encode(str(src), tmp_path / "out.mxt", jobs, None)
+        errors.append((info.value.code, info.value.offset, info.value.message))
+        assert not (tmp_path / "out.mxt").exists()
+    assert errors[0] == errors[1]
+    assert errors[0][0] == "PI_TEXT_UTF8"
+
+
+def test_a_one_unit_input_is_encoded_without_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import multiprocessing
+
+    def no_fork(*args: object) -> None:
+        raise AssertionError("forked for a one-line input")
+
+    monkeypatch.setattr(multiprocessing, "get_context", no_fork)
+    src = tmp_path / "line.txt"
+    src.write_bytes(b"one line\n")
+    assert _encode(str(src), tmp_path / "a.mxt", 4, None) == _encode(
+        str(src), tmp_path / "b.mxt", 1, None
+    )
+
+
+def test_cli_jobs_option(tmp_path: Path, tiny_units: None) -> None:
+    src = tmp_path / "in.txt"
+    src.write_bytes(TEXTS["mixed"].encode())
+    one = run_cli("tokenize", "pi", "encode", str(src), "--ids", "-q")
+    two = run_cli("tokenize", "pi", "encode", str(src), "--ids", "-q", "--jobs", "2")
+    assert one.code == two.code == 0 and two.stdout == one.stdout
+    js = run_cli("tokenize", "pi", "encode", str(src), "--json", "-j", "2")
+    assert js.code == 0 and json.loads(js.out)["ids"] == [int(x) for x in one.out.split()]
+    bad = run_cli("tokenize", "pi", "encode", str(src), "-j", "0")
+    assert bad.code == 2 and "USAGE" in bad.stderr and "--jobs" in bad.stderr
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fp:
+            return [int(c) for c in fp.read().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_sigterm_during_jobs_leaves_no_output_and_no_worker(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers.cli import ROOT
+
+    src = tmp_path / "in.txt"
+    src.write_bytes(TEXTS["english"].encode() * 2000)  # ~10 MB: ten units
+    out = tmp_path / "out.mxt"
+    code = (
+        "import sys; from matrixctl.tokenizers import pi_jobs; pi_jobs.UNIT = 1 << 16; "
+        "from matrixctl.cli.entry import main; raise SystemExit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "tokenize",
+            "pi",
+            "encode",
+            "-j",
+            "2",
+            str(src),
+            "-o",
+            str(out),
+        ],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+    )
+    workers: list[int] = []
+    deadline = time.monotonic() + 30
+    while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        workers = _children(proc.pid)
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    if not workers:
+        pytest.skip("the command ended before its workers could be seen")
+    assert proc.returncode == 130, err
+    assert b"interrupted" in err and b"Traceback" not in err
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["in.txt"]  # no temporary file either
+    for pid in workers:  # reaped by the command: gone, not zombies
+        assert not os.path.exists(f"/proc/{pid}")
