@@ -305,8 +305,8 @@ def _count_atoms(buf: Any, header: Any, counter: IdCounter, tokens: int) -> None
 
 def atom_stats(path: str) -> dict[str, Any]:
     """A MATRIX-ATOM file alone: it has no document boundaries, pad id or map."""
+    from matrixctl.atoms import open_valid
     from matrixctl.formats import matrix_atom
-    from matrixctl.packing import open_valid
 
     src, subject = open_valid(path, matrix_atom.FORMAT)
     with src:
@@ -324,8 +324,8 @@ def stream_stats(path: str) -> dict[str, Any]:
     """A token stream: documents end at its DOC frames."""
     import numpy as np
 
+    from matrixctl.atoms import open_valid
     from matrixctl.formats import token_stream
-    from matrixctl.packing import open_valid
 
     src, subject = open_valid(path, token_stream.FORMAT)
     lengths: list[int] = []
@@ -356,8 +356,8 @@ def stream_stats(path: str) -> dict[str, Any]:
 
 def pack_stats(path: str) -> dict[str, Any]:
     """An ingest pack: the atoms (padding apart), the document index and the pack's own map."""
+    from matrixctl.atoms import open_valid
     from matrixctl.formats import doc_index, ingest_pack, matrix_atom
-    from matrixctl.packing import open_valid
     from matrixctl.tokenizers.pi import load_symbol_map
     from matrixctl.validate.ingest_pack import PACK_INDEX
 

@@ -208,7 +208,7 @@ def _output(path: str, form: str) -> Iterator[BinaryIO]:
 
 def decode_file(input_path: str, output: str, *, symbols: str | None, errors: str) -> None:
     """Token stream (or text ids) to UTF-8 text, streamed; atomic when writing a file."""
-    from matrixctl.packing import read_token_input
+    from matrixctl.atoms import read_token_input
 
     smap, _, tok = load_tokenizer(symbols)
     name = display_name(input_path)

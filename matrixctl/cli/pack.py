@@ -69,15 +69,15 @@ def atoms(
     spool_limit: SpoolLimitOption = None,
 ) -> None:
     """Pack token ids into a MATRIX-ATOM v1 file (streaming, bounded memory, atomic)."""
+    from matrixctl.atoms import input_size, write_atoms
     from matrixctl.errors import UsageError
     from matrixctl.io import STDIO
-    from matrixctl.packing import input_size, pack_atoms
 
     if json_out and output == STDIO:
         raise UsageError("--json needs stdout, so the output cannot be - as well")
     _hint_terminal_input(input_path)
     with progress("packing", input_size(input_path)) as bar:
-        summary = pack_atoms(
+        summary = write_atoms(
             input_path,
             output,
             atom_size=atom_size,
@@ -117,14 +117,14 @@ def svgt(
     spool_limit: SpoolLimitOption = None,
 ) -> None:
     """Project MATRIX-ATOM atoms onto RxC grids in an SVG-Tensor file (ids must fit uint16)."""
+    from matrixctl.atoms import input_size, write_svgt
     from matrixctl.errors import UsageError
     from matrixctl.io import STDIO
-    from matrixctl.packing import input_size, pack_svgt
 
     if json_out and output == STDIO:
         raise UsageError("--json needs stdout, so the output cannot be - as well")
     with progress("projecting", input_size(atoms_path)) as bar:
-        summary = pack_svgt(atoms_path, output, grid=grid, tick=bar.advance)
+        summary = write_svgt(atoms_path, output, grid=grid, tick=bar.advance)
     if json_out:
         emit_json(summary)
     else:
@@ -192,10 +192,10 @@ def shards(
 
     stamp = manifest.created_at_from(created_at)
     tok, registry_bytes = api.load_config(registry, trust)
-    from matrixctl.packing import input_size
+    from matrixctl.atoms import input_size
 
     with progress("aligning", input_size(input_path)) as bar:
-        summary = scx_shards.pack_shards(
+        summary = scx_shards.write_shards(
             input_path,
             output,
             tok,

@@ -262,10 +262,10 @@ def encode(
     """
     import numpy as np
 
+    from matrixctl.atoms import input_size
     from matrixctl.errors import UsageError
     from matrixctl.formats.token_stream import TokenStreamWriter
     from matrixctl.io import STDIO, atomic_output, display_name, open_input_stream
-    from matrixctl.packing import input_size
     from matrixctl.tokenizers.scx import api
 
     if json_out and output == STDIO:
@@ -363,9 +363,9 @@ def decode(
     Any error (an unknown token, a broken bundle or shard, tokens of another config, a count
     that disagrees) stops with its code and token index; nothing is written.
     """
+    from matrixctl.atoms import input_size
     from matrixctl.errors import UsageError
     from matrixctl.io import STDIO, atomic_output, display_name, open_input_stream
-    from matrixctl.packing import input_size
     from matrixctl.tokenizers.scx import api
     from matrixctl.tokenizing import decode_token_stream
 

@@ -81,8 +81,8 @@ class Roles:
 def pack_roles(path: str, atom_count: int, atom_size: int) -> tuple[Roles, str | None]:
     """The roles from the ingest pack around `path`, if it is one's projection; else empty
     roles and, when a pack was there but unreadable, a note saying why."""
+    from matrixctl.atoms import open_valid
     from matrixctl.formats import doc_index, ingest_pack
-    from matrixctl.packing import open_valid
 
     folder = os.path.dirname(os.path.abspath(path)) if path != "-" else None
     manifest_path = os.path.join(folder, ingest_pack.MANIFEST) if folder else None

@@ -118,7 +118,7 @@ class IndexHeader:
         )
         return cls(docs, tokens, eos, rcrc, hcrc, magic, version, hbytes, flags, res)
 
-    def pack(self) -> bytes:
+    def to_bytes(self) -> bytes:
         return HEADER.pack(
             self.magic,
             self.version,
@@ -133,7 +133,7 @@ class IndexHeader:
         )
 
     def with_crc(self) -> IndexHeader:
-        return replace(self, header_crc32=header_crc(self.pack()))
+        return replace(self, header_crc32=header_crc(self.to_bytes()))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -177,7 +177,7 @@ class IndexWriter:
     def finish(self) -> IndexHeader:
         header = IndexHeader(self.docs, self.tokens, self.eos_id, self.crc).with_crc()
         self.fp.seek(0)
-        self.fp.write(header.pack())
+        self.fp.write(header.to_bytes())
         self.fp.seek(0, 2)
         return header
 

@@ -157,7 +157,7 @@ class AtomHeader:
             )
         return cls(*HEADER.unpack_from(raw, 0))
 
-    def pack(self) -> bytes:
+    def to_bytes(self) -> bytes:
         return HEADER.pack(
             self.magic,
             self.version,
@@ -192,7 +192,7 @@ class AtomHeader:
 
     def with_crc(self) -> AtomHeader:
         """This header with header_crc32 computed over its other 60 bytes."""
-        return replace(self, header_crc32=header_crc(self.pack()))
+        return replace(self, header_crc32=header_crc(self.to_bytes()))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -483,7 +483,7 @@ class AtomWriter:
             payload_crc32=self.crc,
         ).with_crc()
         self.fp.seek(0)
-        self.fp.write(header.pack())
+        self.fp.write(header.to_bytes())
         self.fp.seek(0, 2)
         self.padding = pad
         return header

@@ -180,7 +180,8 @@ def parse_header(head: bytes, where: str = "header", base: int = 0) -> NpyHeader
 
 def header_bytes(dtype: str, shape: tuple[int, ...]) -> bytes:
     """The header `numpy.save` writes for a C-ordered little-endian array. The storage string
-    of a numeric dtype is numpy's `dtype.str` for it (tests/formats/test_containers.py checks), so no
+    of a numeric dtype is numpy's `dtype.str` for it (tests/formats/test_containers.py
+    checks), so no
     numpy import is needed to write one."""
     descr = DTYPES[dtype].storage
     text = "{" + f"'descr': {descr!r}, 'fortran_order': False, 'shape': {shape!r}, " + "}"

@@ -198,7 +198,7 @@ class Header:
     def parse(cls, raw: bytes) -> Header:
         return cls(*HEADER.unpack(raw[:HEADER_SIZE])[1:])
 
-    def pack(self) -> bytes:
+    def to_bytes(self) -> bytes:
         return HEADER.pack(
             MAGIC,
             self.version,
@@ -227,7 +227,7 @@ class Entry:
         tid, dtype, rank, layout, offset, size, d0, d1, d2 = ENTRY.unpack_from(raw, at)
         return cls(index, tid, dtype, rank, layout, offset, size, (d0, d1, d2))
 
-    def pack(self) -> bytes:
+    def to_bytes(self) -> bytes:
         return ENTRY.pack(
             self.tensor_id,
             self.dtype_code,
@@ -966,8 +966,8 @@ class StbSink(TensorSink):
                 item.offset,
                 item.info.nbytes,
                 (int(dims[0]), int(dims[1]), int(dims[2])),
-            ).pack()
-        head = header.pack() + table
+            ).to_bytes()
+        head = header.to_bytes() + table
         return head + bytes(part.data_offset - len(head))
 
     def _write(self, part: _PartFile, data: Any) -> None:

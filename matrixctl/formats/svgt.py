@@ -90,7 +90,7 @@ class SvgtHeader:
         magic, version, hbytes, rows, cols, atoms, offset = HEADER.unpack_from(raw, 0)
         return cls(rows, cols, atoms, magic, version, hbytes, offset)
 
-    def pack(self) -> bytes:
+    def to_bytes(self) -> bytes:
         return HEADER.pack(
             self.magic,
             self.version,
@@ -154,7 +154,7 @@ def write_svgt(
     import numpy as np
 
     header = SvgtHeader(rows, cols, atom_count)
-    fp.write(header.pack())
+    fp.write(header.to_bytes())
     written = 0
     for chunk in chunks:
         if chunk.size and int(chunk.max()) > MAX_DIM:

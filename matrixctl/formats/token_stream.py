@@ -116,7 +116,7 @@ class StreamHeader:
     def itemsize(self) -> int:
         return DTYPES[self.dtype_id][2]
 
-    def pack(self) -> bytes:
+    def to_bytes(self) -> bytes:
         return HEADER.pack(MAGIC, self.version, self.dtype_id, self.flags, self.vocab_size)
 
     @classmethod
@@ -178,7 +178,7 @@ class TokenStreamWriter:
         self.tokens = 0
         self.docs = 0
         self.crc = 0
-        self._emit(self.header.pack())
+        self._emit(self.header.to_bytes())
 
     def _emit(self, data: bytes | memoryview) -> None:
         self.fp.write(data)
@@ -266,7 +266,7 @@ def iter_events(fp: Readable, header: StreamHeader, *, start: int = HEADER_SIZE)
 
     pos = start
     tokens = docs = 0
-    crc = crc32(header.pack())
+    crc = crc32(header.to_bytes())
     itemsize = header.itemsize
     vocab = header.vocab_size
     while True:

@@ -548,7 +548,7 @@ def ma_reseal(data: bytes) -> bytes:
     fixed = matrix_atom.AtomHeader(
         **{**h.__dict__, "payload_crc32": zlib.crc32(data[64:])}
     ).with_crc()
-    return fixed.pack() + data[64:]
+    return fixed.to_bytes() + data[64:]
 
 
 @pytest.mark.parametrize(

@@ -23,9 +23,9 @@ from safetensors.numpy import load_file
 from matrixctl.convert.tensors import open_source
 from matrixctl.formats import embd
 from matrixctl.validate.engine import examine
+from tests.formats.test_minilm_reference import minilm_dir
 from tests.helpers.bert_numpy import encode
 from tests.helpers.cli import FIXTURES, run_cli
-from tests.formats.test_minilm_reference import minilm_dir
 
 # The lead's recomputation of the spec's size table, checked here against the file written.
 TENSOR_DATA_WITH_POOLER = 90_852_864

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from matrixctl.atoms import write_svgt
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.formats import matrix_atom, svgt
 from matrixctl.io import Source
-from matrixctl.packing import pack_svgt
 from matrixctl.validate.engine import examine
 from tests.helpers import golden_bytes
 
@@ -33,7 +33,7 @@ def test_golden_file_on_disk_is_the_hand_written_bytes() -> None:
 def test_pack_svgt_produces_the_golden_bytes(tmp_path: Path) -> None:
     atoms = write(tmp_path, "a.bin", golden_bytes.MATRIX_ATOM)
     out = tmp_path / "a.svgt"
-    summary = pack_svgt(atoms, str(out), grid="2x2")
+    summary = write_svgt(atoms, str(out), grid="2x2")
     assert out.read_bytes() == golden_bytes.SVGT
     assert summary["atom_count"] == 2
 
@@ -52,7 +52,7 @@ def test_ids_above_65535_are_refused_not_masked(tmp_path: Path) -> None:
     atoms = write(tmp_path, "wide.bin", buf.getvalue())
     out = tmp_path / "wide.svgt"
     with pytest.raises(FormatError) as info:
-        pack_svgt(atoms, str(out), grid="2x2")
+        write_svgt(atoms, str(out), grid="2x2")
     assert info.value.code == svgt.SVGT_ID_OVERFLOW and info.value.field == "token[3]"
     assert not out.exists()
 
@@ -61,7 +61,7 @@ def test_uint32_atoms_whose_ids_fit_project_fine(tmp_path: Path) -> None:
     buf = io.BytesIO()
     matrix_atom.write_atoms(buf, np.array([1, 2, 3, 65535]), atom_size=4, dtype="uint32")
     out = tmp_path / "ok.svgt"
-    pack_svgt(write(tmp_path, "w.bin", buf.getvalue()), str(out), grid="1x4")
+    write_svgt(write(tmp_path, "w.bin", buf.getvalue()), str(out), grid="1x4")
     h = svgt.SvgtHeader.parse(out.read_bytes())
     assert svgt.atoms_view(out.read_bytes(), h).reshape(-1).tolist() == [1, 2, 3, 65535]
 
@@ -71,7 +71,7 @@ def test_corrupt_atom_payload_is_caught_while_projecting(tmp_path: Path) -> None
     data[70] ^= 0x01
     out = tmp_path / "x.svgt"
     with pytest.raises(FormatError) as info:
-        pack_svgt(write(tmp_path, "bad.bin", bytes(data)), str(out), grid="2x2")
+        write_svgt(write(tmp_path, "bad.bin", bytes(data)), str(out), grid="2x2")
     assert info.value.code == matrix_atom.ATOM_PAYLOAD_CRC
     assert not out.exists()
 

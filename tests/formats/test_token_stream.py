@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies
 
+from matrixctl.atoms import read_token_input
 from matrixctl.errors import FormatError
 from matrixctl.formats import token_stream
 from matrixctl.io import read_exact
-from matrixctl.packing import read_token_input
 from matrixctl.validate.engine import examine
-from tests.helpers import golden_bytes
 from tests.base.test_io import ShortReader
+from tests.helpers import golden_bytes
 
 
 def events(data: bytes, short: bool = False) -> list[tuple]:
@@ -109,8 +109,8 @@ def test_pack_atoms_payload_crc_combined_from_frames(
     """pack atoms re-uses the stream's per-frame CRCs (crc32_combine) when the ids are written
     unchanged, and computes them when they are converted; either way the header's
     payload_crc32 is the CRC-32 of the payload bytes, computed here by zlib."""
+    from matrixctl.atoms import write_atoms
     from matrixctl.formats import matrix_atom
-    from matrixctl.packing import pack_atoms
 
     limit = 1 << 16 if dtype == "uint16" else 1 << 32
     docs = [[i % limit for i in d] for d in docs]
@@ -122,7 +122,7 @@ def test_pack_atoms_payload_crc_combined_from_frames(
             w.write(np.array(d, dtype=np.int64))  # odd counts: frames with padding
             w.end_document()
         w.close()
-    pack_atoms(str(src), str(dst), atom_size=3, dtype=atom_dtype)
+    write_atoms(str(src), str(dst), atom_size=3, dtype=atom_dtype)
     data = dst.read_bytes()
     header = matrix_atom.AtomHeader.parse(data[: matrix_atom.HEADER_SIZE])
     assert header.payload_crc32 == zlib.crc32(data[matrix_atom.HEADER_SIZE :])

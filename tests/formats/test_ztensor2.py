@@ -1,6 +1,6 @@
-"""zTensor 2: the conformance set (tests/helpers/zt2craft.py, one file per MUST / MUST NOT of the spec,
-listed in docs/formats/ztensor2.md), hostile manifests, the deterministic CBOR decoder, the
-writer's canonical bytes, and the CLI."""
+"""zTensor 2: the conformance set (tests/helpers/zt2craft.py, one file per MUST / MUST NOT
+of the spec, listed in docs/formats/ztensor2.md), hostile manifests, the deterministic CBOR
+decoder, the writer's canonical bytes, and the CLI."""
 
 from __future__ import annotations
 

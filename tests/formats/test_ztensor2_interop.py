@@ -1,7 +1,8 @@
 """zTensor 2 interop with the reference implementation, ztensor 2.1.2.
 
 ztensor 2.1.2 cannot share the environment with ztensor 1.1.1 (the v1 peer of
-tests/formats/test_ztensor_interop.py): `make` installs it with `pip --target .venv/ztensor2`, and these
+tests/formats/test_ztensor_interop.py): `make`
+installs it with `pip --target .venv/ztensor2`, and these
 tests run it in a child Python with that folder first on PYTHONPATH. Files it writes, in every
 dtype, logical type, layout and encoding it offers, are read by matrixctl with identical bytes;
 matrixctl writes the same canonical (and zstd) bytes for the same tensors; files matrixctl
@@ -19,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers.cli import ROOT, run_cli
 from tests.formats.test_ztensor2 import described
+from tests.helpers.cli import ROOT, run_cli
 
 REF = ROOT / ".venv" / "ztensor2"
 

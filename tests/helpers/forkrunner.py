@@ -1,4 +1,5 @@
-"""A single-threaded helper for tests/reliability/test_crash.py: imports matrixctl once, then for each
+"""A single-threaded helper for tests/reliability/test_crash.py: imports matrixctl once, then
+for each
 request line (JSON: argv, kill_after) forks a child that runs the command, SIGKILLs it after
 `kill_after` seconds (when given) and answers one JSON line (code or null when killed, took).
 Forking here, not in the (multi-threaded) pytest worker, keeps the children free of locks

@@ -81,7 +81,7 @@ def test_sha256_file_in_the_base(tmp_path: Path) -> None:
 
 def test_one_place_sniffs_and_opens() -> None:
     """Decision: only matrixctl/opening.py tells a path's format (folder sniff, then bytes);
-    the CLI, the engine, convert and the API open through it (packing.open_valid requires a
+    the CLI, the engine, convert and the API open through it (atoms.open_valid requires a
     named format of a file it opened and checks it through opening.open_checked)."""
     callers = {}
     for path in sorted((ROOT / "matrixctl").rglob("*.py")):
@@ -91,7 +91,7 @@ def test_one_place_sniffs_and_opens() -> None:
                 if needle in line and not line.lstrip().startswith("def "):
                     callers.setdefault(needle, set()).add(path.relative_to(ROOT).as_posix())
     assert callers["sniff_dir("] == {"matrixctl/opening.py"}
-    assert callers["registry.sniff("] == {"matrixctl/opening.py", "matrixctl/packing.py"}
+    assert callers["registry.sniff("] == {"matrixctl/opening.py", "matrixctl/atoms.py"}
     assert callers["run_rules("] == {"matrixctl/opening.py", "matrixctl/validate/engine.py"}
 
 

@@ -30,7 +30,10 @@ class Runner:
         import sys
 
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve().parents[1] / "helpers" / "forkrunner.py")],
+            [
+                sys.executable,
+                str(Path(__file__).resolve().parents[1] / "helpers" / "forkrunner.py"),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             cwd=str(Path(__file__).resolve().parents[2]),

@@ -55,8 +55,8 @@ def _mutate(rng: random.Random, data: bytes) -> bytes:
 def samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from safetensors.numpy import save_file
 
-    from tests.helpers import ggufcraft
     from tests.formats.test_hf_model import make_model
+    from tests.helpers import ggufcraft
 
     d = tmp_path_factory.mktemp("samples")
     ids = d / "ids.txt"

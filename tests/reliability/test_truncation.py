@@ -52,8 +52,8 @@ def _ok(args: list[str]) -> None:
 def samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from safetensors.numpy import save_file
 
-    from tests.helpers import ggufcraft
     from tests.formats.test_hf_model import make_model
+    from tests.helpers import ggufcraft
 
     d = tmp_path_factory.mktemp("cut")
     ids = d / "ids.txt"

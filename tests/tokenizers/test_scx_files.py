@@ -260,7 +260,7 @@ def make_pack(tmp_path: Path, data: bytes, name: str = "pack", **kw) -> tuple[Pa
     src.write_bytes(data)
     tok = api.Tokenizer.load(scx_golden.signed_registry(), [scx_golden.golden_public_key()])
     out = tmp_path / name
-    summary = scx_shards.pack_shards(str(src), str(out), tok, scx_golden.signed_registry(), **kw)
+    summary = scx_shards.write_shards(str(src), str(out), tok, scx_golden.signed_registry(), **kw)
     return out, summary
 
 

@@ -28,7 +28,7 @@ def test_golden_files_on_disk_are_the_hand_typed_bytes() -> None:
 def test_writer_produces_the_golden_registry() -> None:
     rf = scx_registry.from_source(scx_golden.SOURCE)
     assert rf.body == scx_golden.REGISTRY_BODY
-    assert rf.alignment.pack() == scx_golden.ALIGNMENT
+    assert rf.alignment.to_bytes() == scx_golden.ALIGNMENT
     assert rf.to_bytes() == scx_golden.UNSIGNED_REGISTRY
     key = signing.PrivateKey(scx_golden.golden_key())
     signed = rf.with_signature(scx_registry.Signature(key.public_key, key.sign(rf.h_tok)))

@@ -260,7 +260,7 @@ class Header:
             self.reserved,
         )
 
-    def pack(self) -> bytes:
+    def to_bytes(self) -> bytes:
         """The 64 header bytes with header_checksum computed over bytes 0..55."""
         body = self.body()
         return body + struct.pack("<II", crc.crc32(body), self.reserved)
@@ -288,7 +288,7 @@ class Footer:
     def parse(cls, raw: bytes) -> Footer:
         return cls(*FOOTER.unpack(raw))
 
-    def pack(self) -> bytes:
+    def to_bytes(self) -> bytes:
         return FOOTER.pack(self.data_checksum, self.file_checksum, self.magic, self.reserved)
 
 

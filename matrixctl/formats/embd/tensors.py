@@ -535,7 +535,7 @@ class EmbdSink(TensorSink):
             layout.data_size,
             layout.total,
         )
-        prefix = bytearray(header.pack())
+        prefix = bytearray(header.to_bytes())
         sections = [layout.metadata, layout.index]
         if layout.vocab is not None:
             sections.insert(1, layout.vocab)
@@ -573,7 +573,7 @@ class EmbdSink(TensorSink):
     def finish(self) -> dict[str, Any]:
         size = self.layout.data_size
         file_crc = crc.crc32_combine(self.prefix_crc, self.data_crc, size)
-        self.fp.write(Footer(self.data_crc, file_crc, END_MAGIC, 0).pack())
+        self.fp.write(Footer(self.data_crc, file_crc, END_MAGIC, 0).to_bytes())
         return {"bytes": self.layout.total, "data_checksum": f"0x{self.data_crc:08x}"}
 
     def notes(self) -> list[str]:

@@ -155,7 +155,7 @@ class Entry:
     pattern: bytes
     semantics: str
 
-    def pack(self) -> bytes:
+    def to_bytes(self) -> bytes:
         sem = self.semantics.encode("utf-8")
         head = ENTRY.pack(
             self.token_id, self.kind, self.lane_width, self.flags, len(self.pattern), len(sem)
@@ -217,7 +217,7 @@ class Alignment:
     shard_bundles: int = 1
     law_version: int = LAW_VERSION
 
-    def pack(self) -> bytes:
+    def to_bytes(self) -> bytes:
         return ALIGN.pack(
             ALIGN_MAGIC,
             self.law_version,
@@ -230,7 +230,7 @@ class Alignment:
 
     @property
     def h_align(self) -> bytes:
-        return scx_tokens.blake3_256(self.pack())
+        return scx_tokens.blake3_256(self.to_bytes())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -252,7 +252,7 @@ class Signature:
 
         return key_id(self.public_key)
 
-    def pack(self) -> bytes:
+    def to_bytes(self) -> bytes:
         return SIG_RECORD.pack(self.algorithm, bytes(7), self.public_key, self.signature)
 
     def to_json(self) -> dict[str, Any]:
@@ -283,7 +283,7 @@ class Registry:
         return self.composites[-1].token_id if self.composites else scx_tokens.LAST_FIXED_ID
 
     def body(self) -> bytes:
-        area = b"".join(e.pack() for e in self.entries())
+        area = b"".join(e.to_bytes() for e in self.entries())
         head = HEADER.pack(
             MAGIC,
             VERSION,
@@ -338,9 +338,9 @@ class RegistryFile:
         return self.alignment.bundle_lanes * self.registry.lane_width
 
     def to_bytes(self) -> bytes:
-        sigs = b"".join(s.pack() for s in self.signatures)
+        sigs = b"".join(s.to_bytes() for s in self.signatures)
         head = SIG_HEAD.pack(SIG_MAGIC, len(self.signatures), 0)
-        return self.body + self.alignment.pack() + head + sigs
+        return self.body + self.alignment.to_bytes() + head + sigs
 
     def with_signature(self, sig: Signature) -> RegistryFile:
         """A copy with `sig` added (replacing an earlier signature by the same key)."""
@@ -614,14 +614,14 @@ def _fixed_offsets() -> list[int]:
         pos = HEADER_SIZE
         for e in fixed_entries():
             _FIXED_OFFSETS.append(pos)
-            pos += len(e.pack())
+            pos += len(e.to_bytes())
     return _FIXED_OFFSETS
 
 
 def _fixed_bytes() -> bytes:
     global _FIXED_BYTES
     if _FIXED_BYTES is None:
-        _FIXED_BYTES = b"".join(e.pack() for e in fixed_entries())
+        _FIXED_BYTES = b"".join(e.to_bytes() for e in fixed_entries())
     return _FIXED_BYTES
 
 

@@ -127,7 +127,7 @@ class ShardHeader:
     def payload_bytes(self) -> int:
         return self.bundle_count * self.bundle_bytes
 
-    def pack(self) -> bytes:
+    def to_bytes(self) -> bytes:
         return HEADER.pack(
             MAGIC,
             self.version,
@@ -149,7 +149,7 @@ class ShardHeader:
     def sealed(self) -> ShardHeader:
         from dataclasses import replace
 
-        return replace(self, header_hash=scx_tokens.blake3_256(self.pack()[:HASHED_HEADER]))
+        return replace(self, header_hash=scx_tokens.blake3_256(self.to_bytes()[:HASHED_HEADER]))
 
     @classmethod
     def parse(cls, raw: bytes) -> ShardHeader:
@@ -340,7 +340,7 @@ def _read_full(fp: Any, n: int) -> bytes:
     return b"".join(parts)
 
 
-def pack_shards(
+def write_shards(
     input_path: str,
     outdir: str,
     tok: Any,
@@ -399,7 +399,7 @@ def pack_shards(
                 h_aligned,
             ).sealed()
             sh.fp.seek(0)
-            sh.fp.write(header.pack())
+            sh.fp.write(header.to_bytes())
             sh.fp.flush()
             os.fsync(sh.fp.fileno())
             sh.fp.close()
@@ -481,7 +481,7 @@ def _umask() -> int:
     return mask
 
 
-def _is_pack(path: str) -> bool:
+def _is_shard_folder(path: str) -> bool:
     try:
         with open(os.path.join(path, MANIFEST_NAME), "rb") as fp:
             from matrixctl.tokenizers.scx.manifest import sniff
@@ -496,7 +496,7 @@ def _check_target(outdir: str, force: bool) -> None:
         return
     if not os.path.isdir(outdir):
         raise OutputError(codes.USAGE, "exists and is not a folder", path=outdir)
-    if force and (not os.listdir(outdir) or _is_pack(outdir)):
+    if force and (not os.listdir(outdir) or _is_shard_folder(outdir)):
         return
     raise OutputError(
         codes.OUT_EXISTS_DIR,

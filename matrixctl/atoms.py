@@ -82,7 +82,7 @@ def read_token_input(fp: Any) -> TokenInput:
     return TokenInput("text", None, text_ids, [0])
 
 
-def pack_atoms(
+def write_atoms(
     input_path: str,
     output_path: str,
     *,
@@ -167,7 +167,7 @@ def open_valid(path: str, fmt: str) -> tuple[Source, Any]:
     return src, subject
 
 
-def pack_svgt(
+def write_svgt(
     atoms_path: str, output_path: str, *, grid: str, tick: Tick | None = None
 ) -> dict[str, Any]:
     """MATRIX-ATOM -> SVG-Tensor, checking the atoms' payload CRC on the way."""
