@@ -765,6 +765,7 @@ class DaskWorkers:
     def results(self, files: list[SourceFile], spill_dir: str) -> Iterator[pipeline.FileResult]:
         """Each file's result, in input order: staged units are reused, the rest are tasks."""
         window: deque[tuple[str, Unit, Any]] = deque()  # (key, unit, future or None: staged)
+        self.window = window
         pending = plan(files, self.state, self.jobs, self.staging)
         workers = len(self.client.scheduler_info().get("workers", {}))
         limit = 4 * max(self.jobs, workers) + 4  # units carry no data: a deep window is cheap
@@ -856,9 +857,19 @@ class DaskWorkers:
                 with contextlib.suppress(Exception):
                     obj.close()
 
+    def _drain(self) -> None:
+        """Let the units still in flight finish: a task already running on a worker cannot be
+        stopped, and one that ended after the staging folder was removed would create it again."""
+        futures = [future for _, _, future in getattr(self, "window", ()) if future is not None]
+        if futures:
+            with contextlib.suppress(Exception):
+                self.distributed.wait(futures, timeout=120)
+
     def close(self) -> None:
         import gc
 
+        if not self.ok and self.input_error:
+            self._drain()
         self._shutdown()
         gc.unfreeze()
         if self.ok or self.input_error:  # a bad input: rerun after fixing it, no resume

@@ -48,7 +48,7 @@ def patch(data: bytes, offset: int, fmt: str, value: object) -> bytes:
 
 def test_golden_file_on_disk_is_the_hand_written_bytes() -> None:
     assert (
-        Path(__file__).parent / "golden/matrix_atom_v1.bin"
+        Path(__file__).resolve().parents[1] / "golden/matrix_atom_v1.bin"
     ).read_bytes() == golden_bytes.MATRIX_ATOM
 
 

@@ -27,7 +27,9 @@ def write(tmp_path: Path, name: str, data: bytes) -> str:
 
 
 def test_golden_file_on_disk_is_the_hand_written_bytes() -> None:
-    assert (Path(__file__).parent / "golden/svgt_v1.svgt").read_bytes() == golden_bytes.SVGT
+    assert (
+        Path(__file__).resolve().parents[1] / "golden/svgt_v1.svgt"
+    ).read_bytes() == golden_bytes.SVGT
 
 
 def test_pack_svgt_produces_the_golden_bytes(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ def events(data: bytes, short: bool = False) -> list[tuple]:
 
 def test_golden_file_on_disk_is_the_hand_written_bytes() -> None:
     assert (
-        Path(__file__).parent / "golden/token_stream_v1.mxt"
+        Path(__file__).resolve().parents[1] / "golden/token_stream_v1.mxt"
     ).read_bytes() == golden_bytes.TOKEN_STREAM
 
 

@@ -1,6 +1,6 @@
 """Run `matrixctl ARGS` and SIGKILL it at its Nth file-system step (a test driver).
 
-    python -m tests.killpoint N COUNTFILE ARGS...
+    python -m tests.helpers.killpoint N COUNTFILE ARGS...
 
 Every call of the steps a writer takes (open for writing, write through a file object is not
 counted, fsync, mkdir, rename, exchange, rmtree, unlink) counts as one step; at step N the

@@ -47,7 +47,7 @@ def env() -> dict[str, str]:
 
 def killed_at(step: int, countfile: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "tests.killpoint", str(step), str(countfile), *args],
+        [sys.executable, "-m", "tests.helpers.killpoint", str(step), str(countfile), *args],
         cwd=ROOT,
         env=env(),
         capture_output=True,

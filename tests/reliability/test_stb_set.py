@@ -29,7 +29,7 @@ def _digests(folder: Path) -> list[str | None]:
 
 def _killpoint(n: int, countfile: Path, argv: list[str]) -> int:
     res = subprocess.run(
-        [sys.executable, "-m", "tests.killpoint", str(n), str(countfile), *argv],
+        [sys.executable, "-m", "tests.helpers.killpoint", str(n), str(countfile), *argv],
         cwd=ROOT,
         capture_output=True,
         check=False,
