@@ -213,37 +213,91 @@ def _examine_held(
     path: str, *, scan: bool, describe: bool, fmt: str | None, ids: Any = None
 ) -> tuple[FileReport, dict[str, Any] | None]:
     """A folder is read through one directory handle (Linux: /proc/self/fd/N), so a folder
-    renamed over the path while it is read does not mix members of two versions."""
-    if path == "-" or not os.path.isdir("/proc/self/fd") or not os.path.isdir(path):
+    renamed over the path while it is read does not mix members of two versions. A version
+    replaced (and perhaps deleted) during the read is read again, the new one through a handle
+    of its own, up to 200 times: a writer that replaces a pack every few milliseconds still
+    leaves a reader a whole version, never a mix or a false finding."""
+    if path == "-" or not os.path.isdir("/proc/self/fd"):
+        return _examine(path, scan=scan, describe=describe, fmt=fmt, ids=ids)
+    fd = _open_folder(path)
+    if fd < 0:
         return _examine(path, scan=scan, describe=describe, fmt=fmt, ids=ids)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return _examine(path, scan=scan, describe=describe, fmt=fmt, ids=ids)
-    try:
-        for _attempt in range(20):
-            report, desc = _examine(
-                f"/proc/self/fd/{fd}", scan=scan, describe=describe, fmt=fmt, ids=ids
-            )
-            held = os.fstat(fd)
+        for attempt in range(200):
+            failure: MatrixError | OSError | None = None
             try:
-                now = os.stat(path)
-            except OSError:
+                report, desc = _examine(
+                    f"/proc/self/fd/{fd}", scan=scan, describe=describe, fmt=fmt, ids=ids
+                )
+            except (MatrixError, OSError) as exc:  # a member gone with a deleted version?
+                failure = exc
+            held = os.fstat(fd)
+            now = _stat_when_back(path)
+            if now is None or (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                if failure is not None:
+                    raise failure
                 break
-            if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
-                break
+            if failure is not None and attempt == 199:
+                raise failure
             # Replaced while it was read (and the old version may be being deleted): read the
             # new one, through a handle of its own.
             os.close(fd)
-            fd = -1
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        pass
+            fd = _open_folder(path)
+            if fd < 0:  # gone for good: what was read belongs to a version that is gone
+                return _examine(path, scan=scan, describe=describe, fmt=fmt, ids=ids)
     finally:
         if fd >= 0:
             os.close(fd)
     report.path = path
     return report, desc
+
+
+def _open_folder(path: str) -> int:
+    """A handle on the folder at `path`, waiting out the moment between a replacement's two
+    renames (the path missing while a temporary name of it exists); -1 if it is no folder."""
+    import time
+
+    for _attempt in range(400):
+        if os.path.isdir(path):
+            try:
+                return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            except OSError:
+                pass
+        if os.path.lexists(path) and not os.path.isdir(path):
+            return -1
+        if not os.path.lexists(path) and not _temp_names_of(path):
+            return -1
+        time.sleep(0.005)
+    return -1
+
+
+def _temp_names_of(path: str) -> bool:
+    """Whether the folder holds a temporary name of this path (`.NAME.*.tmp`): a writer may be
+    replacing it, so a moment's absence is worth waiting out."""
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    base = os.path.basename(os.path.abspath(path))
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    return any(n.startswith(f".{base}.") and n.endswith(".tmp") for n in names)
+
+
+def _stat_when_back(path: str, wait: float = 2.0) -> os.stat_result | None:
+    """The path's stat; a path caught between a replacement's two renames (missing for a
+    moment) is waited for, up to `wait` seconds. None if it stays missing."""
+    import time
+
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return os.stat(path)
+        except FileNotFoundError:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.005)
+        except OSError:
+            return None
 
 
 def _swap_in_progress(path: str) -> bool:
