@@ -169,7 +169,6 @@ def _split_ranges(
     it and cutting it at line ends, and yields where each piece's bytes are. A source that
     is not JSON Lines yields None (the caller hands it out whole); a large Parquet file
     yields its row-group pieces (read by path in the workers)."""
-    from matrixctl.ingest import inputs
 
     try:
         raw = open(sf.path, "rb")  # noqa: SIM115 - closed below, after the last piece
@@ -179,18 +178,7 @@ def _split_ranges(
         try:
             ident = _identity(os.fstat(raw.fileno()))
             reader = extract.HashingReader(raw)
-            head = inputs.read_head(reader, extract.SNIFF)
-            stream: Any = inputs.Prefixed(head, reader)
-            compression = inputs.sniff_compression(head)
-            name = extract.strip_compression(sf.path)
-            dec = None
-            if compression is not None:
-                buffered, dec = inputs.decompressing(stream, compression, sf.recorded)
-                head = inputs.read_head(buffered, extract.SNIFF)
-                stream = inputs.Prefixed(head, buffered)
-            kind, stream = extract.detect_kind(
-                head, name, stream, state.opts.max_doc, state.opts.input_kind
-            )
+            kind, stream, compression, dec = pipeline.sniff_input(sf, reader, state)
             if kind == "parquet" and compression is None:
                 yield from pipeline._split_parquet(sf, size)
                 return

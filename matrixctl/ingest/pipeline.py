@@ -546,6 +546,32 @@ def _split_parquet(sf: SourceFile, size: int) -> Iterator[Piece]:
         yield piece
 
 
+def sniff_input(
+    sf: SourceFile, reader: Any, state: WorkerState
+) -> tuple[str, Any, str | None, Any]:
+    """The input's kind and a stream of its (decompressed) bytes, head included: compression by
+    magic, then the kind by content with the name as a hint. Returns (kind, stream,
+    compression or None, decompressor or None)."""
+    from matrixctl.ingest import inputs
+
+    head = inputs.read_head(reader, extract.SNIFF)
+    stream: Any = inputs.Prefixed(head, reader)
+    compression = inputs.sniff_compression(head)
+    dec = None
+    if compression is not None:
+        buffered, dec = inputs.decompressing(stream, compression, sf.recorded)
+        head = inputs.read_head(buffered, extract.SNIFF)
+        stream = inputs.Prefixed(head, buffered)
+    kind, stream = extract.detect_kind(
+        head,
+        extract.strip_compression(sf.path),
+        stream,
+        state.opts.max_doc,
+        state.opts.input_kind,
+    )
+    return kind, stream, compression, dec
+
+
 def split_file(
     sf: SourceFile,
     state: WorkerState,
@@ -562,7 +588,6 @@ def split_file(
     checked by it). `ranged=True` cuts a file as stored (not compressed, not stdin) into
     byte ranges without their bytes: the worker reads its range itself, so the bytes cross
     no pipe and this process only hashes and cuts."""
-    from matrixctl.ingest import inputs
 
     size = size or PIECE_BYTES
     try:
@@ -572,18 +597,7 @@ def split_file(
     with opened as raw:
         reader = extract.HashingReader(raw)
         try:
-            head = inputs.read_head(reader, extract.SNIFF)
-            stream: Any = inputs.Prefixed(head, reader)
-            compression = inputs.sniff_compression(head)
-            name = extract.strip_compression(sf.path)
-            dec = None
-            if compression is not None:
-                buffered, dec = inputs.decompressing(stream, compression, sf.recorded)
-                head = inputs.read_head(buffered, extract.SNIFF)
-                stream = inputs.Prefixed(head, buffered)
-            kind, stream = extract.detect_kind(
-                head, name, stream, state.opts.max_doc, state.opts.input_kind
-            )
+            kind, stream, compression, dec = sniff_input(sf, reader, state)
             if kind == "parquet" and compression is None and sf.path != "-":
                 yield from _split_parquet(sf, size)
                 return

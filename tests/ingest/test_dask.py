@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.cli import ROOT, run_cli, run_sub
+from tests.helpers.cli import ROOT, Run, run_cli, run_sub
 
 distributed = pytest.importorskip(
     "distributed", reason="the dask extra is not installed (pip install 'matrixctl[dask]')"
@@ -103,20 +103,7 @@ def test_local_cluster_builds_the_local_pack(cluster, small, tmp_path: Path) -> 
     lc, _ = cluster
     src, expected = small
     out = tmp_path / "pack"
-    run = run_cli(
-        "ingest",
-        "docs",
-        str(src),
-        "-o",
-        str(out),
-        "--executor",
-        "dask",
-        "--scheduler",
-        lc.scheduler_address,
-        "-j",
-        "2",
-        "--json",
-    )
+    run = _ingest_on(lc, src, out, "--json")
     assert run.code == 0, run.stderr
     from tests.cli.test_json_contract import check
 
@@ -211,6 +198,14 @@ def test_worker_sigkilled_mid_task_is_survived(cluster, tmp_path: Path) -> None:
     client.wait_for_workers(2, timeout=60)
 
 
+def _ingest_on(lc, src: Path, out: Path, *extra: str) -> Run:
+    """`ingest docs SRC -o OUT --executor dask` on the test cluster, two workers."""
+    return run_cli(
+        "ingest", "docs", str(src), "-o", str(out),
+        "--executor", "dask", "--scheduler", lc.scheduler_address, "-j", "2", *extra,
+    )  # fmt: skip
+
+
 def _kill_client_after(lc, src: Path, out: Path, done: int) -> None:
     proc = _popen(
         "ingest",
@@ -251,21 +246,7 @@ def test_killed_client_resumes_reusing_staged_units(cluster, tmp_path: Path) -> 
     assert run_cli("ingest", "docs", str(src), "-o", str(local)).code == 0
     out = tmp_path / "pack"
     _kill_client_after(lc, src, out, 3)
-    run = run_cli(
-        "ingest",
-        "docs",
-        str(src),
-        "-o",
-        str(out),
-        "--executor",
-        "dask",
-        "--scheduler",
-        lc.scheduler_address,
-        "-j",
-        "2",
-        "--resume",
-        "--json",
-    )
+    run = _ingest_on(lc, src, out, "--resume", "--json")
     assert run.code == 0, run.stderr
     ex = json.loads(run.out)["executor"]
     assert ex["reused"] >= 3
@@ -296,21 +277,7 @@ def test_corrupt_staged_units_are_redone(cluster, tmp_path: Path) -> None:
 
     for record in records:
         assert load_unit(str(staging), record.stem) is None
-    run = run_cli(
-        "ingest",
-        "docs",
-        str(src),
-        "-o",
-        str(out),
-        "--executor",
-        "dask",
-        "--scheduler",
-        lc.scheduler_address,
-        "-j",
-        "2",
-        "--resume",
-        "--json",
-    )
+    run = _ingest_on(lc, src, out, "--resume", "--json")
     assert run.code == 0, run.stderr
     ex = json.loads(run.out)["executor"]
     assert ex["redone"] >= 3
@@ -325,19 +292,7 @@ def test_bad_input_fails_once_with_the_local_error(cluster, tmp_path: Path) -> N
     local = run_cli("ingest", "docs", str(src), "-o", str(tmp_path / "local"))
     out = tmp_path / "pack"
     before = client.run_on_scheduler(_attempts)
-    run = run_cli(
-        "ingest",
-        "docs",
-        str(src),
-        "-o",
-        str(out),
-        "--executor",
-        "dask",
-        "--scheduler",
-        lc.scheduler_address,
-        "-j",
-        "2",
-    )
+    run = _ingest_on(lc, src, out)
     assert local.code == 1 and "INGEST_UTF8" in local.stderr, local.stderr
     assert run.code == local.code
     assert run.stderr == local.stderr
