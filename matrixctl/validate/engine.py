@@ -271,16 +271,16 @@ def _open_folder(path: str) -> int:
     return -1
 
 
-def _temp_names_of(path: str) -> bool:
-    """Whether the folder holds a temporary name of this path (`.NAME.*.tmp`): a writer may be
-    replacing it, so a moment's absence is worth waiting out."""
+def _temp_names_of(path: str) -> list[str]:
+    """The temporary names of this path in its folder (`.NAME.*.tmp`): while one exists, a
+    writer may be replacing it, so a moment's absence is worth waiting out."""
     folder = os.path.dirname(os.path.abspath(path)) or "."
     base = os.path.basename(os.path.abspath(path))
     try:
         names = os.listdir(folder)
     except OSError:
-        return False
-    return any(n.startswith(f".{base}.") and n.endswith(".tmp") for n in names)
+        return []
+    return [n for n in names if n.startswith(f".{base}.") and n.endswith(".tmp")]
 
 
 def _stat_when_back(path: str, wait: float = 2.0) -> os.stat_result | None:
@@ -305,16 +305,14 @@ def _swap_in_progress(path: str) -> bool:
     replacement is between its two renames."""
     if path == "-" or os.path.lexists(path):
         return False
-    folder = os.path.dirname(os.path.abspath(path)) or "."
-    base = os.path.basename(os.path.abspath(path))
-    try:
-        names = os.listdir(folder)
-    except OSError:
+    temps = _temp_names_of(path)
+    if not temps:
         return False
     from matrixctl.io import stale_temps
 
+    folder = os.path.dirname(os.path.abspath(path)) or "."
     dead = {os.path.basename(p) for p, _pid in stale_temps(folder)}
-    return any(n.startswith(f".{base}.") and n.endswith(".tmp") and n not in dead for n in names)
+    return any(n not in dead for n in temps)
 
 
 def _stale_findings(folder: str) -> list[Finding]:
