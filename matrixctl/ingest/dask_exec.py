@@ -56,7 +56,7 @@ INGEST_DASK_CLUSTER = codes.define(
     "The Dask cluster could not be reached or started, or lost the build's tasks.",
     group="ingest",
 )
-SCHEMA = "matrixctl-dask-unit/2"
+SCHEMA = "matrixctl-dask-unit/3"
 ENV_SCHEDULER = "DASK_SCHEDULER_ADDRESS"
 UNIT_MAX_BYTES = 8 << 20  # a Dask unit: up to this many input bytes (local: 4 MiB)...
 UNITS_PER_JOB = 8  # ...aiming at this many units per worker (local: 32)
@@ -199,48 +199,54 @@ def _cut_file(
     sf: SourceFile, raw: Any, size: int, max_doc: int, ident: Identity
 ) -> Iterator[RangePiece]:
     """The range pieces of one stored JSON Lines file: whole lines, about `size` bytes each,
-    from one pass over the file into one reused buffer (hashed, line ends counted, no copy)."""
+    from one pass over the file into two buffers in turn. Each read is hashed on a helper
+    thread (hashlib releases the GIL) while this one finds its last line end and reads the
+    next; lines are not counted here (a pass over every byte on the client): each worker
+    counts its piece's lines from 0 (`first_line` -1) and the writer adds the lines before it,
+    as for local `--jobs N`."""
+    from concurrent.futures import ThreadPoolExecutor
+
     sha = hashlib.sha256()
-    buf = bytearray(size)
-    view = memoryview(buf)
-    pos = start = lines = newlines = index = 0  # newlines: between start and the last cut
-    cut = 0  # the end of the last whole line read
+    bufs = [bytearray(size), bytearray(size)]
+    hashing: list[Any] = [None, None]  # the hash of each buffer's last read, in flight
+    pos = start = index = reads = 0
     pending: RangePiece | None = None
-
-    def piece(end: int, count: int) -> RangePiece:
-        p = pipeline.Piece(
-            f"{sf.ordinal}:{start}-{end}", sf, index, start, lines, count, b"", "", pos
-        )
-        return RangePiece(p, sf.path, start, end - start, ident, ident)
-
     raw.seek(0)
-    while n := raw.readinto(view):
-        sha.update(view[:n])
-        nl = buf.rfind(b"\n", 0, n)
-        if nl < 0:
-            pos += n
-            if pos - cut > max_doc + 1:
-                line = lines + newlines + 1
-                raise FormatError(
-                    extract.INGEST_TOO_LARGE,
-                    f"line {line} is longer than --max-doc-size ({max_doc:,} bytes)",
-                    path=sf.recorded,
-                    offset=cut,
-                    field=f"line {line}",
-                )
-            continue
-        newlines += buf.count(b"\n", 0, n)
-        cut = pos + nl + 1
-        pos += n
-        if pending is not None:
-            yield pending
-        pending = piece(cut, newlines)
-        index += 1
-        start, lines, newlines = cut, lines + newlines, 0
-    if pos > start or pending is None:  # a last line without its line end
-        if pending is not None:
-            yield pending
-        pending = piece(pos, 0)
+    with ThreadPoolExecutor(1, thread_name_prefix="matrixctl-hash") as hasher:
+        while True:
+            which = reads % 2
+            reads += 1
+            buf = bufs[which]
+            if hashing[which] is not None:
+                hashing[which].result()  # its last read is hashed: the buffer is free
+            view = memoryview(buf)
+            n = raw.readinto(view)
+            if n:
+                hashing[which] = hasher.submit(sha.update, view[:n])
+                newline = buf.rfind(b"\n", 0, n)
+                pos += n
+                if newline < 0:
+                    if pos - start > max_doc + 1:
+                        line = pipeline._lines_before(sf, start) + 1
+                        raise pipeline._too_long(sf, line, start, max_doc)
+                    continue
+                end = pos - n + newline + 1
+            else:
+                end = pos
+                if end == start and pending is not None:
+                    break
+            p = pipeline.Piece(f"{sf.ordinal}:{start}-{end}", sf, index, start, -1, -1, b"", "", pos)
+            if pending is not None:
+                yield pending
+            pending = RangePiece(p, sf.path, start, end - start, ident, ident)
+            index += 1
+            start = end
+            if not n:
+                break
+        for future in hashing:
+            if future is not None:
+                future.result()
+    assert pending is not None
     if _identity(os.fstat(raw.fileno())) != ident or _identity(os.stat(sf.path)) != ident:
         raise _changed(sf.recorded)
     last = pending.piece
@@ -450,18 +456,6 @@ def _worker_state(state_key: str, state_path: str) -> pipeline.WorkerState:
     return state
 
 
-def _token_chunks(res: pipeline.FileResult, dtype: str) -> Iterator[Any]:
-    """A result's tokens in the pack's dtype, in pieces of bounded size."""
-    import numpy as np
-
-    if res.ids is not None:
-        yield np.ascontiguousarray(res.ids, dtype=dtype)
-    elif res.spill_ids is not None:
-        with open(res.spill_ids, "rb") as fp:
-            while block := fp.read(16 << 20):
-                yield np.frombuffer(block, dtype="<u4").astype(dtype)
-
-
 def _record_blocks(res: pipeline.FileResult) -> Iterator[bytes]:
     import numpy as np
 
@@ -485,36 +479,48 @@ RESULT_FIELDS = (
     "empty_documents",
     "skipped_records",
     "tokens",
+    "lines",
 )
 
 
 def _stage(
     results: list[pipeline.FileResult], unit: Unit, key: str, staging: str, work: str, dtype: str
 ) -> dict[str, Any]:
-    """Write a unit's results file and completion record; return the record."""
-    from matrixctl.crc import crc32
+    """Write a unit's tokens file, records file and completion record; return the record.
 
-    tmp = os.path.join(work, "results")
+    The tokens are already in files in the pack's dtype, each with its count, largest id and
+    CRC-32 computed as it was written (the local workers' `direct` mode, `pipeline._Acc`): a
+    unit of one result renames its file into place; several results' files are copied into
+    one inside the kernel. No token is read again here."""
+    from matrixctl.crc import crc32
+    from matrixctl.io import copy_file_range_all
+
+    width = 2 if dtype == "<u2" else 4
     entries: list[dict[str, Any]] = []
+    first = results[0].raw_ids if len(results) == 1 else None
+    tokens = first or os.path.join(work, "tokens")
     pos = 0
-    with open(tmp, "wb") as fp:
+    with contextlib.ExitStack() as stack:
+        out = None if first else stack.enter_context(open(tokens, "wb"))
         for res in results:
-            crc, top, start = 0, -1, pos
-            for chunk in _token_chunks(res, dtype):
-                if chunk.size:
-                    crc = crc32(chunk, crc)
-                    top = max(top, int(chunk.max()))
-                    fp.write(chunk)
-                    pos += chunk.nbytes
-            entries.append({"ids": [start, pos - start, top, crc]})
+            nbytes = res.raw_count * width if res.raw_ids else 0
+            if res.raw_ids and out is not None:
+                with open(res.raw_ids, "rb") as src:
+                    copy_file_range_all(src.fileno(), 0, nbytes, out.fileno())
+            entries.append({"ids": [pos, nbytes, res.raw_max, res.raw_crc if nbytes else 0]})
+            pos += nbytes
+    records = os.path.join(work, "records")
+    rpos = 0
+    with open(records, "wb") as fp:
         for res, entry in zip(results, entries, strict=True):
-            crc, start = 0, pos
+            crc, start = 0, rpos
             for block in _record_blocks(res):
                 crc = crc32(block, crc)
                 fp.write(block)
-                pos += len(block)
-            entry["records"] = [start, pos - start, crc]
-    os.replace(tmp, os.path.join(staging, f"{key}.results"))
+                rpos += len(block)
+            entry["records"] = [start, rpos - start, crc]
+    os.replace(tokens, os.path.join(staging, f"{key}.tokens"))
+    os.replace(records, os.path.join(staging, f"{key}.records"))
     for res, entry in zip(results, entries, strict=True):
         sf = res.source
         entry["source"] = [sf.ordinal, sf.path, sf.recorded, sf.size, sf.named]
@@ -530,7 +536,10 @@ def _stage(
         "unit": _describe(unit)[0],
         "key": key,
         "dtype": dtype,
-        "size": pos,
+        # Where the tokens are: (file in the staging folder, offset, bytes). The client moves
+        # this to its copy in a pack's atom file once merged (see DaskWorkers._merged).
+        "tokens": [f"{key}.tokens", 0, pos],
+        "records": rpos,
         "files": entries,
     }
     _write_whole(os.path.join(staging, f"{key}.done"), json.dumps(record).encode())
@@ -555,6 +564,7 @@ def run_unit(
     gc.disable()
     try:
         state.spill_dir = work
+        state.direct = True  # tokens to files in the pack's dtype as they come (see _stage)
         try:
             if isinstance(unit, RangePiece):
                 piece = dataclasses.replace(unit.piece, data=read_range(unit))
@@ -587,13 +597,19 @@ def load_unit(
     staging: str, key: str, record: dict[str, Any] | None = None
 ) -> list[pipeline.FileResult] | None:
     """A staged unit's results if its completion record (read from the staging folder when
-    not given) parses and its results file matches it (size, and the CRC-32 of every extent),
-    else None. The tokens stay in the file: each result names its extent (`staged_ids`)."""
+    not given) parses and its tokens and records match it (the CRC-32 of every extent), else
+    None. The tokens stay in their file: each result names its extent (`staged_ids`)."""
+    loaded = _load(staging, key, record)
+    return None if loaded is None else loaded[1]
+
+
+def _load(
+    staging: str, key: str, record: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], list[pipeline.FileResult]] | None:
     import numpy as np
 
     from matrixctl.crc import crc32
 
-    path = os.path.join(staging, f"{key}.results")
     try:
         if record is None:
             with open(os.path.join(staging, f"{key}.done"), "rb") as fp:
@@ -602,43 +618,56 @@ def load_unit(
             return None
         if record.get("key") != key:
             return None
-        dtype, size = record["dtype"], record["size"]
-        if dtype not in ("<u2", "<u4") or not isinstance(size, int):
+        dtype = record["dtype"]
+        name, base, size = record["tokens"]
+        rsize = record["records"]
+        if (
+            dtype not in ("<u2", "<u4")
+            or not isinstance(name, str)
+            or os.path.basename(name) != name
+            or not all(isinstance(v, int) and v >= 0 for v in (base, size, rsize))
+        ):
+            return None
+        path = os.path.join(staging, name)
+        with open(os.path.join(staging, f"{key}.records"), "rb") as fp:
+            recs_data = fp.read(rsize + 1)
+        if len(recs_data) != rsize:
             return None
         results: list[pipeline.FileResult] = []
-        with open(path, "rb") as fp:
-            if os.fstat(fp.fileno()).st_size != size:
-                return None
-            mm = mmap.mmap(fp.fileno(), 0, access=mmap.ACCESS_READ) if size else None
-            try:
-                view = memoryview(mm) if mm is not None else memoryview(b"")
+        with contextlib.ExitStack() as stack:
+            view = memoryview(b"")
+            if size:
+                fp = stack.enter_context(open(path, "rb"))
+                if os.fstat(fp.fileno()).st_size < base + size:
+                    return None
+                at = base - base % mmap.ALLOCATIONGRANULARITY
+                mm = stack.enter_context(
+                    mmap.mmap(fp.fileno(), base + size - at, access=mmap.ACCESS_READ, offset=at)
+                )
+                view = stack.enter_context(memoryview(mm))[base - at :]
+            with view:
                 for entry in record["files"]:
                     start, nbytes, _, crc = entry["ids"]
                     rstart, rbytes, rcrc = entry["records"]
                     if (
                         min(start, nbytes, rstart, rbytes) < 0
                         or start + nbytes > size
-                        or rstart + rbytes > size
+                        or rstart + rbytes > rsize
                         or rbytes % RECORD
                         or crc32(view[start : start + nbytes]) != crc
-                        or crc32(view[rstart : rstart + rbytes]) != rcrc
+                        or crc32(recs_data[rstart : rstart + rbytes]) != rcrc
                     ):
                         return None
-                    res = _result(entry, path, dtype)
-                    recs = np.frombuffer(view[rstart : rstart + rbytes], dtype="<u8")
+                    res = _result(entry, path, base, dtype)
+                    recs = np.frombuffer(recs_data, dtype="<u8", count=rbytes // 8, offset=rstart)
                     res.records = recs.reshape(-1, 2).tolist()  # type: ignore[assignment]
-                    del recs
                     results.append(res)
-                view.release()
-            finally:
-                if mm is not None:
-                    mm.close()
     except (OSError, ValueError, KeyError, TypeError, AttributeError, BufferError):
         return None
-    return results
+    return record, results
 
 
-def _result(entry: dict[str, Any], path: str, dtype: str) -> pipeline.FileResult:
+def _result(entry: dict[str, Any], path: str, base: int, dtype: str) -> pipeline.FileResult:
     ordinal, src_path, recorded, size, named = entry["source"]
     sf = SourceFile(ordinal, src_path, recorded, size, named)
     res = pipeline.FileResult(sf, "")
@@ -652,7 +681,7 @@ def _result(entry: dict[str, Any], path: str, dtype: str) -> pipeline.FileResult
         )
     start, nbytes, top, crc = entry["ids"]
     if nbytes:
-        res.staged_ids = (path, start, nbytes, dtype, top, crc)
+        res.staged_ids = (path, base + start, nbytes, dtype, top, crc)
     return res
 
 
@@ -782,17 +811,18 @@ class DaskWorkers:
             submit(unit)
             if len(window) >= limit:
                 break
+        link, at = self._link_atoms(spill_dir)
         while window:
             key, unit, future = window.popleft()
-            staged = None
+            loaded = None
             if future is None:
-                staged = load_unit(self.staging, key)
-                if staged is not None:
+                loaded = _load(self.staging, key)
+                if loaded is not None:
                     self.reused += 1
                 else:  # a record or file that does not check out: the unit is redone
                     future = task(unit, key)
             if future is not None:
-                staged = self._collect(key, future)
+                loaded = self._collect(key, future)
                 self.redone += 1
             if isinstance(unit, RangePiece) and unit.path != unit.piece.source.path:
                 with contextlib.suppress(OSError):
@@ -800,14 +830,63 @@ class DaskWorkers:
             nxt = next(pending, None)
             if nxt is not None:
                 submit(nxt)
-            assert staged is not None
+            assert loaded is not None
+            record, staged = loaded
             yield from staged
+            # The writer asks for the next result only once it has copied these: the unit's
+            # tokens are now in the pack's atom file too (which the staging folder links).
+            size = record["tokens"][2]
+            if link is not None:
+                self._merged(key, record, link, at)
+            at += size
         self.ok = True
 
-    def _collect(self, key: str, future: Any) -> list[pipeline.FileResult]:
+    def _link_atoms(self, spill_dir: str) -> tuple[str | None, int]:
+        """Hard-link the pack's atom file, still being written, into the staging folder; and
+        the offset where the next unit's tokens go in it. Each merged unit's record then names
+        its tokens' copy in that file, and its own tokens file is removed at once: the page
+        cache holds every token once (in the pack) instead of twice until the end, and a
+        build resumed after its client was killed still finds the merged units' tokens, in
+        the killed build's atom file (whose own folder the next build removes). Without hard
+        links (some file systems) the tokens files stay until the build ends."""
+        from matrixctl.formats import ingest_pack, matrix_atom
+
+        atoms = os.path.join(os.path.dirname(os.path.abspath(spill_dir)), ingest_pack.ATOMS)
+        link = f"atoms-{uuid.uuid4().hex}.bin"
+        try:
+            os.link(atoms, os.path.join(self.staging, link))
+        except OSError:
+            return None, matrix_atom.HEADER_SIZE
+        return link, matrix_atom.HEADER_SIZE
+
+    def _merged(self, key: str, record: dict[str, Any], link: str, at: int) -> None:
+        """Point a merged unit's record at its tokens in the atom file (`link`, offset `at`),
+        then drop its tokens file. A record pointing at the wrong bytes only costs a redo:
+        every extent is checked by its CRC-32 before use (load_unit)."""
+        name, _, size = record["tokens"]
+        if name == link:
+            return
+        moved = dict(record, tokens=[link, at, size])
+        _write_whole(os.path.join(self.staging, f"{key}.done"), json.dumps(moved).encode())
+        if name == f"{key}.tokens":
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.staging, name))
+
+    def _collect(
+        self, key: str, future: Any
+    ) -> tuple[dict[str, Any], list[pipeline.FileResult]]:
         distributed = self.distributed
         killed = getattr(distributed, "KilledWorker", None) or distributed.scheduler.KilledWorker
         try:
+            # The task's record is also in the staging folder: read from there once the task
+            # is done, it costs no fetch from the worker through the scheduler. Only a unit
+            # whose record is missing or does not check out (a bad input's error, a staging
+            # folder the client does not see) asks for the task's result.
+            distributed.wait(future)
+            if future.status == "finished":
+                loaded = _load(self.staging, key)
+                if loaded is not None:
+                    return loaded
             status, payload = future.result()
         except (killed, distributed.client.FutureCancelledError, OSError, TimeoutError) as exc:
             raise InputError(
@@ -819,8 +898,8 @@ class DaskWorkers:
         if status == "error":
             self.input_error = True
             pipeline._reraise(payload)
-        staged = load_unit(self.staging, key, payload)
-        if staged is None:
+        loaded = _load(self.staging, key, payload)
+        if loaded is None:
             raise InputError(
                 INGEST_DASK_CLUSTER,
                 f"unit {key} reported done but its staged results do not check out",
@@ -828,7 +907,7 @@ class DaskWorkers:
                 hint="the staging folder must be on a file system shared by every worker "
                 "and this client (docs/scale-out.md)",
             )
-        return staged
+        return loaded
 
     def report(self) -> dict[str, Any]:
         return {

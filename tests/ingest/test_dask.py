@@ -265,10 +265,10 @@ def test_corrupt_staged_units_are_redone(cluster, tmp_path: Path) -> None:
     _kill_client_after(lc, src, out, 4)
     staging = _staging(out)
     records = sorted(staging.glob("*.done"))[:3]
-    # A completion record that does not parse, a results file with one byte changed, and a
-    # results file without its record (what a worker killed between the two leaves behind).
+    # A completion record that does not parse, a records file with one byte changed, and
+    # staged files without their record (what a worker killed between the two leaves behind).
     records[0].write_bytes(records[0].read_bytes()[:-5])
-    results = records[1].with_suffix(".results")
+    results = records[1].with_suffix(".records")
     data = bytearray(results.read_bytes())
     data[len(data) // 2] ^= 0xFF
     results.write_bytes(bytes(data))
@@ -442,13 +442,14 @@ def test_range_pieces_cover_the_file_in_whole_lines(tmp_path: Path, monkeypatch)
     data = _big_jsonl(src)
     units = list(_plan(src, tmp_path / "staging"))
     assert len(units) > 4 and all(isinstance(u, dask_exec.RangePiece) for u in units)
-    pos = lines = 0
-    for u in units:
-        assert u.path == str(src) and u.offset == pos and u.piece.first_line == lines
+    pos = 0
+    for index, u in enumerate(units):
+        assert u.path == str(src) and u.offset == pos and u.piece.index == index
+        # Lines are counted by the worker, from 0 (the writer adds the lines before it).
+        assert u.piece.first_line == -1
         got = dask_exec.read_range(u)
         assert got == data[pos : pos + u.length] and got.endswith(b"\n")
         pos += u.length
-        lines += got.count(b"\n")
     assert pos == len(data)
     assert units[-1].piece.last and not any(u.piece.last for u in units[:-1])
     assert units[-1].piece.file_sha256 == "sha256:" + hashlib.sha256(data).hexdigest()
