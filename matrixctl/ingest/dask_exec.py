@@ -58,8 +58,9 @@ INGEST_DASK_CLUSTER = codes.define(
 )
 SCHEMA = "matrixctl-dask-unit/3"
 ENV_SCHEDULER = "DASK_SCHEDULER_ADDRESS"
-UNIT_MAX_BYTES = 8 << 20  # a Dask unit: up to this many input bytes (local: 4 MiB)...
+UNIT_MAX_BYTES = int(os.environ.get("XX_UNIT_MB", "8")) << 20  # a Dask unit: up to this many input bytes (local: 4 MiB)...
 UNITS_PER_JOB = 8  # ...aiming at this many units per worker (local: 32)
+READ_BYTES = 8 << 20  # the client reads a JSON Lines file it cuts in reads of this size
 RECORD = 16  # bytes of one staged document record: length, item (<u8 each)
 
 Identity = tuple[int, int, int]  # size, mtime_ns, inode
@@ -207,9 +208,11 @@ def _cut_file(
     from concurrent.futures import ThreadPoolExecutor
 
     sha = hashlib.sha256()
-    bufs = [bytearray(size), bytearray(size)]
+    chunk = min(size, READ_BYTES)  # a piece spans whole reads: its end is the last line end
+    bufs = [bytearray(chunk), bytearray(chunk)]  # of the read that takes it to `size` bytes
     hashing: list[Any] = [None, None]  # the hash of each buffer's last read, in flight
     pos = start = index = reads = 0
+    last = 0  # the end of the last whole line read
     pending: RangePiece | None = None
     raw.seek(0)
     with ThreadPoolExecutor(1, thread_name_prefix="matrixctl-hash") as hasher:
@@ -225,12 +228,14 @@ def _cut_file(
                 hashing[which] = hasher.submit(sha.update, view[:n])
                 newline = buf.rfind(b"\n", 0, n)
                 pos += n
-                if newline < 0:
-                    if pos - start > max_doc + 1:
-                        line = pipeline._lines_before(sf, start) + 1
-                        raise pipeline._too_long(sf, line, start, max_doc)
+                if newline >= 0:
+                    last = pos - n + newline + 1
+                elif pos - last > max_doc + 1:
+                    line = pipeline._lines_before(sf, last) + 1
+                    raise pipeline._too_long(sf, line, last, max_doc)
+                if pos - start < size or last == start:
                     continue
-                end = pos - n + newline + 1
+                end = last
             else:
                 end = pos
                 if end == start and pending is not None:
@@ -454,6 +459,16 @@ def _worker_state(state_key: str, state_path: str) -> pipeline.WorkerState:
         _WORKER_STATES.clear()
         _WORKER_STATES[state_key] = state
     return state
+
+
+def _prime_state(state_key: str, state: pipeline.WorkerState) -> None:
+    """In the client, before it forks its own cluster's workers: the state of this build with
+    its tokenizer, as `_worker_state` would build it in each worker."""
+    from matrixctl.tokenizers import pi
+
+    assert state.smap is not None
+    _WORKER_STATES.clear()
+    _WORKER_STATES[state_key] = dataclasses.replace(state, tok=pi.Tokenizer(state.smap))
 
 
 def _record_blocks(res: pipeline.FileResult) -> Iterator[bytes]:
@@ -745,28 +760,6 @@ class DaskWorkers:
         self.cluster: Any = None
         address = scheduler or os.environ.get(ENV_SCHEDULER) or None
         self.address = address
-        try:
-            if address is None:
-                self.cluster = _local_cluster(distributed, jobs)
-                self.client = distributed.Client(self.cluster)
-            else:
-                self.client = distributed.Client(address, timeout="30s")
-        except (OSError, TimeoutError, ValueError) as exc:
-            self._shutdown()
-            raise InputError(
-                INGEST_DASK_CLUSTER,
-                f"cannot reach the Dask scheduler: {exc}",
-                path=address or "LocalCluster",
-                hint="start one with `dask scheduler` or leave out --scheduler",
-            ) from None
-        # This process lives for one build: what it holds now (distributed, the cluster, the
-        # symbol map) stays to the end, so the collector need not walk it again and again.
-        import gc
-
-        gc.freeze()
-        if not resume and os.path.isdir(self.staging):
-            shutil.rmtree(self.staging)
-        os.makedirs(self.staging, exist_ok=True)
         tok, state.tok = state.tok, None
         try:
             blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
@@ -775,6 +768,34 @@ class DaskWorkers:
         # The workers read the state (the symbol map, about 1 MB, and the options) from the
         # staging folder once each: the tasks carry only its path and hash.
         self.state_key = hashlib.sha256(blob).hexdigest()
+        import gc
+
+        if address is None:
+            # The own cluster's workers are forked from this process: they inherit the state
+            # with its tokenizer, built once here, and start their first unit at once.
+            _prime_state(self.state_key, state)
+        # This process lives for one build: what it holds now (distributed, the symbol map)
+        # stays to the end, so the collector need not walk it again and again; frozen before
+        # the workers are forked, their collectors skip it too (and leave its pages shared).
+        gc.freeze()
+        try:
+            if address is None:
+                self.cluster = _local_cluster(distributed, jobs)
+                self.client = distributed.Client(self.cluster)
+            else:
+                self.client = distributed.Client(address, timeout="30s")
+        except (OSError, TimeoutError, ValueError) as exc:
+            self._shutdown()
+            gc.unfreeze()
+            raise InputError(
+                INGEST_DASK_CLUSTER,
+                f"cannot reach the Dask scheduler: {exc}",
+                path=address or "LocalCluster",
+                hint="start one with `dask scheduler` or leave out --scheduler",
+            ) from None
+        if not resume and os.path.isdir(self.staging):
+            shutil.rmtree(self.staging)
+        os.makedirs(self.staging, exist_ok=True)
         self.state_path = os.path.join(self.staging, f"state-{self.state_key}.pickle")
         _write_whole(self.state_path, blob)
         self.fingerprint = _fingerprint(state)
