@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import mmap
 import os
@@ -807,6 +808,7 @@ class DaskWorkers:
         pending = plan(files, self.state, self.jobs, self.staging)
         workers = len(self.client.scheduler_info().get("workers", {}))
         limit = 4 * max(self.jobs, workers) + 4  # units carry no data: a deep window is cheap
+        batch = max(self.jobs, workers)  # submitted together once this many are merged
 
         def task(unit: Unit, key: str) -> Any:
             _drop_unit(self.staging, key)
@@ -821,17 +823,40 @@ class DaskWorkers:
                 pure=False,
             )
 
-        def submit(unit: Unit) -> None:
-            key = unit_key(self.fingerprint, unit)
-            if self.resume and os.path.exists(os.path.join(self.staging, f"{key}.done")):
-                window.append((key, unit, None))
-            else:
-                window.append((key, unit, task(unit, key)))
+        def submit(units: list[Unit]) -> None:
+            """Append units to the window; those not staged already go to the scheduler in
+            one message (one graph update for the batch)."""
+            entries: list[tuple[str, Unit, bool]] = []  # in unit order: (key, unit, staged)
+            for unit in units:
+                key = unit_key(self.fingerprint, unit)
+                staged = self.resume and os.path.exists(os.path.join(self.staging, f"{key}.done"))
+                if not staged:
+                    _drop_unit(self.staging, key)
+                entries.append((key, unit, staged))
+            todo = [(key, unit) for key, unit, staged in entries if not staged]
+            futures = iter(
+                self.client.map(
+                    run_unit,
+                    [self.state_key] * len(todo),
+                    [self.state_path] * len(todo),
+                    [unit for _, unit in todo],
+                    [key for key, _ in todo],
+                    [self.staging] * len(todo),
+                    key=[f"matrixctl-unit-{key}" for key, _ in todo],
+                    pure=False,
+                )
+                if todo
+                else ()
+            )
+            for key, unit, staged in entries:
+                window.append((key, unit, None if staged else next(futures)))
 
-        for unit in pending:
-            submit(unit)
-            if len(window) >= limit:
-                break
+        def refill(room: int) -> None:
+            units = list(itertools.islice(pending, room))
+            if units:
+                submit(units)
+
+        refill(limit)
         link, at = self._link_atoms(spill_dir)
         while window:
             key, unit, future = window.popleft()
@@ -848,9 +873,8 @@ class DaskWorkers:
             if isinstance(unit, RangePiece) and unit.path != unit.piece.source.path:
                 with contextlib.suppress(OSError):
                     os.unlink(unit.path)  # a decompressed range, read
-            nxt = next(pending, None)
-            if nxt is not None:
-                submit(nxt)
+            if len(window) <= limit - batch:
+                refill(limit - len(window))
             assert loaded is not None
             record, staged = loaded
             yield from staged

@@ -206,7 +206,21 @@ def _ingest_on(lc, src: Path, out: Path, *extra: str) -> Run:
     )  # fmt: skip
 
 
-def _kill_client_after(lc, src: Path, out: Path, done: int) -> None:
+def _merged(staging: Path) -> dict[str, list[Any]]:
+    """The staged units whose record points at their tokens in a pack's atom file: units the
+    client had merged (their own tokens file is gone)."""
+    merged = {}
+    for record in staging.glob("*.done"):
+        try:
+            tokens = json.loads(record.read_bytes())["tokens"]
+        except (OSError, ValueError, KeyError):
+            continue
+        if tokens[0].startswith("atoms-"):
+            merged[record.stem] = tokens
+    return merged
+
+
+def _kill_client_after(lc, src: Path, out: Path, done: int, merged: int = 0) -> None:
     proc = _popen(
         "ingest",
         "docs",
@@ -224,7 +238,9 @@ def _kill_client_after(lc, src: Path, out: Path, done: int) -> None:
 
     def enough() -> bool:
         return proc.poll() is not None or (
-            staging.is_dir() and len(list(staging.glob("*.done"))) >= done
+            staging.is_dir()
+            and len(list(staging.glob("*.done"))) >= done
+            and (not merged or len(_merged(staging)) >= merged)
         )
 
     try:
@@ -251,6 +267,39 @@ def test_killed_client_resumes_reusing_staged_units(cluster, tmp_path: Path) -> 
     ex = json.loads(run.out)["executor"]
     assert ex["reused"] >= 3
     assert ex["reused"] + ex["redone"] == ex["units"]
+    assert _tree(out) == _tree(local)
+    assert not _staging(out).exists()
+
+
+@pytest.mark.slow
+def test_merged_units_resume_from_the_killed_builds_atom_file(cluster, tmp_path: Path) -> None:
+    """Units the killed client had merged keep their tokens only in its pack's atom file,
+    which the staging folder links: the resumed build reuses them from there, checked by
+    their CRC-32; one whose bytes there were changed is redone."""
+    lc, _ = cluster
+    src = _corpus(tmp_path, 150, 12000)
+    local = tmp_path / "local"
+    assert run_cli("ingest", "docs", str(src), "-o", str(local)).code == 0
+    out = tmp_path / "pack"
+    _kill_client_after(lc, src, out, 4, merged=3)
+    staging = _staging(out)
+    merged = _merged(staging)
+    assert len(merged) >= 3
+    assert not any((staging / f"{key}.tokens").exists() for key in merged)
+    key, (atoms, offset, size) = sorted(merged.items())[0]
+    with open(staging / atoms, "r+b") as fp:  # one byte of one merged unit's tokens
+        fp.seek(offset + size // 2)
+        byte = fp.read(1)
+        fp.seek(offset + size // 2)
+        fp.write(bytes([byte[0] ^ 0xFF]))
+    from matrixctl.ingest.dask_exec import load_unit
+
+    assert load_unit(str(staging), key) is None
+    assert all(load_unit(str(staging), k) is not None for k in merged if k != key)
+    run = _ingest_on(lc, src, out, "--resume", "--json")
+    assert run.code == 0, run.stderr
+    ex = json.loads(run.out)["executor"]
+    assert ex["reused"] >= len(merged) - 1 and ex["redone"] >= 1
     assert _tree(out) == _tree(local)
     assert not _staging(out).exists()
 
