@@ -352,6 +352,24 @@ def test_bad_input_fails_once_with_the_local_error(cluster, tmp_path: Path) -> N
     assert new and all(n == 1 for n in new.values()), new
 
 
+def test_a_bad_line_in_a_later_piece_names_the_files_line(
+    cluster, tmp_path: Path, monkeypatch
+) -> None:
+    """Workers count a piece's lines from 0 (the client does not count them): a bad record
+    deep in a large JSON Lines file still gets the local run's error, with the file's own
+    line number and offset."""
+    lc, _ = cluster
+    _small_units(monkeypatch)
+    src = tmp_path / "big.jsonl"
+    data = _big_jsonl(src).split(b"\n")
+    data[2500] = b'{"text": "broken'
+    src.write_bytes(b"\n".join(data))
+    local = run_cli("ingest", "docs", str(src), "-o", str(tmp_path / "local"))
+    assert local.code == 1 and "line 2501" in local.stderr, local.stderr
+    run = _ingest_on(lc, src, tmp_path / "pack")
+    assert (run.code, run.stderr) == (local.code, local.stderr)
+
+
 def _attempts(dask_scheduler=None) -> dict[str, int]:
     """How often the scheduler sent each unit task to a worker (its transition log)."""
     counts: dict[str, int] = {}
