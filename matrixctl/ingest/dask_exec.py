@@ -9,17 +9,20 @@ identity (size, mtime_ns, inode) before and after the read against what the clie
 decompressed range to the staging folder and the worker reads that file; stdin is first
 spooled to the pack's temporary folder, as for `--jobs N`, and is then a file like any other.
 
-Each task runs the local code (`pipeline.process_file` / `process_piece`) and stages its
-results in the staging folder beside the destination: one results file (every token in the
-pack's dtype, then every document record) under a temporary name, rename, then the
-completion record (JSON: the unit, its key, the extent, CRC-32 and largest id of each file's
-tokens and records), rename, last. The task returns that small record, never tokens. The
-client checks the staged bytes against it (CRC-32, at memory speed) and copies the tokens
-into the pack inside the kernel (`copy_file_range`), in unit order, through the same ordered
-writer as a local run, so the pack is byte-identical to `--jobs 1`. Nothing is fsync'd: as
-every staged byte is checked before use, a unit torn by a crash is redone, not trusted.
-`--resume` reuses every unit whose record parses and whose results file matches it;
-anything else is redone (see docs/scale-out.md).
+Each task runs the local code (`pipeline.process_file` / `process_piece`, the workers'
+`direct` mode: tokens go to a file in the pack's dtype as they come, with their CRC-32 and
+largest id) and stages its results in the staging folder beside the destination: the tokens
+file (renamed into place), the records file (every document record), then the completion
+record (JSON: the unit, its key, where its tokens are, the extent, CRC-32 and largest id of
+each file's tokens and records), renamed last. The task returns that small record, never
+tokens; the client reads it from the staging folder once the task is done. The client checks
+the staged bytes against it (CRC-32, at memory speed) and copies the tokens into the pack
+inside the kernel (`copy_file_range`), in unit order, through the same ordered writer as a
+local run, so the pack is byte-identical to `--jobs 1`. A merged unit's record is then pointed
+at its tokens' copy in the pack's atom file (hard-linked into the staging folder) and its own
+tokens file removed. Nothing is fsync'd: as every staged byte is checked before use, a unit
+torn by a crash is redone, not trusted. `--resume` reuses every unit whose record parses and
+whose bytes match it; anything else is redone (see docs/scale-out.md).
 
 `dask` / `distributed` are imported only here, only when this executor is used.
 """
@@ -59,7 +62,7 @@ INGEST_DASK_CLUSTER = codes.define(
 )
 SCHEMA = "matrixctl-dask-unit/3"
 ENV_SCHEDULER = "DASK_SCHEDULER_ADDRESS"
-UNIT_MAX_BYTES = int(os.environ.get("XX_UNIT_MB", "8")) << 20  # a Dask unit: up to this many input bytes (local: 4 MiB)...
+UNIT_MAX_BYTES = 32 << 20  # a Dask unit: up to this many input bytes (local: 4 MiB)...
 UNITS_PER_JOB = 8  # ...aiming at this many units per worker (local: 32)
 READ_BYTES = 8 << 20  # the client reads a JSON Lines file it cuts in reads of this size
 RECORD = 16  # bytes of one staged document record: length, item (<u8 each)
@@ -213,7 +216,7 @@ def _cut_file(
     bufs = [bytearray(chunk), bytearray(chunk)]  # of the read that takes it to `size` bytes
     hashing: list[Any] = [None, None]  # the hash of each buffer's last read, in flight
     pos = start = index = reads = 0
-    last = 0  # the end of the last whole line read
+    line_end = 0  # the end of the last whole line read
     pending: RangePiece | None = None
     raw.seek(0)
     with ThreadPoolExecutor(1, thread_name_prefix="matrixctl-hash") as hasher:
@@ -230,18 +233,20 @@ def _cut_file(
                 newline = buf.rfind(b"\n", 0, n)
                 pos += n
                 if newline >= 0:
-                    last = pos - n + newline + 1
-                elif pos - last > max_doc + 1:
-                    line = pipeline._lines_before(sf, last) + 1
-                    raise pipeline._too_long(sf, line, last, max_doc)
-                if pos - start < size or last == start:
+                    line_end = pos - n + newline + 1
+                elif pos - line_end > max_doc + 1:
+                    line = pipeline._lines_before(sf, line_end) + 1
+                    raise pipeline._too_long(sf, line, line_end, max_doc)
+                if pos - start < size or line_end == start:
                     continue
-                end = last
+                end = line_end
             else:
                 end = pos
                 if end == start and pending is not None:
                     break
-            p = pipeline.Piece(f"{sf.ordinal}:{start}-{end}", sf, index, start, -1, -1, b"", "", pos)
+            p = pipeline.Piece(
+                f"{sf.ordinal}:{start}-{end}", sf, index, start, -1, -1, b"", "", pos
+            )
             if pending is not None:
                 yield pending
             pending = RangePiece(p, sf.path, start, end - start, ident, ident)
@@ -917,9 +922,7 @@ class DaskWorkers:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.staging, name))
 
-    def _collect(
-        self, key: str, future: Any
-    ) -> tuple[dict[str, Any], list[pipeline.FileResult]]:
+    def _collect(self, key: str, future: Any) -> tuple[dict[str, Any], list[pipeline.FileResult]]:
         distributed = self.distributed
         killed = getattr(distributed, "KilledWorker", None) or distributed.scheduler.KilledWorker
         try:

@@ -370,6 +370,24 @@ def test_a_bad_line_in_a_later_piece_names_the_files_line(
     assert (run.code, run.stderr) == (local.code, local.stderr)
 
 
+def test_a_line_longer_than_max_doc_size_deep_in_the_file_is_the_local_error(
+    cluster, tmp_path: Path, monkeypatch
+) -> None:
+    """The client cuts without counting lines; a line past --max-doc-size found while cutting
+    is reported as the local run reports it (its line number and offset in the file)."""
+    lc, _ = cluster
+    _small_units(monkeypatch)
+    src = tmp_path / "big.jsonl"
+    data = _big_jsonl(src).split(b"\n")
+    data[2000] = json.dumps({"text": "long " * 30000}).encode()
+    src.write_bytes(b"\n".join(data))
+    args = ("--max-doc-size", "100000")
+    local = run_cli("ingest", "docs", str(src), "-o", str(tmp_path / "local"), *args)
+    assert local.code == 1 and "line 2001" in local.stderr, local.stderr
+    run = _ingest_on(lc, src, tmp_path / "pack", *args)
+    assert (run.code, run.stderr) == (local.code, local.stderr)
+
+
 def _attempts(dask_scheduler=None) -> dict[str, int]:
     """How often the scheduler sent each unit task to a worker (its transition log)."""
     counts: dict[str, int] = {}
