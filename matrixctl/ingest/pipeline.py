@@ -1100,7 +1100,11 @@ def ingest_docs(
         raise UsageError("--scheduler and --resume go with --executor dask")
     shard = parse_shard(opts.shard)
     map_path = opts.symbols or pi.default_map_path()
-    smap, map_raw = pi.load_symbol_map(map_path)
+    # The checked map and its compiled matcher come from the per-user cache when it holds this
+    # map's exact bytes (tokenizers/pi_cache.py), else the map is checked in full and stored.
+    from matrixctl.tokenizers import pi_cache
+
+    smap, map_raw, tok = pi_cache.load_tokenizer(map_path)
     eos = resolve_eos(smap, opts.eos_id)
     dtype = matrix_atom.choose_dtype(opts.dtype, smap.vocab_size)
     assert dtype is not None
@@ -1117,7 +1121,7 @@ def ingest_docs(
             f"is {smap.vocab_size:,}"
         )
     state = WorkerState(
-        None,
+        tok,  # forked workers inherit it; Dask workers build their own
         eos,
         extract.Options(
             opts.text_field,
