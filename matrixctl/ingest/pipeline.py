@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import os
 import signal
 import time
@@ -218,7 +217,8 @@ class _Acc:
                 self._spill_ids()
             result.spill_ids = self.ids_path
         elif self.parts:
-            result.ids = np.concatenate(self.parts).astype(self.out_dtype, copy=False)
+            ids = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts)
+            result.ids = ids.astype(self.out_dtype, copy=False)
         if self.recs_path is not None:
             if self.records:
                 self._spill_records()
@@ -258,6 +258,66 @@ def _encode_doc(tok: pi.Tokenizer, pieces: Iterator[str], acc: _Acc) -> int:
     ids = np.frombuffer(enc.finish_bytes(), dtype=tok.dtype)
     acc.add(ids)
     return int(n + ids.size)
+
+
+TEXT_BATCH = 4 << 20  # bytes of prepared text matched by one kernel call (_encode_texts)
+
+
+def _encode_texts(
+    tok: pi.Tokenizer,
+    texts: Iterator[tuple[int, str | bytes]],
+    acc: _Acc,
+    result: FileResult,
+    eos_id: int | None,
+) -> None:
+    """Documents of one text each (JSON Lines records, Parquet and Arrow rows) into `acc` and
+    `result`: the same ids, end-of-document tokens, records and counts as `_encode_doc` gives
+    document by document. Each text is prepared as `Tokenizer.prepare` does (ASCII as it is:
+    normalization never changes it, and only wordpiece marking rewrites text); the prepared
+    documents are matched about TEXT_BATCH bytes at a time by one kernel call, which writes
+    every batch's ids at the tokenizer's width into one buffer (`Trie.match_docs`). A text
+    given as bytes is ASCII already without CRLF (a column's cell, see columnar.texts)."""
+    import numpy as np
+
+    plain = tok.marking is None or tok.marking.scheme != "wordpiece"
+    prefix = tok.prefix
+    extra = 0 if eos_id is None else 1
+    batch: list[bytes] = []
+    items: list[int] = []
+    size = 0
+
+    def flush() -> None:
+        ids, counts = tok.trie.match_docs(batch, tok.itemsize, -1 if eos_id is None else eos_id)
+        acc.add(np.frombuffer(ids, dtype=tok.dtype))
+        docs = tokens = 0
+        for item, n in zip(items, np.frombuffer(counts, dtype=np.int64).tolist(), strict=True):
+            if n == 0:
+                result.empty_documents += 1
+                continue
+            acc.record(n + extra, item)
+            docs += 1
+            tokens += n + extra
+        result.documents += docs
+        result.tokens += tokens
+        batch.clear()
+        items.clear()
+
+    for item, text in texts:
+        if isinstance(text, str):
+            data = text.encode() if plain and text.isascii() else tok.prepare(text)
+        else:
+            data = text if plain else tok.prepare(text.decode("ascii"))
+        if not data:
+            result.empty_documents += 1
+            continue
+        batch.append(prefix + data if prefix else data)
+        items.append(item)
+        size += len(data)
+        if size >= TEXT_BATCH:
+            flush()
+            size = 0
+    if batch:
+        flush()
 
 
 def process_file(sf: SourceFile, state: WorkerState) -> FileResult:
@@ -378,10 +438,14 @@ def _tokenize(
     )
     counters = extract.Counters()
     eos = None if state.eos_id is None else np.array([state.eos_id], dtype=state.tok.dtype)
+    # Documents of one text each go through `_encode_texts` (batches, one kernel call each);
+    # the others (text, Markdown, HTML, JSON) through `_encode_doc`, piece by piece.
+    texts: Iterator[tuple[int, str | bytes]] | None = None
+    docs: Iterator[extract.Doc] = iter(())
     if piece is not None and piece.kind == "parquet":
         from matrixctl.ingest import columnar
 
-        docs = columnar.documents(
+        texts = columnar.texts(
             "parquet", sf.path, sf.recorded, state.opts, counters, piece.groups, piece.first_line
         )
     elif piece is not None and piece.kind == "text":
@@ -389,8 +453,8 @@ def _tokenize(
         docs = iter([(0, extract.iter_decoded(part, sf.recorded, state.opts, piece.start))])
     elif piece is not None:
         data = piece.data if not piece.length else _read_range(sf, piece.start, piece.length)
-        docs = extract._jsonl(
-            io.BytesIO(data),
+        texts = extract.jsonl_texts(
+            data,
             sf.recorded,
             state.opts,
             counters,
@@ -400,10 +464,14 @@ def _tokenize(
     elif kind in extract.COLUMNAR:
         from matrixctl.ingest import columnar
 
-        docs = columnar.documents(kind, sf.path, sf.recorded, state.opts, counters)
+        texts = columnar.texts(kind, sf.path, sf.recorded, state.opts, counters)
+    elif kind == "jsonl":
+        texts = extract.jsonl_texts_stream(stream, sf.recorded, state.opts, counters)
     else:
         docs = extract.documents(kind, stream, sf.recorded, state.opts, counters)
     try:
+        if texts is not None:
+            _encode_texts(state.tok, texts, acc, result, state.eos_id)
         if piece is not None and piece.kind == "text":
             # A piece of one document: its tokens only. The writer counts the document, adds
             # its end-of-document token and its index record after the last piece.
@@ -1073,6 +1141,21 @@ def resolve_eos(smap: pi.SymbolMap, value: str | None) -> int | None:
     return eos
 
 
+def _load_map(path: str, build: bool) -> tuple[pi.SymbolMap, bytes, pi.Tokenizer | None]:
+    """The symbol map at `path`, its bytes, and (when `build`: `--jobs 1`) its tokenizer,
+    through the per-user map cache (tokenizers/pi_cache.py) as `tokenize pi encode` does: a
+    sound entry for the map's exact bytes gives the checked map and its compiled matcher;
+    otherwise the map is checked in full (and with `build`, its matcher is compiled and the
+    entry stored). Worker processes build their own matchers (`_init_worker`)."""
+    from matrixctl.tokenizers import pi_cache
+
+    if build:
+        return pi_cache.load_tokenizer(path)
+    raw = pi.read_map_bytes(path)
+    hit = pi_cache.load(raw)
+    return (pi.check_map_bytes(raw, path) if hit is None else hit[0]), raw, None
+
+
 def ingest_docs(
     srcs: list[str], out_dir: str, opts: IngestOptions, tick: Tick | None = None
 ) -> dict[str, Any]:
@@ -1100,11 +1183,7 @@ def ingest_docs(
         raise UsageError("--scheduler and --resume go with --executor dask")
     shard = parse_shard(opts.shard)
     map_path = opts.symbols or pi.default_map_path()
-    # The checked map and its compiled matcher come from the per-user cache when it holds this
-    # map's exact bytes (tokenizers/pi_cache.py), else the map is checked in full and stored.
-    from matrixctl.tokenizers import pi_cache
-
-    smap, map_raw, tok = pi_cache.load_tokenizer(map_path)
+    smap, map_raw, tok = _load_map(map_path, opts.jobs == 1 and opts.executor == "local")
     eos = resolve_eos(smap, opts.eos_id)
     dtype = matrix_atom.choose_dtype(opts.dtype, smap.vocab_size)
     assert dtype is not None
@@ -1121,7 +1200,7 @@ def ingest_docs(
             f"is {smap.vocab_size:,}"
         )
     state = WorkerState(
-        tok,  # forked workers inherit it; Dask workers build their own
+        tok,  # None: each worker process builds its own
         eos,
         extract.Options(
             opts.text_field,
