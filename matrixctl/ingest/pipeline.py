@@ -161,20 +161,20 @@ class _Acc:
                     self._spill_ids()
 
     def _spill_raw(self) -> None:
-        import numpy as np
-
         from matrixctl.crc import crc32
 
         if self.raw_path is None:
             self.raw_path = os.path.join(self.spill_dir, f"{self.ordinal}.raw")
-        block = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts)
-        block = block.astype(self.out_dtype, copy=False)
-        self.raw_max = max(self.raw_max, int(block.max()))
-        data = block.data.cast("B")
-        self.raw_crc = crc32(data, self.raw_crc)
+        # Part by part, not joined first: a joined block is a fresh allocation of up to
+        # MEM_TOKENS ids each time (pages faulted in and zeroed), the parts are there already.
         with open(self.raw_path, "ab") as fp:
-            fp.write(data)
-        self.raw_count += block.size
+            for part in self.parts:
+                block = part.astype(self.out_dtype, copy=False)
+                self.raw_max = max(self.raw_max, int(block.max()))
+                data = block.data.cast("B")
+                self.raw_crc = crc32(data, self.raw_crc)
+                fp.write(data)
+                self.raw_count += block.size
         self.parts, self.n = [], 0
 
     def record(self, length: int, item: int) -> None:
@@ -594,24 +594,79 @@ class Piece:
 
 
 def _split_parquet(sf: SourceFile, size: int) -> Iterator[Piece]:
-    """The pieces of one large Parquet file: runs of row groups; the file is hashed here."""
+    """The pieces of one large Parquet file: runs of row groups. The file is hashed on a
+    helper thread while its pieces are tokenized (hashlib and reads release the GIL); the
+    last piece waits for the digest."""
     from matrixctl.ingest import columnar
 
     ranges = columnar.row_group_pieces(sf.path, sf.recorded, size)
     ends = columnar.row_group_ends(sf.path, sf.recorded)
-    for index, (first, stop, rows) in enumerate(ranges):
-        piece = Piece(
-            f"{sf.ordinal}:rg{first}-{stop}", sf, index, first, rows, 0, b"", "", 0, kind="parquet"
-        )
-        piece.groups = (first, stop)
-        piece.stored_end = ends[stop - 1] if stop > 0 else 0  # progress by bytes
-        if index == len(ranges) - 1:
-            from matrixctl.io import sha256_file
+    hashing = _FileHash(sf.path)
+    try:
+        for index, (first, stop, rows) in enumerate(ranges):
+            piece = Piece(
+                f"{sf.ordinal}:rg{first}-{stop}",
+                sf,
+                index,
+                first,
+                rows,
+                0,
+                b"",
+                "",
+                0,
+                kind="parquet",
+            )
+            piece.groups = (first, stop)
+            piece.stored_end = ends[stop - 1] if stop > 0 else 0  # progress by bytes
+            if index == len(ranges) - 1:
+                piece.last = True
+                piece.file_sha256 = hashing.result()
+                piece.file_size = piece.stored_end = os.path.getsize(sf.path)
+            yield piece
+    finally:
+        hashing.cancel()
 
-            piece.last = True
-            piece.file_sha256 = sha256_file(sf.path)
-            piece.file_size = piece.stored_end = os.path.getsize(sf.path)
-        yield piece
+
+class _FileHash:
+    """`sha256:<hex>` of a whole file, computed on a helper thread from the start; `cancel`
+    stops it (a build that fails does not wait for the rest of the file)."""
+
+    def __init__(self, path: str) -> None:
+        import threading
+
+        self.path = path
+        self.digest = ""
+        self.error: OSError | None = None
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, name="matrixctl-hash", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import hashlib
+
+        h = hashlib.sha256()
+        buf = bytearray(1 << 20)
+        view = memoryview(buf)
+        try:
+            with open(self.path, "rb", buffering=0) as fp:
+                while not self.stop:
+                    n = fp.readinto(view)
+                    if not n:
+                        self.digest = "sha256:" + h.hexdigest()
+                        return
+                    h.update(view[:n])
+        except OSError as exc:
+            self.error = exc
+
+    def result(self) -> str:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.digest
+
+    def cancel(self) -> None:
+        self.stop = True
+        self.thread.join()
 
 
 def sniff_input(
