@@ -115,6 +115,9 @@ class WorkerState:
     # uint32 spill that is read back and converted).
     raw_spill: bool = False
     text_followers: bytes | None = None  # cache of text_cut_followers (b"": never cut)
+    # --jobs 1: a JSON Lines file as stored is read once, its pieces handed over with their
+    # bytes (`_read_pieces`), not cut first and read again range by range.
+    read_once: bool = False
 
 
 _STATE: WorkerState | None = None
@@ -460,6 +463,7 @@ def _tokenize(
             counters,
             max(0, piece.first_line),  # -1: counted here from 0, the writer adds the base
             piece.start,
+            piece.data_size,
         )
     elif kind in extract.COLUMNAR:
         from matrixctl.ingest import columnar
@@ -591,6 +595,9 @@ class Piece:
     # A piece of a file as stored (not compressed) may travel without its bytes: `data` is
     # then empty and the worker reads these `length` bytes at `start` itself.
     length: int = 0
+    # --jobs 1 (`_read_pieces`): the piece's bytes are the first `data_size` of `data`, a
+    # buffer this process reuses once the piece is done.
+    data_size: int = -1
 
 
 def _split_parquet(sf: SourceFile, size: int) -> Iterator[Piece]:
@@ -731,6 +738,9 @@ def split_file(
                 return
             if kind != "jsonl":
                 yield None
+                return
+            if as_stored and state.read_once:
+                yield from _read_pieces(sf, size, state.opts.max_doc)
                 return
             if as_stored:
                 yield from _cut_ranges(sf, size, state.opts.max_doc)
@@ -923,6 +933,74 @@ def _cut_ranges(
             start = end
             if not n:
                 break
+        for future in hashing:
+            if future is not None:
+                future.result()
+    assert pending is not None
+    pending.last = True
+    pending.file_sha256 = "sha256:" + sha.hexdigest()
+    pending.file_size = pending.stored_end = pos
+    yield pending
+
+
+def _read_pieces(sf: SourceFile, size: int, max_doc: int) -> Iterator[Piece]:
+    """--jobs 1: the pieces of a JSON Lines file as stored, each with its bytes, from one read
+    of the file (where `_cut_ranges` reads it to cut and each piece is read again). Two
+    buffers take turns: a piece's bytes stay in one while it is tokenized, the next read goes
+    into the other (so the piece before is known not to be the last), and the bytes after
+    the last line end move over with it. Each read is hashed on a helper thread (hashlib
+    releases the GIL). The same cuts as `_cut_ranges` for the same buffer size; line numbers
+    are counted by the tokenizing side (`first_line` -1), as for ranges."""
+    import hashlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    sha = hashlib.sha256()
+    bufs = [bytearray(2 * size), bytearray(2 * size)]
+    hashing: list[Any] = [None, None]  # the hash of each buffer's last read, in flight
+    cur = filled = index = pos = start = 0
+    pending: Piece | None = None
+    with (
+        open(sf.path, "rb", buffering=0) as fp,
+        ThreadPoolExecutor(1, thread_name_prefix="matrixctl-hash") as hasher,
+    ):
+        while True:
+            buf = bufs[cur]
+            if filled == len(buf):  # a line longer than the buffer: a larger one
+                bigger = bytearray(2 * len(buf))
+                bigger[:filled] = buf
+                bufs[cur] = buf = bigger
+            n = fp.readinto(memoryview(buf)[filled:])
+            if n:
+                hashing[cur] = hasher.submit(sha.update, memoryview(buf)[filled : filled + n])
+            pos += n
+            end = filled + n
+            cut = buf.rfind(b"\n", 0, end) + 1 if n else end
+            if n and cut == 0:
+                if end > max_doc + 1:
+                    raise _too_long(sf, _lines_before(sf, start) + 1, start, max_doc)
+                filled = end
+                continue
+            if cut == 0 and pending is not None:
+                break
+            piece = Piece(
+                f"{sf.ordinal}:{start}-{start + cut}", sf, index, start, -1, -1, b"", "", pos
+            )
+            piece.data, piece.data_size = buf, cut
+            if pending is not None:
+                yield pending  # its buffer, the other one, is free once this returns
+            pending = piece
+            index += 1
+            start += cut
+            if not n:
+                break
+            other = 1 - cur
+            if hashing[other] is not None:
+                hashing[other].result()
+            rest = end - cut
+            if rest > len(bufs[other]) // 2:
+                bufs[other] = bytearray(2 * rest)
+            bufs[other][:rest] = buf[cut:end]
+            cur, filled = other, rest
         for future in hashing:
             if future is not None:
                 future.result()
@@ -1138,6 +1216,7 @@ def ordered_results(files: list[SourceFile], state: WorkerState, jobs: int) -> I
             assert state.smap is not None
             state.tok = pi.Tokenizer(state.smap)
         state.raw_spill = True
+        state.read_once = True
         # Large JSON Lines and Parquet files go piece by piece here too: each piece's tokens
         # stay in memory instead of the whole file's being spilled and read back.
         for unit in plan_work(files, state, 1, hashes=False, ranged=True):

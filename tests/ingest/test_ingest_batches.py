@@ -391,3 +391,57 @@ def test_a_cached_map_pickles_with_its_symbols(cache: Path) -> None:
     again = pickle.loads(pickle.dumps(cached))
     assert again == smap and again.symbols == smap.symbols
     assert again.canonical_hash() == smap.canonical_hash()
+
+
+# --jobs 1 reads a JSON Lines file once -------------------------------------------------------
+
+
+def lines_file(path: Path, tail: bytes = b"") -> Path:
+    """Records of every length around the piece size (some longer than two pieces, so the
+    buffer grows), blank lines, a BOM, CRLF, and no line feed after the last record."""
+    rows = [json.dumps({"text": f"r{i} " + "caf\u00e9 word " * (i * 37 % 900)}) for i in range(120)]
+    rows.insert(5, "")
+    rows.insert(9, "   ")
+    path.write_bytes(BOM + "\r\n".join(rows).encode() + tail)
+    return path
+
+
+@pytest.mark.parametrize("tail", [b"", b"\n", b"\n\n"])
+def test_one_read_gives_the_pack_of_ranges_and_of_the_whole_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: bytes
+) -> None:
+    monkeypatch.setattr(pipeline, "SPLIT_MIN", 4096)
+    monkeypatch.setattr(pipeline, "PIECE_BYTES", 2048)
+    src = lines_file(tmp_path / "r.jsonl", tail)
+    packs = {}
+    for name, args in (("one", ()), ("two", ("-j", "2")), ("whole", ("--on-error", "skip"))):
+        out = tmp_path / name
+        run = run_cli("ingest", "docs", str(src), "-o", str(out), *args)
+        assert run.code == 0, run.stderr
+        packs[name] = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+    assert packs["one"] == packs["two"]
+    for art in ("matrix_atoms.bin", "doc_index.bin"):
+        assert packs["one"][art] == packs["whole"][art]
+
+
+def test_one_read_reports_a_line_too_long_as_ranges_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one line over --max-doc-size (longer than the buffers, so the cut finds no line
+    end) is the same error read once, as ranges, or uncut."""
+    rows = [json.dumps({"text": f"short {i}"}) for i in range(300)]
+    rows[150] = json.dumps({"text": "long " * 3000})
+    src = tmp_path / "r.jsonl"
+    src.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    errors = []
+    for jobs, split in (("1", 4096), ("2", 4096), ("1", 1 << 30)):
+        monkeypatch.setattr(pipeline, "SPLIT_MIN", split)
+        monkeypatch.setattr(pipeline, "PIECE_BYTES", 2048)
+        run = run_cli(
+            "ingest", "docs", str(src), "-o", str(tmp_path / "x"), "-j", jobs,
+            "--max-doc-size", "6000",
+        )  # fmt: skip
+        assert run.code == 1 and not (tmp_path / "x").exists()
+        errors.append(run.stderr)
+    assert "INGEST_TOO_LARGE" in errors[0] and "line 151 " in errors[0]
+    assert errors[0] == errors[1] == errors[2]
