@@ -745,11 +745,72 @@ def split_file(
             if as_stored:
                 yield from _cut_ranges(sf, size, state.opts.max_doc)
                 return
+            if state.read_once and compression is not None:
+                # --jobs 1: the next pieces are decompressed on a helper thread while this
+                # one tokenizes (the decompressors release the GIL); reading, not tokenizing.
+                ahead = _ReadAhead(stream, size)
+                try:
+                    yield from _cut(
+                        sf, ahead, reader, dec, compression, size, state.opts.max_doc, hashes=hashes
+                    )
+                finally:
+                    ahead.close()
+                return
             yield from _cut(
                 sf, stream, reader, dec, compression, size, state.opts.max_doc, hashes=hashes
             )
         except OSError as exc:
             raise from_os_error(exc, sf.recorded) from None
+
+
+class _ReadAhead:
+    """`read(size)` of a stream done on a helper thread, up to two reads ahead of the caller:
+    the chunks, then b"" at the end, in order; an exception the stream raises is raised by
+    the `read` that reaches it. `close` stops the thread (the caller may stop early)."""
+
+    def __init__(self, stream: Any, size: int) -> None:
+        import queue
+        import threading
+
+        self.stream = stream
+        self.size = size
+        self.chunks: queue.Queue[Any] = queue.Queue(2)
+        self.stop = threading.Event()
+        self.done = False
+        self.thread = threading.Thread(target=self._run, name="matrixctl-read", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import queue
+
+        while not self.stop.is_set():
+            try:
+                item: Any = self.stream.read(self.size)
+            except BaseException as exc:  # handed to the reader, raised there
+                item = exc
+            while not self.stop.is_set():
+                try:
+                    self.chunks.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if not isinstance(item, bytes) or not item:
+                return
+
+    def read(self, n: int = -1) -> bytes:
+        if self.done:
+            return b""
+        item = self.chunks.get()
+        if isinstance(item, BaseException):
+            self.done = True
+            raise item
+        self.done = not item
+        data: bytes = item
+        return data
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
 def _cut(

@@ -445,3 +445,38 @@ def test_one_read_reports_a_line_too_long_as_ranges_do(
         errors.append(run.stderr)
     assert "INGEST_TOO_LARGE" in errors[0] and "line 151 " in errors[0]
     assert errors[0] == errors[1] == errors[2]
+
+
+@pytest.mark.parametrize("kind", ["gzip", "zstd"])
+def test_compressed_pieces_read_ahead_give_the_plain_pack_and_its_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """--jobs 1 decompresses the next pieces on a helper thread: the same pack as the plain
+    file, and a damaged stream is one error, the same as when it is not cut."""
+    import gzip
+
+    import zstandard
+
+    monkeypatch.setattr(pipeline, "SPLIT_MIN", 4096)
+    monkeypatch.setattr(pipeline, "PIECE_BYTES", 2048)
+    plain = lines_file(tmp_path / "r.jsonl", b"\n")
+    data = plain.read_bytes()
+    packed = gzip.compress(data) if kind == "gzip" else zstandard.ZstdCompressor().compress(data)
+    src = tmp_path / f"r.jsonl.{'gz' if kind == 'gzip' else 'zst'}"
+    src.write_bytes(packed)
+    packs = []
+    for name, path in (("plain", plain), ("packed", src)):
+        out = tmp_path / name
+        run = run_cli("ingest", "docs", str(path), "-o", str(out))
+        assert run.code == 0, run.stderr
+        packs.append({a: (out / a).read_bytes() for a in ("matrix_atoms.bin", "doc_index.bin")})
+    assert packs[0] == packs[1]
+    src.write_bytes(packed[: len(packed) * 2 // 3])  # cut short
+    errors = []
+    for split in (4096, 1 << 30):
+        monkeypatch.setattr(pipeline, "SPLIT_MIN", split)
+        run = run_cli("ingest", "docs", str(src), "-o", str(tmp_path / "x"))
+        assert run.code == 1 and not (tmp_path / "x").exists(), run.stderr
+        assert run.stderr.count("error[") == 1 and "Traceback" not in run.stderr
+        errors.append(run.stderr.split("]")[0])
+    assert errors[0] == errors[1]
