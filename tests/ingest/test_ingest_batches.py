@@ -1,7 +1,7 @@
-"""The batched record path of `ingest docs` (docs/inputs.md, "One-text documents in
-batches"): JSON Lines parsed in place, Parquet/Arrow cells read from the Arrow buffers, and
-documents matched many at a time (`pipeline._encode_texts`), each checked against the path
-it replaces; and the symbol map taken from the per-user map cache."""
+"""The batched record path of `ingest docs` (docs/inputs.md, "`--jobs 1`: one read,
+batches"): JSON Lines parsed in place, Parquet/Arrow cells read from the Arrow buffers,
+documents matched many at a time (`pipeline._encode_texts`), a file read once, each checked
+against the path it replaces; and the symbol map taken from the per-user map cache."""
 
 from __future__ import annotations
 
