@@ -857,9 +857,14 @@ class DaskWorkers:
                 window.append((key, unit, None if staged else next(futures)))
 
         def refill(room: int) -> None:
-            units = list(itertools.islice(pending, room))
-            if units:
+            # A batch at a time: the workers start on the first units while the client cuts
+            # the next ones (a first batch of the whole window would wait for all of it).
+            while room > 0:
+                units = list(itertools.islice(pending, min(batch, room)))
+                if not units:
+                    return
                 submit(units)
+                room -= len(units)
 
         refill(limit)
         link, at = self._link_atoms(spill_dir)
