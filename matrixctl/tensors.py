@@ -25,8 +25,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl import codes, crc
-from matrixctl.errors import FormatError
-from matrixctl.io import copy_file_range_all, drop_pages, mapped_fd, started_writeback
+from matrixctl.errors import FormatError, InputError
+from matrixctl.io import (
+    IO_CHANGED,
+    check_inputs_unchanged,
+    copy_file_range_all,
+    drop_pages,
+    mapped_fd,
+    started_writeback,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -394,7 +401,7 @@ def mapped_chunks(buf: Any, offset: int, length: int, chunk: int = CHUNK_BYTES) 
     return StoredBytes(buf, offset, length, chunk)
 
 
-def _plain_fileno(fp: Any) -> int | None:
+def plain_fileno(fp: Any) -> int | None:
     """The descriptor of a plain binary file object (not a wrapper that sees the bytes)."""
     import io
 
@@ -427,6 +434,7 @@ def copy_stream(
     update: Callable[[Any], Any] | None = None,
     write: Callable[[Any], Any] | None = None,
     piece_done: Callable[[], Any] | None = None,
+    write_copies: bool = False,
 ) -> int:
     """The copy loop of every sink: write one component's byte stream to `fp` and return the
     count; a count other than `nbytes` (the size the descriptor declares) is FormatError
@@ -441,11 +449,18 @@ def copy_stream(
       writes in large folios, and a later mapped read of it takes far fewer page faults
       (docs/benchmarks.md, "convert against cp, zTensor reads"). `write` replaces `fp.write`
       (a writer that counts or writes on a helper thread); `piece_done()` runs after each.
+    - Stored bytes the sink checksums, or that go to a writer other than a plain file which
+      is done with a piece when its `write` returns (`write_copies=True`: zipfile's member
+      writer), are read with `pread` into one reused buffer, checksummed there and written
+      from it: two copies through a buffer that stays in the cache, where writing from the
+      mapping took a page fault per page and cost 1-5x as much CPU, varying from run to run
+      (docs/benchmarks.md, "convert and zTensor reads"). Not with `write` (it may queue the
+      piece to a helper thread that reads it later).
     """
-    if update is None and isinstance(stream, StoredBytes) and stream.fresh:
+    out_fd = plain_fileno(fp)
+    if isinstance(stream, StoredBytes) and stream.fresh and stream.length == nbytes:
         src_fd = mapped_fd(stream.buf)
-        out_fd = _plain_fileno(fp)
-        if src_fd is not None and out_fd is not None and stream.length == nbytes:
+        if src_fd is not None and update is None and out_fd is not None:
             import os
 
             stream.start()
@@ -455,10 +470,11 @@ def copy_stream(
             copy_file_range_all(src_fd, stream.offset, nbytes, out_fd, stream.tick)
             fp.seek(start + nbytes)
             return nbytes
+        if src_fd is not None and write is None and (out_fd is not None or write_copies):
+            return _copy_read(stream, src_fd, fp, update, out_fd, piece_done)
     put = write if write is not None else fp.write
     # A plain output file starts its write-out as it grows (what a helper thread has written
     # by then, when `write` queues to one).
-    out_fd = _plain_fileno(fp)
     got = 0
     for piece in stream:
         view = _byte_view(piece)
@@ -479,6 +495,55 @@ def copy_stream(
             field=where,
         )
     return got
+
+
+_READ_BUFFERS: list[memoryview] = []  # reused by _copy_read, one per copy at a time
+
+
+def _copy_read(
+    stream: StoredBytes,
+    src_fd: int,
+    fp: Any,
+    update: Callable[[Any], Any] | None,
+    out_fd: int | None,
+    piece_done: Callable[[], Any] | None,
+) -> int:
+    """`copy_stream` of stored bytes through a reused buffer (see there). A source that ends
+    early changed underneath: IO_CHANGED, as for the kernel copy."""
+    import os
+
+    stream.start()
+    try:
+        buf = _READ_BUFFERS.pop()
+    except IndexError:
+        buf = memoryview(bytearray(CHUNK_BYTES))
+    try:
+        step = min(stream.chunk, len(buf))
+        done = 0
+        while done < stream.length:
+            view = buf[: min(step, stream.length - done)]
+            got = os.preadv(src_fd, [view], stream.offset + done)
+            if got == 0:
+                check_inputs_unchanged()
+                raise InputError(
+                    IO_CHANGED,
+                    f"ended at byte {stream.offset + done:,} while "
+                    f"{stream.offset + stream.length:,} were expected",
+                )
+            piece = view[:got]
+            if update is not None:
+                update(piece)
+            fp.write(piece)
+            done += got
+            if out_fd is not None:
+                started_writeback(out_fd, got)
+            if stream.tick is not None:
+                stream.tick(got)
+            if piece_done is not None:
+                piece_done()
+    finally:
+        _READ_BUFFERS.append(buf)
+    return done
 
 
 def crc_range(buf: Any, start: int, end: int, chunk: int = 8 << 20) -> int:

@@ -44,6 +44,7 @@ from matrixctl.tensors import (
     drop_pages,
     element_count,
     mapped_chunks,
+    plain_fileno,
 )
 
 if TYPE_CHECKING:
@@ -553,6 +554,7 @@ class NpzSink(TensorSink):
 
     def begin(self, out: Outputs, plan: list[TensorInfo], metadata: Mapping[str, Any]) -> None:
         self.zf = zipfile.ZipFile(out.main, mode="w", compression=zipfile.ZIP_STORED)
+        self.plain = plain_fileno(out.main) is not None
         self.count = 0
         self.date = zip_date()
 
@@ -565,8 +567,16 @@ class NpzSink(TensorSink):
         try:
             with self.zf.open(member, "w") as fp:
                 fp.write(head)
-                # zipfile computes the member's CRC-32 as it writes: the plain copy loop.
-                copy_stream(fp, parts("data"), info.nbytes, where=info.name, code=NPY_SIZE)
+                # zipfile computes the member's CRC-32 as it writes; its writer is done with a
+                # piece when `write` returns, when it writes to a plain file.
+                copy_stream(
+                    fp,
+                    parts("data"),
+                    info.nbytes,
+                    where=info.name,
+                    code=NPY_SIZE,
+                    write_copies=self.plain,
+                )
         except BaseException:
             # The output is discarded: keep ZipFile.__del__ from writing its central directory
             # into a closed temporary file later (a traceback on stderr).

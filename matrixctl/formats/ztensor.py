@@ -1014,8 +1014,11 @@ class ZtWriter:
         digester = Digester(self.digest) if self.digest else None
         got = 0
         if self.level is None:
-            if digester is None and self._bg is not None:
-                self._bg.drain()  # stored bytes may go by the kernel: queued writes first
+            stored = isinstance(stream, StoredBytes) and stream.fresh
+            if (stored or digester is None) and self._bg is not None:
+                # Stored bytes go by the kernel or through copy_stream's reused buffer,
+                # written in place: queued writes first.
+                self._bg.drain()
             got = copy_stream(
                 self.fp,
                 stream,
@@ -1023,7 +1026,7 @@ class ZtWriter:
                 where=where,
                 code=ZT_WRITE,
                 update=digester.update if digester is not None else None,
-                write=self._write,
+                write=None if stored else self._write,
                 piece_done=None if self.overlap_pieces else self._wait_queue,
             )
             self.pos = offset + got  # copy_stream wrote past self._write when the kernel copied
