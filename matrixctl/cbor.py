@@ -170,14 +170,59 @@ class _Decoder:
         raise self.fail(f"CBOR simple value {arg} is not allowed in a manifest", start)
 
     def entry(self, result: dict[str, Any], pos: int, depth: int) -> int:
+        data = self.data
+        end = self.end
         key_at = pos
-        key, pos = self.value(pos, depth + 1)
-        if type(key) is not str:
-            raise self.fail(
-                f"map key is a {type(key).__name__}, manifests use text keys only", key_at
-            )
+        # Short text keys (0x60-0x77) and, below, small unsigned and short text values are
+        # decoded here instead of through value(): they are most of a manifest's items. Same
+        # checks in the same order, so the same errors at the same offsets.
+        initial = data[pos] if pos < end else 0
+        if 0x60 <= initial <= 0x77 and self.items < self.max_items:
+            self.items += 1
+            stop = pos + 1 + initial - 0x60
+            if stop > end:
+                raise self.short(pos + 1, initial - 0x60, "string")
+            try:
+                key = data[pos + 1 : stop].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise self.fail(
+                    f"text string is not valid UTF-8 ({exc.reason})", pos + 1 + exc.start
+                ) from None
+            pos = stop
+        else:
+            key, pos = self.value(pos, depth + 1)
+            if type(key) is not str:
+                raise self.fail(
+                    f"map key is a {type(key).__name__}, manifests use text keys only", key_at
+                )
         if key in result:
             raise self.fail(f"duplicate map key {key!r}", key_at, "duplicate")
+        initial = data[pos] if pos < end else 0xFF
+        if self.items < self.max_items:
+            if initial < 0x18:
+                self.items += 1
+                result[key] = initial
+                return pos + 1
+            if initial < 0x1C:  # unsigned with a 1, 2, 4 or 8 byte argument
+                self.items += 1
+                size = 1 << (initial - 0x18)
+                stop = pos + 1 + size
+                if stop > end:
+                    raise self.short(pos + 1, size, "argument")
+                result[key] = int.from_bytes(data[pos + 1 : stop], "big")
+                return stop
+            if 0x60 <= initial <= 0x77:
+                self.items += 1
+                stop = pos + 1 + initial - 0x60
+                if stop > end:
+                    raise self.short(pos + 1, initial - 0x60, "string")
+                try:
+                    result[key] = data[pos + 1 : stop].decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise self.fail(
+                        f"text string is not valid UTF-8 ({exc.reason})", pos + 1 + exc.start
+                    ) from None
+                return stop
         result[key], pos = self.value(pos, depth + 1)
         return pos
 
