@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import struct
 import zipfile
 import zlib
@@ -124,6 +125,26 @@ class NpyHeader:
         return element_count(self.shape) * DTYPES[self.dtype].itemsize
 
 
+# The header text numpy.save writes (and header_bytes below): the dict literal in its one
+# spelling, then spaces and a newline. Parsed here without ast.literal_eval (which compiles the
+# text: ~60 us a header, most of a many-tensor .npz open); any other spelling goes to it.
+_CANONICAL = re.compile(
+    r"\{'descr': '([<>|=]?[a-zA-Z][0-9]*)', 'fortran_order': (False|True), "
+    r"'shape': \((|(?:0|[1-9][0-9]*),|(?:0|[1-9][0-9]*)(?:, (?:0|[1-9][0-9]*))+)\), \} *\n?\Z"
+)
+
+
+def _canonical_header(text: str) -> dict[str, Any] | None:
+    """The header dict when `text` is in numpy's canonical spelling (the value
+    ast.literal_eval gives for it), else None."""
+    m = _CANONICAL.match(text)
+    if m is None:
+        return None
+    descr, fortran, dims = m.groups()
+    shape = tuple(int(x) for x in dims.split(",") if x.strip())
+    return {"descr": descr, "fortran_order": fortran == "True", "shape": shape}
+
+
 def parse_header(head: bytes, where: str = "header", base: int = 0) -> NpyHeader:
     """Parse an .npy header from its first bytes (at least 10, plus the header length)."""
 
@@ -148,7 +169,9 @@ def parse_header(head: bytes, where: str = "header", base: int = 0) -> NpyHeader
     raw = head[start : start + hlen]
     try:
         text = raw.decode("utf-8" if version == (3, 0) else "latin1")
-        d = ast.literal_eval(text)
+        d = _canonical_header(text)
+        if d is None:
+            d = ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError, UnicodeDecodeError) as exc:
         raise bad(f"header is not a Python dict literal ({type(exc).__name__})", start) from None
     if not isinstance(d, dict) or set(d) != {"descr", "fortran_order", "shape"}:
@@ -471,15 +494,23 @@ def _deflated_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> NpyHeader:
 def member_stream(
     src: Source, zf: zipfile.ZipFile, m: NpzMember, chunk: int = CHUNK_BYTES
 ) -> Iterator[Any]:
-    """The member's array bytes, little-endian C order. Deflated members are inflated in
-    chunks (zipfile stops at the declared size and checks the CRC at the end)."""
+    """The member's array bytes, little-endian C order. A stored member already in that order
+    is its mapped bytes (`StoredBytes`: a sink may copy them inside the kernel); deflated
+    members are inflated in chunks (zipfile stops at the declared size and checks the CRC at
+    the end)."""
+    h = m.header
+    assert h is not None
+    in_order = not h.big_endian and (not h.fortran or len(h.shape) < 2)
+    if m.stored and m.data_offset is not None and in_order:
+        return mapped_chunks(src.buf, m.data_offset, h.nbytes, chunk)
+    return _member_pieces(src, zf, m, chunk)
+
+
+def _member_pieces(src: Source, zf: zipfile.ZipFile, m: NpzMember, chunk: int) -> Iterator[Any]:
     h = m.header
     assert h is not None
     if m.stored and m.data_offset is not None:
-        if not h.big_endian and (not h.fortran or len(h.shape) < 2):
-            yield from mapped_chunks(src.buf, m.data_offset, h.nbytes, chunk)
-        else:
-            yield from _ordered(memoryview(src.buf)[m.data_offset : m.data_offset + h.nbytes], h)
+        yield from _ordered(memoryview(src.buf)[m.data_offset : m.data_offset + h.nbytes], h)
         return
     try:
         with zf.open(m.info) as fp:

@@ -49,7 +49,7 @@ from matrixctl.tensors import (
     copy_stream,
     drop_pages,
     element_count,
-    mapped_chunks,
+    read_pieces,
     storage_array,
     text_metadata,
 )
@@ -767,7 +767,7 @@ def stream_component(
 
             def check() -> None:
                 digester = Digester(algorithm)
-                for piece in mapped_chunks(buf, comp.offset, comp.length, chunk):
+                for piece in read_pieces(buf, comp.offset, comp.length, chunk):
                     digester.update(piece)
                 _check_digest(comp, digester)
 

@@ -56,6 +56,7 @@ from matrixctl.tensors import (
     drop_pages,
     element_count,
     mapped_chunks,
+    read_pieces,
     storage_array,
 )
 
@@ -1374,7 +1375,7 @@ def stream_part(
     if part.encoding is None:
         pieces: Iterator[Any] = mapped_chunks(buf, part.offset, part.length, chunk)
         if digester is not None:  # hashing first keeps the pieces zero-copy
-            for piece in mapped_chunks(buf, part.offset, part.length, chunk):
+            for piece in read_pieces(buf, part.offset, part.length, chunk):
                 digester.update(piece)
             _check_digest(part, digester)
             digester = None
