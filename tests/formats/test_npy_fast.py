@@ -1,10 +1,14 @@
-"""The .npy header's fast parse (numpy's canonical spelling) gives what ast.literal_eval gives,
-and every other spelling still goes to ast.literal_eval."""
+"""The fast paths of .npy/.npz: the header's parse (numpy's canonical spelling) gives what
+ast.literal_eval gives, every other spelling still goes to ast.literal_eval; the members' CRC-32
+by matrixctl's CRC gives zipfile's own bytes and leaves zipfile as it was."""
 
 from __future__ import annotations
 
 import ast
 import io
+import threading
+import zipfile
+import zlib
 
 import numpy as np
 import pytest
@@ -59,3 +63,46 @@ def test_matrixctl_headers_take_the_fast_parse(shape: tuple[int, ...]) -> None:
 )
 def test_other_spellings_go_to_literal_eval(text: str) -> None:
     assert npy._canonical_header(text) is None
+
+
+def _zip_with_one_member(data: bytes) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
+        info = zipfile.ZipInfo("m.npy", date_time=(1980, 1, 1, 0, 0, 0))
+        info.file_size = len(data)
+        with zf.open(info, "w") as fp:
+            fp.write(data[:5])
+            fp.write(memoryview(data)[5:])
+    return buf.getvalue()
+
+
+def test_members_written_under_fast_zip_crc_are_zipfiles_own_bytes() -> None:
+    data = bytes(range(256)) * 1000 + b"tail"
+    plain = _zip_with_one_member(data)
+    own = zipfile.crc32  # type: ignore[attr-defined]
+    with npy.fast_zip_crc():
+        assert zipfile.crc32 is not own  # type: ignore[attr-defined]
+        fast = _zip_with_one_member(data)
+    assert zipfile.crc32 is own  # type: ignore[attr-defined]
+    assert fast == plain
+    assert zlib.crc32(data) == zipfile.ZipFile(io.BytesIO(fast)).getinfo("m.npy").CRC
+
+
+def test_fast_zip_crc_is_put_back_after_the_last_of_overlapping_blocks() -> None:
+    own = zipfile.crc32  # type: ignore[attr-defined]
+    inside = threading.Event()
+    release = threading.Event()
+
+    def other() -> None:
+        with npy.fast_zip_crc():
+            inside.set()
+            release.wait(10)
+
+    worker = threading.Thread(target=other)
+    with npy.fast_zip_crc():
+        worker.start()
+        assert inside.wait(10)
+    assert zipfile.crc32 is not own  # type: ignore[attr-defined]
+    release.set()
+    worker.join()
+    assert zipfile.crc32 is own  # type: ignore[attr-defined]
