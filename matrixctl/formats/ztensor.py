@@ -24,7 +24,6 @@ and writes (`ZtWriter`, `ZtSink`). Judging a file is `matrixctl.validate.ztensor
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import re
 import struct
 from collections.abc import Callable, Iterator, Mapping
@@ -543,6 +542,8 @@ class Digester:
         if algorithm == "crc32c":
             self._crc = 0
         elif algorithm == "sha256":
+            import hashlib  # only for sha256 digests: it loads OpenSSL
+
             self._sha = hashlib.sha256()
         else:  # pragma: no cover - callers validate
             raise ValueError(algorithm)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import hashlib
 import re
 import struct
 import threading
@@ -1112,6 +1111,8 @@ class Digester:
 
             self._h: Any = xxhash.xxh3_64()
         else:
+            import hashlib  # only for sha256 digests: it loads OpenSSL
+
             self._h = hashlib.sha256()
 
     def update(self, data: Any) -> None:
