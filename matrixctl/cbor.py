@@ -143,6 +143,20 @@ class _Decoder:
             if arg > self.end - pos:
                 raise self.short(pos, arg, f"array of {arg} items")
             for _ in range(arg):
+                # Unsigned items (a shape's dimensions) decoded here, as in entry().
+                initial = data[pos] if pos < self.end else 0xFF
+                if initial < 0x1C and self.items < self.max_items:
+                    self.items += 1
+                    if initial < 0x18:
+                        out.append(initial)
+                        pos += 1
+                        continue
+                    size = 1 << (initial - 0x18)
+                    if pos + 1 + size > self.end:
+                        raise self.short(pos + 1, size, "argument")
+                    out.append(int.from_bytes(data[pos + 1 : pos + 1 + size], "big"))
+                    pos += 1 + size
+                    continue
                 item, pos = self.value(pos, depth + 1)
                 out.append(item)
             return out, pos

@@ -592,11 +592,15 @@ def crc_range(buf: Any, start: int, end: int, chunk: int = 8 << 20) -> int:
     return value
 
 
-def storage_array(buf: Any, dtype: str) -> np.ndarray:
-    """A 1-D numpy view of little-endian bytes in the dtype's storage type."""
+def storage_array(buf: Any, dtype: str, offset: int = 0, nbytes: int | None = None) -> np.ndarray:
+    """A 1-D numpy view of little-endian bytes in the dtype's storage type: all of `buf`, or
+    its `nbytes` bytes from `offset` (no intermediate memoryview)."""
     import numpy as np
 
-    return np.frombuffer(buf, dtype=np.dtype(DTYPES[dtype].storage))
+    storage = np.dtype(DTYPES[dtype].storage)
+    if nbytes is None:
+        return np.frombuffer(buf, dtype=storage, offset=offset)
+    return np.frombuffer(buf, dtype=storage, count=nbytes // storage.itemsize, offset=offset)
 
 
 def text_metadata(metadata: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:

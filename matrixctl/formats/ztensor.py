@@ -883,7 +883,7 @@ class ZtSource(TensorSource):
             stored = stream_component(self.src.buf, obj, comp)
             assert isinstance(stored, StoredBytes)  # raw
             stored.start()  # the digest check, one pass
-        return storage_array(memoryview(self.src.buf)[comp.offset : comp.end], comp.dtype)
+        return storage_array(self.src.buf, comp.dtype, comp.offset, comp.length)
 
     def release(self, info: TensorInfo) -> None:
         obj = self.zt.objects[info.name]
