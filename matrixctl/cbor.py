@@ -306,6 +306,14 @@ def _float(value: float) -> bytes:
     return b"\xfb" + struct.pack(">d", value)
 
 
+_KEYS: dict[str, bytes] = {}  # encoded map keys (a manifest repeats "dtype", "offset", ...)
+_SMALL = [bytes([n]) for n in range(24)]  # unsigned integers below 24: the head alone
+
+
+def _first(entry: tuple[bytes, Any]) -> bytes:
+    return entry[0]
+
+
 def _encode(value: Any, out: list[bytes]) -> None:
     if value is None:
         out.append(b"\xf6")
@@ -334,14 +342,21 @@ def _encode(value: Any, out: list[bytes]) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"manifest map keys must be text, got {type(key).__name__}")
-            encoded_key: list[bytes] = []
-            _encode(key, encoded_key)
-            entries.append((b"".join(encoded_key), item))
-        entries.sort(key=lambda kv: kv[0])
+            encoded = _KEYS.get(key)
+            if encoded is None:
+                raw = key.encode("utf-8")
+                encoded = _head(3, len(raw)) + raw
+                if len(_KEYS) < 1024:
+                    _KEYS[key] = encoded
+            entries.append((encoded, item))
+        entries.sort(key=_first)
         out.append(_head(5, len(entries)))
         for encoded, item in entries:
             out.append(encoded)
-            _encode(item, out)
+            if type(item) is int and 0 <= item < 24:
+                out.append(_SMALL[item])
+            else:
+                _encode(item, out)
     else:
         raise TypeError(f"cannot encode {type(value).__name__} as CBOR")
 

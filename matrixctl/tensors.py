@@ -346,7 +346,14 @@ class StoredBytes:
     bytes and drops each slice's pages once the next one is asked for; `copy_stream` copies
     the range inside the kernel instead when the sink does not look at the bytes. `tick`, if
     set, is told every byte count moved (convert's progress). `check`, if given, runs before
-    the first byte is handed out or copied (a source's digest check: it may raise)."""
+    the first byte is handed out or copied (a source's digest check: it may raise).
+
+    `verify`, given with `check`, is the same check split in two, `(update, finish)` from a
+    fresh call: `copy_stream`, when it reads the bytes through its buffer for a sink that
+    checksums them, feeds each piece to `update` and calls `finish` (which raises as `check`
+    would) before it returns, instead of reading the bytes twice. The pieces have then reached
+    the sink's output before the check ends; every output is atomic, so an output of damaged
+    bytes never appears."""
 
     def __init__(
         self,
@@ -355,6 +362,7 @@ class StoredBytes:
         length: int,
         chunk: int = CHUNK_BYTES,
         check: Callable[[], None] | None = None,
+        verify: Callable[[], tuple[Callable[[Any], Any], Callable[[], None]]] | None = None,
     ) -> None:
         self.buf = buf
         self.offset = offset
@@ -362,7 +370,16 @@ class StoredBytes:
         self.chunk = chunk
         self.tick: Callable[[int], None] | None = None
         self._check = check
+        self._verify = verify
         self._pieces: Iterator[memoryview] | None = None
+
+    def take_verify(self) -> tuple[Callable[[Any], Any], Callable[[], None]] | None:
+        """`(update, finish)` of the check, which then no longer runs by itself; None when
+        there is no check left to run or it cannot be split."""
+        if self._check is None or self._verify is None:
+            return None
+        self._check = None
+        return self._verify()
 
     def start(self) -> None:
         """Run the check (once); iterating and `copy_stream` call it first."""
@@ -512,7 +529,9 @@ def _copy_read(
     early changed underneath: IO_CHANGED, as for the kernel copy."""
     import os
 
-    stream.start()
+    verify = stream.take_verify() if update is not None else None
+    if verify is None:
+        stream.start()
     try:
         buf = _READ_BUFFERS.pop()
     except IndexError:
@@ -531,6 +550,8 @@ def _copy_read(
                     f"{stream.offset + stream.length:,} were expected",
                 )
             piece = view[:got]
+            if verify is not None:
+                verify[0](piece)
             if update is not None:
                 update(piece)
             fp.write(piece)
@@ -543,6 +564,8 @@ def _copy_read(
                 piece_done()
     finally:
         _READ_BUFFERS.append(buf)
+    if verify is not None:
+        verify[1]()
     return done
 
 

@@ -766,14 +766,20 @@ def stream_component(
         if known is not None:
             algorithm = known[0]
 
-            def check() -> None:
+            def verify() -> tuple[Callable[[Any], Any], Callable[[], None]]:
                 digester = Digester(algorithm)
+                return digester.update, lambda: _check_digest(comp, digester)
+
+            def check() -> None:
+                update, finish = verify()
                 for piece in read_pieces(buf, comp.offset, comp.length, chunk):
-                    digester.update(piece)
-                _check_digest(comp, digester)
+                    update(piece)
+                finish()
 
     if comp.encoding == "raw":
-        return StoredBytes(buf, comp.offset, comp.length, chunk, check)
+        return StoredBytes(
+            buf, comp.offset, comp.length, chunk, check, verify if check is not None else None
+        )
     return _zstd_pieces(buf, obj, comp, where, exact, chunk, check)
 
 

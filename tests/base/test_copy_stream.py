@@ -245,3 +245,55 @@ def test_an_input_cut_underneath_the_read_loop_is_io_changed(tmp_path: Path) -> 
         with pytest.raises(InputError) as info:
             copy_to(tmp_path, stream, len(DATA), update=lambda piece: None)
     assert info.value.code == io.IO_CHANGED and info.value.path == str(tmp_path / "in.bin")
+
+
+def _verified(src: io.Source, digest_ok: bool, calls: list[str]) -> StoredBytes:
+    """Stored bytes with a source check (CRC-32 of the whole range) in both forms."""
+    want = zlib.crc32(DATA) ^ (0 if digest_ok else 1)
+
+    def verify() -> tuple[object, object]:
+        state = [0]
+
+        def update(piece: object) -> None:
+            state[0] = zlib.crc32(piece, state[0])  # type: ignore[arg-type]
+
+        def finish() -> None:
+            calls.append("finish")
+            if state[0] != want:
+                raise FormatError("ZT_DIGEST", "damaged")
+
+        return update, finish
+
+    def check() -> None:
+        calls.append("check")
+        update, finish = verify()
+        update(DATA)
+        finish()
+
+    return StoredBytes(src.buf, 0, len(DATA), 1 << 16, check, verify)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("digest_ok", [True, False])
+def test_a_checksummed_copy_checks_the_source_in_the_same_pass(
+    tmp_path: Path, digest_ok: bool
+) -> None:
+    """Stored bytes with a source check going to a sink that checksums them: one read, the
+    check fed as the bytes go by, its failure raised before copy_stream returns."""
+    calls: list[str] = []
+    with mapped(tmp_path) as src:
+        stream = _verified(src, digest_ok, calls)
+        if digest_ok:
+            data, got = copy_to(tmp_path, stream, len(DATA), update=lambda piece: None)
+            assert data == b"head" + DATA + b"tail" and got == len(DATA)
+        else:
+            with pytest.raises(FormatError):
+                copy_to(tmp_path, stream, len(DATA), update=lambda piece: None)
+    assert calls == ["finish"]
+
+
+def test_the_kernel_copy_still_checks_the_source_first(tmp_path: Path) -> None:
+    calls: list[str] = []
+    with mapped(tmp_path) as src, pytest.raises(FormatError):
+        copy_to(tmp_path, _verified(src, False, calls), len(DATA))
+    assert calls == ["check", "finish"]
+    assert (tmp_path / "out.bin").read_bytes() == b"head"
