@@ -40,18 +40,6 @@ TrustOption = Annotated[
 OutOption = Annotated[
     str, typer.Option("-o", "--output", help="Output file; - writes to stdout (not a terminal).")
 ]
-READ_BLOCK = 1 << 22
-
-
-def _read_blocks(fp: Any, tick: Any) -> Any:
-    while True:
-        block = fp.read(READ_BLOCK)
-        if not block:
-            return
-        tick(len(block))
-        yield block
-
-
 @app.command("keygen")
 def keygen(
     output: Annotated[
@@ -289,10 +277,11 @@ def encode(
         batch: list[np.ndarray] = []
         held = 0
         try:
-            for arr in api.encode_chunks(
+            for arr in api.encode_file(
                 tok,
-                _read_blocks(src, tick),
+                src,
                 jobs=jobs,
+                tick=tick,
                 strict_alignment=strict_alignment,
                 emit_debug_markers=debug_markers,
                 warnings=warnings,

@@ -106,7 +106,8 @@ class LaneCodec:
         (j + 1) % shard_bundles == 0; 0: no shard markers."""
         import numpy as np
 
-        raw = self.kernel.encode(data, first_bundle, debug, chunk_bundles, shard_bundles)
+        # A pooled block, written in place and reused once the array is gone (encode_buffer)
+        raw = self.kernel.encode_buffer(data, first_bundle, debug, chunk_bundles, shard_bundles)
         return np.frombuffer(raw, dtype="<u2")
 
     def partial_bundle(self, tail: bytes, debug: bool, chunk_mark: bool) -> list[int]:
