@@ -16,10 +16,14 @@ yields the ids in input order. A unit with no such position (no cut within `WIND
 either end) goes to the main process whole and is matched there as the streaming encoder
 matches (`StreamEncoder`): slower, never different.
 
-Workers are forked (they inherit the loaded tokenizer, as `ingest docs --jobs` workers do) and
-talk to the main process through pipes (`_Workers`); at most two units per worker are in
-flight, which keeps memory flat. An input of one unit or less is encoded in
-the calling process (no fork for a one-line input).
+`jobs` processes share the units: the main process and `jobs - 1` forked workers (they inherit
+the loaded tokenizer, as `ingest docs --jobs` workers do, and talk to the main process through
+pipes: `_Workers`). The main process tokenizes every `jobs`-th unit itself, between reading
+the workers' results: a process that only waited would leave a core idle, while its seams and
+output writes took time from the workers (measured: an even share balances them, as a
+worker's extra cost, sending its ids through a pipe, is about the main process's own, the
+seams and the output). At most two units per worker are in flight, which keeps memory flat. An input of one unit or less is encoded in the calling
+process (no fork for a one-line input).
 """
 
 from __future__ import annotations
@@ -139,24 +143,29 @@ def _init_worker() -> None:
 
 
 def _work(unit: Unit) -> tuple[Any, ...]:
-    """One unit: ("split", head, ids of the middle, tail), ("whole", bytes) or ("utf8", offset,
-    reason) for the first byte that is not UTF-8."""
-    tok = _TOK
-    assert tok is not None
+    """One unit in a worker (the tokenizer and the input it inherited): see `_run`."""
+    assert _TOK is not None
+    return _run(_TOK, _FD, _START, unit)
+
+
+def _run(tok: pi.Tokenizer, fd: int, start: int, unit: Unit) -> tuple[Any, ...]:
+    """One unit of the input `fd` (-1: the unit carries its bytes) that starts at `start`:
+    ("split", head, ids of the middle, tail), ("whole", bytes), ("utf8", offset, reason) for
+    the first byte that is not UTF-8, or ("short", offset) when the file ended early."""
     offset, length, width, raw = unit
     if raw is None:
-        raw = _read(_FD, offset, length + width)
+        raw = _read(fd, offset, length + width)
         if len(raw) < length + width:
-            return ("short", offset - _START + len(raw))
+            return ("short", offset - start + len(raw))
     try:
         text = str(memoryview(raw)[:length], "utf-8")
     except UnicodeDecodeError:
         try:  # the error as the whole input shows it: the next character decides a cut sequence
             raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return ("utf8", offset - _START + exc.start, exc.reason)
+            return ("utf8", offset - start + exc.start, exc.reason)
         raise
-    if offset == _START and text.startswith("\ufeff"):
+    if offset == start and text.startswith("\ufeff"):
         text = text[1:]
     data = tok.prepare(text)
     n = len(data)
@@ -228,9 +237,9 @@ def encode(
     tok: pi.Tokenizer, fp: Any, name: str, jobs: int, *, fd: int | None = None
 ) -> Iterator[tuple[int, bytes]]:
     """(input bytes consumed, ids as bytes of `tok.dtype`) of the one document read from `fp`,
-    in order, by `jobs` processes: the ids `tok.stream()` gives for the whole text. `fd` is the
-    descriptor of `fp` when it is a regular file (at its current offset): the workers then read
-    their units themselves."""
+    in order, by `jobs` processes (this one and `jobs - 1` workers): the ids `tok.stream()`
+    gives for the whole text. `fd` is the descriptor of `fp` when it is a regular file (at its
+    current offset): the workers then read their units themselves."""
     global _TOK, _FD, _START
     seams = _Seams(tok, name)
     if fd is not None:
@@ -239,43 +248,63 @@ def encode(
     else:
         start = 0
         units = _units(fp)
+    own = -1 if fd is None else fd
     first = next(units, None)
     second = next(units, None) if first is not None else None
-    _TOK, _FD, _START = tok, -1 if fd is None else fd, start
+    if second is None:  # one unit at most: here, no fork
+        if first is not None:
+            result = _run(tok, own, start, first)
+            yield first[1], b"".join(seams.add(result))
+        yield 0, seams.finish()
+        return
+    _TOK, _FD, _START = tok, own, start
     try:
-        if second is None:  # one unit at most: here, no fork
-            if first is not None:
-                result = _work(first)
-                yield first[1], b"".join(seams.add(result))
-            yield 0, seams.finish()
-            return
-        workers = _Workers(jobs)
+        workers = _Workers(jobs - 1)
     finally:
         _TOK, _FD, _START = None, -1, 0
     done = False
     try:
-        # Unit i goes to worker i % jobs; results are read in input order. A worker has at most
-        # `depth` units outstanding: two when a task is a few bytes (a file: it fits in the
-        # pipe whatever the worker is doing), one when it carries the unit's bytes (a pipe's
-        # input), so the main process never waits on a write to a worker that waits on it.
+        # Unit i goes to process (i + 1) % jobs (0: this one, which tokenizes its units when
+        # their turn comes; a worker first, so its pipe is busy while this process starts),
+        # and the results are taken in input order. A worker has at most `depth` units
+        # outstanding: two when a task is a few bytes (a file: it fits in the pipe whatever
+        # the worker is doing), one when it carries the unit's bytes (a pipe's input), so this
+        # process never waits on a write to a worker that waits on it.
         depth = 2 if fd is not None else 1
-        window: deque[tuple[int, int]] = deque()  # (worker, unit length)
+        dealt = 0
+        outstanding = [0] * jobs  # units in the window, by process (0: this one)
+        window: deque[tuple[int, Unit]] = deque()
         pending = _chain(first, second, units)
-        sent = 0
-        for unit in pending:
-            workers.send(sent % jobs, unit)
-            window.append((sent % jobs, unit[1]))
-            sent += 1
-            if sent >= depth * jobs:
-                break
+        held: Unit | None = None
+
+        def fill() -> None:
+            nonlocal held, dealt
+            while True:
+                if held is None:
+                    held = next(pending, None)
+                    if held is None:
+                        return
+                who = (dealt + 1) % jobs
+                if outstanding[who] >= depth:
+                    return
+                dealt += 1
+                if who:
+                    workers.send(who - 1, held)
+                outstanding[who] += 1
+                window.append((who, held))
+                held = None
+
+        fill()
         while window:
-            worker, length = window.popleft()
-            result = workers.receive(worker)
-            unit = next(pending, None)
-            if unit is not None:
-                workers.send(sent % jobs, unit)
-                window.append((sent % jobs, unit[1]))
-                sent += 1
+            who, unit = window.popleft()
+            outstanding[who] -= 1
+            if who == 0:  # the workers get their next units first, then this one is done here
+                fill()
+                result = _run(tok, own, start, unit)
+            else:  # its result first: a worker may be writing it while a unit is sent to it
+                result = workers.receive(who - 1)
+                fill()
+            length = unit[1]
             for ids in seams.add(result):
                 yield length, ids
                 length = 0

@@ -138,6 +138,20 @@ def test_jobs_on_a_pipe_write_the_bytes_of_one_process(
     assert two.stdout == one.stdout
 
 
+def test_jobs_on_a_pipe_with_units_larger_than_a_pipe_buffer() -> None:
+    """Units of 1 MB that carry their bytes (a pipe's input) and results larger than a pipe
+    buffer: the main process takes a worker's result before it sends the worker more, and
+    tokenizes its own share meanwhile; the bytes of one process, no deadlock."""
+    from tests.helpers.cli import run_sub
+
+    data = TEXTS["mixed"].encode() * 700  # ~3.5 MB: four units
+    one = run_sub("tokenize", "pi", "encode", "-q", stdin=data, timeout=60)
+    for jobs in ("2", "3"):
+        many = run_sub("tokenize", "pi", "encode", "-q", "-j", jobs, stdin=data, timeout=60)
+        assert one.code == many.code == 0
+        assert many.stdout == one.stdout
+
+
 @pytest.mark.parametrize("where", [5, 599, 600, 601, 1801, -1])
 def test_invalid_utf8_is_reported_as_one_process_reports_it(
     tmp_path: Path, tiny_units: None, where: int
@@ -230,7 +244,7 @@ def test_sigterm_during_jobs_leaves_no_output_and_no_worker(tmp_path: Path) -> N
     )
     workers: list[int] = []
     deadline = time.monotonic() + 30
-    while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
+    while not workers and proc.poll() is None and time.monotonic() < deadline:
         workers = _children(proc.pid)
         time.sleep(0.005)
     proc.send_signal(signal.SIGTERM)
