@@ -264,9 +264,9 @@ def encode(
         _TOK, _FD, _START = None, -1, 0
     done = False
     try:
-        # Unit i goes to process (i + 1) % jobs (0: this one, which tokenizes its units when
-        # their turn comes; a worker first, so its pipe is busy while this process starts),
-        # and the results are taken in input order. A worker has at most `depth` units
+        # Unit i goes to process i % jobs (0: this one, which tokenizes its units when their
+        # turn comes: its first unit while the workers do theirs, its last while they do the
+        # units after it), and the results are taken in input order. A worker has at most `depth` units
         # outstanding: two when a task is a few bytes (a file: it fits in the pipe whatever
         # the worker is doing), one when it carries the unit's bytes (a pipe's input), so this
         # process never waits on a write to a worker that waits on it.
@@ -284,7 +284,7 @@ def encode(
                     held = next(pending, None)
                     if held is None:
                         return
-                who = (dealt + 1) % jobs
+                who = dealt % jobs
                 if outstanding[who] >= depth:
                     return
                 dealt += 1
@@ -346,6 +346,7 @@ class _Workers:
                         os._exit(code)
                 os.close(task_r)
                 os.close(res_w)
+                _widen(res_r)
                 writer = open(task_w, "wb", buffering=0)  # noqa: SIM115 - closed in close()
                 reader = open(res_r, "rb", buffering=0)  # noqa: SIM115
                 self.procs.append((pid, writer, reader))
@@ -376,6 +377,20 @@ class _Workers:
             with contextlib.suppress(OSError):
                 os.waitpid(pid, 0)
         self.procs = []
+
+
+def _widen(fd: int) -> None:
+    """Make a result pipe hold a unit's ids (Linux: up to 1 MiB, where allowed), so a worker
+    writes its result and goes on to its next unit while the main process tokenizes one."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), RESULT_PIPE)
+    except (OSError, ImportError):
+        pass  # the default size: the worker waits for the main process to read
+
+
+RESULT_PIPE = 1 << 20
 
 
 def _serve(task_r: int, res_w: int) -> None:  # pragma: no cover - runs in the workers
