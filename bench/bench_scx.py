@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+
 def collect(roots: list[str], suffixes: tuple[str, ...], size: int) -> bytes:
     """Files under `roots` whose names end with one of `suffixes`, in sorted order, until
     `size` bytes (walked lazily: stops as soon as it has enough); repeated if short."""

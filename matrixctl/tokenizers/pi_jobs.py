@@ -22,8 +22,8 @@ pipes: `_Workers`). The main process tokenizes every `jobs`-th unit itself, betw
 the workers' results: a process that only waited would leave a core idle, while its seams and
 output writes took time from the workers (measured: an even share balances them, as a
 worker's extra cost, sending its ids through a pipe, is about the main process's own, the
-seams and the output). At most two units per worker are in flight, which keeps memory flat. An input of one unit or less is encoded in the calling
-process (no fork for a one-line input).
+seams and the output). At most two units per process are in flight, which keeps memory flat.
+An input of one unit or less is encoded in the calling process (no fork for a one-line input).
 """
 
 from __future__ import annotations
@@ -266,10 +266,10 @@ def encode(
     try:
         # Unit i goes to process i % jobs (0: this one, which tokenizes its units when their
         # turn comes: its first unit while the workers do theirs, its last while they do the
-        # units after it), and the results are taken in input order. A worker has at most `depth` units
-        # outstanding: two when a task is a few bytes (a file: it fits in the pipe whatever
-        # the worker is doing), one when it carries the unit's bytes (a pipe's input), so this
-        # process never waits on a write to a worker that waits on it.
+        # units after it), and the results are taken in input order. A process has at most
+        # `depth` units outstanding: two when a task is a few bytes (a file: it fits in the
+        # pipe whatever the worker is doing), one when it carries the unit's bytes (a pipe's
+        # input), so this process never waits on a write to a worker that waits on it.
         depth = 2 if fd is not None else 1
         dealt = 0
         outstanding = [0] * jobs  # units in the window, by process (0: this one)

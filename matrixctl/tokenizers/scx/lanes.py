@@ -9,7 +9,7 @@ checking paths use, are numpy tables. Nothing here loops over bytes or tokens in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from matrixctl import _scx_kernel
 from matrixctl.tokenizers.scx import tokens as scx_tokens
@@ -107,7 +107,9 @@ class LaneCodec:
         import numpy as np
 
         # A pooled block, written in place and reused once the array is gone (encode_buffer)
-        raw = self.kernel.encode_buffer(data, first_bundle, debug, chunk_bundles, shard_bundles)
+        raw: Any = self.kernel.encode_buffer(
+            data, first_bundle, debug, chunk_bundles, shard_bundles
+        )
         return np.frombuffer(raw, dtype="<u2")
 
     def partial_bundle(self, tail: bytes, debug: bool, chunk_mark: bool) -> list[int]:
