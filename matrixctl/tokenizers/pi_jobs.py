@@ -18,11 +18,12 @@ matches (`StreamEncoder`): slower, never different.
 
 `jobs` processes share the units: the main process and `jobs - 1` forked workers (they inherit
 the loaded tokenizer, as `ingest docs --jobs` workers do, and talk to the main process through
-pipes: `_Workers`). The main process tokenizes every `jobs`-th unit itself, between reading
-the workers' results: a process that only waited would leave a core idle, while its seams and
-output writes took time from the workers (measured: an even share balances them, as a
-worker's extra cost, sending its ids through a pipe, is about the main process's own, the
-seams and the output). At most two units per process are in flight, which keeps memory flat.
+pipes: `_Workers`). The main process tokenizes units too, whenever the next result it needs
+is not there yet: a process that only waited would leave a core idle while its seams and
+output writes took time from the workers. A worker gets the next unit when it has room, the
+main process when no worker has, so the shares follow what the units cost (they differ by
+10 % between neighbours in real text, so a fixed deal left one process waiting). At most two
+units per process are in flight, which keeps memory flat.
 An input of one unit or less is encoded in the calling process (no fork for a one-line input).
 """
 
@@ -264,48 +265,55 @@ def encode(
         _TOK, _FD, _START = None, -1, 0
     done = False
     try:
-        # Unit i goes to process i % jobs (0: this one, which tokenizes its units when their
-        # turn comes: its first unit while the workers do theirs, its last while they do the
-        # units after it), and the results are taken in input order. A process has at most
-        # `depth` units outstanding: two when a task is a few bytes (a file: it fits in the
-        # pipe whatever the worker is doing), one when it carries the unit's bytes (a pipe's
-        # input), so this process never waits on a write to a worker that waits on it.
+        # Units are dealt in input order: to a worker with room (fewest outstanding first),
+        # else to this process. Results are taken in input order; while the next one is a
+        # worker's that has not come yet, this process tokenizes one of its own units (out of
+        # order, kept until its turn): neither kind of process waits while the other has work,
+        # whatever the units cost. A process has at most `depth` units outstanding: a worker
+        # two when a task is a few bytes (a file: it fits in the pipe whatever the worker is
+        # doing), one when it carries the unit's bytes (a pipe's input: sent only once the
+        # worker's last result is read, so neither process waits on a write to the other).
         depth = 2 if fd is not None else 1
-        dealt = 0
-        outstanding = [0] * jobs  # units in the window, by process (0: this one)
-        window: deque[tuple[int, Unit]] = deque()
+        outstanding = [0] * jobs  # units dealt and not yet yielded, by process (0: this one)
+        window: deque[list[Any]] = deque()  # [process, unit, result (None: not yet)]
         pending = _chain(first, second, units)
         held: Unit | None = None
 
         def fill() -> None:
-            nonlocal held, dealt
+            nonlocal held
             while True:
                 if held is None:
                     held = next(pending, None)
                     if held is None:
                         return
-                who = dealt % jobs
+                who = min(range(1, jobs), key=outstanding.__getitem__)
                 if outstanding[who] >= depth:
-                    return
-                dealt += 1
-                if who:
+                    who = 0
+                    if outstanding[0] >= depth:
+                        return
+                else:
                     workers.send(who - 1, held)
                 outstanding[who] += 1
-                window.append((who, held))
+                window.append([who, held, None])
                 held = None
 
         fill()
         while window:
-            who, unit = window.popleft()
+            entry = window[0]
+            who, unit = entry[0], entry[1]
+            if who == 0 and entry[2] is None:
+                entry[2] = _run(tok, own, start, unit)
+            elif who:
+                mine = next((e for e in window if e[0] == 0 and e[2] is None), None)
+                if mine is not None and not workers.ready(who - 1):
+                    mine[2] = _run(tok, own, start, mine[1])
+                    continue
+                entry[2] = workers.receive(who - 1)
+            window.popleft()
             outstanding[who] -= 1
-            if who == 0:  # the workers get their next units first, then this one is done here
-                fill()
-                result = _run(tok, own, start, unit)
-            else:  # its result first: a worker may be writing it while a unit is sent to it
-                result = workers.receive(who - 1)
-                fill()
+            fill()
             length = unit[1]
-            for ids in seams.add(result):
+            for ids in seams.add(entry[2]):
                 yield length, ids
                 length = 0
         yield 0, seams.finish()
@@ -356,6 +364,12 @@ class _Workers:
 
     def send(self, worker: int, unit: Unit) -> None:
         _write_frame(self.procs[worker][1], marshal.dumps(unit))
+
+    def ready(self, worker: int) -> bool:
+        """Whether the worker's result (or its end) can be read without waiting."""
+        import select
+
+        return bool(select.select([self.procs[worker][2]], [], [], 0)[0])
 
     def receive(self, worker: int) -> tuple[Any, ...]:
         data = _read_frame(self.procs[worker][2])

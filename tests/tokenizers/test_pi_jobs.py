@@ -152,6 +152,28 @@ def test_jobs_on_a_pipe_with_units_larger_than_a_pipe_buffer() -> None:
         assert many.stdout == one.stdout
 
 
+@pytest.mark.parametrize("ready", [False, True])
+def test_the_main_process_tokenizes_while_it_waits(
+    tmp_path: Path, tiny_units: None, monkeypatch: pytest.MonkeyPatch, ready: bool
+) -> None:
+    """Decision (pi_jobs): the main process tokenizes its own units out of order while a
+    worker's result has not come (`ready` False: always, so it runs ahead as far as it may;
+    True: never), and yields every result in input order: the bytes of one process."""
+    calls: list[bool] = []
+
+    def fake_ready(self: object, worker: int) -> bool:
+        calls.append(ready)
+        return ready
+
+    monkeypatch.setattr(pi_jobs._Workers, "ready", fake_ready)
+    src = tmp_path / "in.txt"
+    src.write_bytes(TEXTS["mixed"].encode())
+    one = _encode(str(src), tmp_path / "one.mxt", 1, None)
+    for jobs in (2, 3):
+        assert _encode(str(src), tmp_path / f"{jobs}.mxt", jobs, None) == one
+    assert calls  # the main process had units of its own while a worker's was due
+
+
 @pytest.mark.parametrize("where", [5, 599, 600, 601, 1801, -1])
 def test_invalid_utf8_is_reported_as_one_process_reports_it(
     tmp_path: Path, tiny_units: None, where: int
