@@ -16,7 +16,10 @@ from matrixctl.tokenizers.scx.issues import Issue, fail
 if TYPE_CHECKING:
     import numpy as np
 
-BLOCK_BYTES = 1 << 16  # encoder work unit: small enough for the kernels to stay in L2
+# Encoder work unit: one kernel call (the GIL released for all of it). The kernel reads and writes
+# in order (only its lane table is read at random), so a block need not fit a cache; its tokens
+# go to a pooled block of memory (`Codec.encode_buffer`), so a larger one costs no page faults.
+BLOCK_BYTES = 1 << 18
 
 
 class Encoder:
@@ -205,9 +208,12 @@ def encode_chunks(
 
 
 READ_BYTES = 4 << 20  # bytes per read of `encode_file`
-# Bytes per task of `encode_file`'s threads: 16 blocks. With two tasks per thread ahead, the
-# blocks alive stay within what the kernel's pool of output blocks keeps (POOL_SLOTS).
-TASK_BYTES = 1 << 20
+# Bytes per task of `encode_file`'s threads (8 blocks), and tasks per thread handed out ahead of
+# the one whose tokens are yielded next: the threads have work for a few milliseconds when the
+# main thread is slow to come back, and the blocks alive stay within what the kernel's pool of
+# output blocks keeps (POOL_SLOTS in _scx_kernel.c).
+TASK_BYTES = 2 << 20
+AHEAD = 4
 
 
 def encode_file(
@@ -228,7 +234,7 @@ def encode_file(
     With `jobs` > 1 and a seekable regular file, the threads read as well as encode: a task is
     a byte range of `TASK_BYTES` (whole bundles) that the thread reads with `os.preadv` into a
     buffer of its own, kept from task to task (memory already in place: no page faults), and
-    encodes; the main thread only hands out ranges, at most two per thread ahead, and yields
+    encodes; the main thread only hands out ranges, `AHEAD` per thread ahead, and yields
     the tokens in input order. What follows the whole bundles the file held when encoding
     started (its last, short bundle; bytes appended meanwhile) is then read and encoded here,
     as with one thread. A file that ends before that size is an OSError (EIO). With one job,
@@ -340,7 +346,7 @@ def _encode_ranges(
         try:
             for at, size in ranges:
                 ahead.append((size, pool.submit(task, at, size)))
-                if len(ahead) == 2 * jobs:
+                if len(ahead) == AHEAD * jobs:
                     break
             while ahead:
                 size, done = ahead.popleft()
