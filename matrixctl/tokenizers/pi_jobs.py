@@ -36,7 +36,7 @@ import os
 import signal
 import struct
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError
@@ -236,11 +236,12 @@ class _Seams:
 
 def encode(
     tok: pi.Tokenizer, fp: Any, name: str, jobs: int, *, fd: int | None = None
-) -> Iterator[tuple[int, bytes]]:
+) -> Generator[tuple[int, bytes], None, None]:
     """(input bytes consumed, ids as bytes of `tok.dtype`) of the one document read from `fp`,
     in order, by `jobs` processes (this one and `jobs - 1` workers): the ids `tok.stream()`
     gives for the whole text. `fd` is the descriptor of `fp` when it is a regular file (at its
-    current offset): the workers then read their units themselves."""
+    current offset): the workers then read their units themselves. The first item is (0, b"")
+    once the workers have their first units: the caller may set up its output meanwhile."""
     global _TOK, _FD, _START
     seams = _Seams(tok, name)
     if fd is not None:
@@ -253,6 +254,7 @@ def encode(
     first = next(units, None)
     second = next(units, None) if first is not None else None
     if second is None:  # one unit at most: here, no fork
+        yield 0, b""
         if first is not None:
             result = _run(tok, own, start, first)
             yield first[1], b"".join(seams.add(result))
@@ -298,6 +300,7 @@ def encode(
                 held = None
 
         fill()
+        yield 0, b""
         while window:
             entry = window[0]
             who, unit = entry[0], entry[1]

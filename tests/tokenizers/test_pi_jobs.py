@@ -174,6 +174,25 @@ def test_the_main_process_tokenizes_while_it_waits(
     assert calls  # the main process had units of its own while a worker's was due
 
 
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_an_output_that_cannot_be_opened_stops_the_started_workers(
+    tmp_path: Path, tiny_units: None
+) -> None:
+    """Decision (tokenizing.encode_file): the workers start before the output is opened; an
+    output that cannot be opened is its one error, and the workers are gone with it."""
+    import os
+
+    from matrixctl.errors import MatrixError
+
+    src = tmp_path / "in.txt"
+    src.write_bytes(TEXTS["english"].encode())
+    with pytest.raises(MatrixError) as info:
+        _encode(str(src), tmp_path / "no" / "such" / "out.mxt", 2, None)
+    assert info.value.exit_code == 2
+    assert _children(os.getpid()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
 @pytest.mark.parametrize("where", [5, 599, 600, 601, 1801, -1])
 def test_invalid_utf8_is_reported_as_one_process_reports_it(
     tmp_path: Path, tiny_units: None, where: int
