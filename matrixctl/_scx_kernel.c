@@ -334,9 +334,9 @@ static PyObject *Codec_encode(CodecObject *self, PyObject *args) {
  * reference goes (only ever with the GIL held), so the next call writes into memory already in
  * place. Why: a fresh output block for every call is fresh memory, and the allocator gives and
  * takes back blocks of this size from the system, so every 4 KiB written cost a page fault
- * (with two encode threads, a third of the CPU time went to them), and a kept scratch buffer
- * costs a copy into a new bytes object, made with the GIL held. Blocks are all pool_size bytes
- * (the largest asked for, up to POOL_MAX); at most POOL_SLOTS spare ones are kept. */
+ * (with two encode threads, up to a third of the CPU time went to them), and a kept scratch
+ * buffer costs a copy into a new bytes object, made with the GIL held. Blocks are all pool_size
+ * bytes (the largest asked for, up to POOL_MAX); at most POOL_SLOTS spare ones are kept. */
 typedef struct {
     PyObject_HEAD
     CodecObject *owner; /* a reference: the pool outlives its blocks */
