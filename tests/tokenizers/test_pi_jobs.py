@@ -193,6 +193,26 @@ def test_an_output_that_cannot_be_opened_stops_the_started_workers(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
+def test_a_file_ends_in_smaller_units(tmp_path: Path, tiny_units: None) -> None:
+    """Decision (pi_jobs.TAIL): a file's last bytes are cut into quarter units, so the
+    processes finish within a small unit of each other; the units tile the file."""
+    import os
+
+    src = tmp_path / "in.txt"
+    src.write_bytes(TEXTS["english"].encode())  # 5,200 bytes: units of 600, then of 400
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        units = list(pi_jobs._file_units(fd, 0, src.stat().st_size))
+    finally:
+        os.close(fd)
+    assert [u[0] for u in units[1:]] == [u[0] + u[1] for u in units[:-1]]
+    assert units[-1][0] + units[-1][1] == src.stat().st_size
+    head = [u[1] for u in units if u[0] + pi_jobs.TAIL * pi_jobs.UNIT < src.stat().st_size]
+    tail = [u[1] for u in units if u[0] + pi_jobs.TAIL * pi_jobs.UNIT >= src.stat().st_size]
+    assert head and all(550 < n <= 600 for n in head)
+    assert len(tail) > pi_jobs.TAIL and all(n <= 400 for n in tail)
+
+
 @pytest.mark.parametrize("where", [5, 599, 600, 601, 1801, -1])
 def test_invalid_utf8_is_reported_as_one_process_reports_it(
     tmp_path: Path, tiny_units: None, where: int
