@@ -179,7 +179,7 @@ def test_encode_file_names_a_file_that_shrank(tmp_path: Any) -> None:
         os.truncate(path, 1_000_000)
         with pytest.raises(OSError, match="ended at byte 1000000") as info:
             list(parts)
-    assert info.value.errno == errno.EIO
+    assert info.value.errno == errno.EIO and info.value.filename == str(path)
 
 
 def test_feeds_longer_than_a_window_decode_like_one_feed() -> None:

@@ -324,6 +324,7 @@ def _encode_ranges(
     yield np.array([scx_tokens.TOK_CONFIG, *tok.h_tok], dtype="<u2")
     step = max(1, TASK_BYTES // bb) * bb
     local = threading.local()
+    name = fp.name if isinstance(getattr(fp, "name", None), str) else None  # for the error
 
     def task(offset: int, size: int) -> list[np.ndarray]:
         buf = getattr(local, "buf", None)
@@ -335,7 +336,8 @@ def _encode_ranges(
                 n = os.preadv(fd, [view[got:size]], start + offset + got)
                 if n <= 0:
                     at = start + offset + got
-                    raise OSError(errno.EIO, f"the input ended at byte {at}, before its size")
+                    why = f"the input ended at byte {at}, before its size"
+                    raise OSError(errno.EIO, why, name)
                 got += n
         data = np.frombuffer(buf, dtype=np.uint8, count=size)
         return enc.tokens_for(data, first + offset // bb)
