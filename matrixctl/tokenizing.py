@@ -69,47 +69,50 @@ def encode_file(
 
         fd = raw.fileno() if jobs > 1 and _is_regular(raw) else None
         parts = None
-        if jobs > 1:
-            from matrixctl.tokenizers import pi_jobs
+        try:  # the workers, once started, are stopped whatever happens (`parts.close()`)
+            if jobs > 1:
+                from matrixctl.tokenizers import pi_jobs
 
-            # Started before the output is opened: the first step forks the workers and deals
-            # them their first units, which they encode while this process sets up the rest.
-            parts = pi_jobs.encode(tok, Counting(), name, jobs, fd=fd)
-            try:
-                next(parts)
-            except OSError as exc:  # reading near the first cuts
-                raise from_os_error(exc, input_path) from None
-        started = contextlib.closing(parts) if parts is not None else contextlib.nullcontext()
-        with started, _output(output, form) as out:
-            sink: _IdSink
-            if form == "stream":
-                sink = _StreamSink(out, tok.dtype, smap.vocab_size)
-            elif form == "json":
-                assert json_ids is not None
-                sink = _TextSink(json_ids, ", ")
-            else:
-                sink = _TextSink(out, " ")
-            if parts is not None:
-                # A file output is flushed to the disk as it grows, while the workers encode,
-                # so the fsync that commits it has little left to write (the serial end).
-                flush = _EarlyFlush(out if output != STDIO and form != "json" else None)
+                # Started before the output is opened: the first step forks the workers and
+                # deals them their first units, which they encode while this process sets up.
+                parts = pi_jobs.encode(tok, Counting(), name, jobs, fd=fd)
                 try:
-                    for used, ids in parts:
-                        if fd is not None:
-                            nbytes += used
-                        sink.write_bytes(ids, tok.dtype)
-                        flush.check()
-                except OSError as exc:  # a worker's read of the file
+                    next(parts)
+                except OSError as exc:  # reading near the first cuts
                     raise from_os_error(exc, input_path) from None
-                finally:
-                    flush.close()
-            else:
-                enc = tok.stream()
-                for text in pi.iter_text(Counting(), name, READ_CHUNK):
-                    sink.write_bytes(enc.feed_bytes(text), tok.dtype)
-                sink.write_bytes(enc.finish_bytes(), tok.dtype)
-            sink.end_document(name if label is None else label)
-            crc = sink.close()
+            with _output(output, form) as out:
+                sink: _IdSink
+                if form == "stream":
+                    sink = _StreamSink(out, tok.dtype, smap.vocab_size)
+                elif form == "json":
+                    assert json_ids is not None
+                    sink = _TextSink(json_ids, ", ")
+                else:
+                    sink = _TextSink(out, " ")
+                if parts is not None:
+                    # A file output is flushed to the disk as it grows, while the workers
+                    # encode, so the fsync that commits it has little left to write.
+                    flush = _EarlyFlush(out if output != STDIO and form != "json" else None)
+                    try:
+                        for used, ids in parts:
+                            if fd is not None:
+                                nbytes += used
+                            sink.write_bytes(ids, tok.dtype)
+                            flush.check()
+                    except OSError as exc:  # a worker's read of the file
+                        raise from_os_error(exc, input_path) from None
+                    finally:
+                        flush.close()
+                else:
+                    enc = tok.stream()
+                    for text in pi.iter_text(Counting(), name, READ_CHUNK):
+                        sink.write_bytes(enc.feed_bytes(text), tok.dtype)
+                    sink.write_bytes(enc.finish_bytes(), tok.dtype)
+                sink.end_document(name if label is None else label)
+                crc = sink.close()
+        finally:
+            if parts is not None:
+                parts.close()
     summary: dict[str, Any] = {
         "input": input_path,
         "output": output,

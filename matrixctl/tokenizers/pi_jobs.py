@@ -332,6 +332,7 @@ def encode(
 
 
 FRAME = struct.Struct("<Q")
+_STOP = {signal.SIGINT, signal.SIGTERM}
 
 
 class _Workers:
@@ -346,27 +347,34 @@ class _Workers:
             for _ in range(jobs):
                 task_r, task_w = os.pipe()
                 res_r, res_w = os.pipe()
-                pid = os.fork()
-                if pid == 0:  # pragma: no cover - the worker (coverage does not follow forks)
-                    code = 0
-                    try:
-                        os.close(task_w)
-                        os.close(res_r)
-                        for _pid, writer, reader in self.procs:  # other workers' pipes
-                            writer.close()
-                            reader.close()
-                        _init_worker()
-                        _serve(task_r, res_w)
-                    except BaseException:
-                        code = 1
-                    finally:
-                        os._exit(code)
-                os.close(task_r)
-                os.close(res_w)
+                # Ctrl-C and SIGTERM wait until the new worker is in `procs` (so the handler's
+                # exception finds it there, kills it and reaps it)
+                mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP)
+                try:
+                    pid = os.fork()
+                    if pid == 0:  # pragma: no cover - the worker (coverage does not follow forks)
+                        code = 0
+                        try:
+                            os.close(task_w)
+                            os.close(res_r)
+                            for _pid, writer, reader in self.procs:  # other workers' pipes
+                                writer.close()
+                                reader.close()
+                            _init_worker()
+                            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                            _serve(task_r, res_w)
+                        except BaseException:
+                            code = 1
+                        finally:
+                            os._exit(code)
+                    os.close(task_r)
+                    os.close(res_w)
+                    writer = open(task_w, "wb", buffering=0)  # noqa: SIM115 - closed in close()
+                    reader = open(res_r, "rb", buffering=0)  # noqa: SIM115
+                    self.procs.append((pid, writer, reader))
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                 _widen(res_r)
-                writer = open(task_w, "wb", buffering=0)  # noqa: SIM115 - closed in close()
-                reader = open(res_r, "rb", buffering=0)  # noqa: SIM115
-                self.procs.append((pid, writer, reader))
         except BaseException:
             self.close(kill=True)
             raise
