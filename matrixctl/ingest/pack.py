@@ -89,6 +89,33 @@ class PackPlan:
     manifest_head: dict[str, Any] = field(default_factory=dict)
 
 
+class _HashThread:
+    """`sha256_file` of a file on a helper thread; `result` waits for it (and raises its
+    OSError, if any)."""
+
+    def __init__(self, path: str) -> None:
+        import threading
+
+        self.digest = ""
+        self.error: OSError | None = None
+        self.thread = threading.Thread(
+            target=self._run, args=(path,), name="matrixctl-hash", daemon=True
+        )
+        self.thread.start()
+
+    def _run(self, path: str) -> None:
+        try:
+            self.digest = sha256_file(path)
+        except OSError as exc:
+            self.error = exc
+
+    def result(self) -> str:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.digest
+
+
 class PackBuilder:
     """Stream documents into a pack in a temporary folder; `finish` puts it in place."""
 
@@ -174,17 +201,26 @@ class PackBuilder:
         plan = self.plan
         header = self.atoms.finish()
         padding = self.atoms.padding
-        self._sync(self._atoms_fp)
-        idx_header = self.index.finish()
-        self._sync(self._index_fp)
-        shutil.rmtree(self.spill_dir)
-        files: dict[str, dict[str, Any]] = {}
-        if plan.grid:
-            self._project(header)
-        with open(os.path.join(self.tmp, pack_format.SYMBOLS), "wb") as fp:
-            fp.write(plan.map_raw)
-            fp.flush()
-            os.fsync(fp.fileno())
+        # The atoms (the largest file) are hashed on a helper thread while this one syncs them
+        # and completes the rest (hashlib and reads release the GIL).
+        self._atoms_fp.flush()
+        atoms_hash = _HashThread(os.path.join(self.tmp, pack_format.ATOMS))
+        try:
+            self._sync(self._atoms_fp)
+            idx_header = self.index.finish()
+            self._sync(self._index_fp)
+            shutil.rmtree(self.spill_dir)
+            files: dict[str, dict[str, Any]] = {}
+            if plan.grid:
+                self._project(header)
+            with open(os.path.join(self.tmp, pack_format.SYMBOLS), "wb") as fp:
+                fp.write(plan.map_raw)
+                fp.flush()
+                os.fsync(fp.fileno())
+        except BaseException:
+            atoms_hash.thread.join()
+            raise
+        atoms_digest = atoms_hash.result()
         for name in (
             pack_format.ATOMS,
             pack_format.SYMBOLS,
@@ -192,7 +228,8 @@ class PackBuilder:
             *((pack_format.SVGT,) if plan.grid else ()),
         ):
             path = os.path.join(self.tmp, name)
-            files[name] = {"sha256": sha256_file(path), "bytes": os.path.getsize(path)}
+            digest = atoms_digest if name == pack_format.ATOMS else sha256_file(path)
+            files[name] = {"sha256": digest, "bytes": os.path.getsize(path)}
         manifest: dict[str, Any] = {
             "version": pack_format.MANIFEST_VERSION,
             **plan.manifest_head,
