@@ -21,7 +21,7 @@ import os
 import re
 import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from matrixctl import codes
 from matrixctl.cli import common
@@ -182,7 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     params = parse_pi_encode(list(args))
     if params is not None:
-        return run_pi_encode(params)
+        code = run_pi_encode(params)
+        if argv is None:  # the console command itself (not a caller in this process): done
+            exit_now(code)
+        return code
     if args[:1] == ["convert"]:  # the same fast path for `convert` (cli/convert_fast.py)
         from matrixctl.cli import convert_fast
 
@@ -192,6 +195,17 @@ def main(argv: list[str] | None = None) -> int:
     from matrixctl.cli.app import main as full
 
     return full(args)
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process with `code` once stdout and stderr are flushed, without the
+    interpreter's teardown (freeing every module and object: 6-8 ms after a `tokenize pi
+    encode`, as long as the map's load). The command has committed or removed its output and
+    reaped its workers by then, and registers no exit handler."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def run_pi_encode(params: dict[str, Any]) -> int:
