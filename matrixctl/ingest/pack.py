@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -181,12 +182,48 @@ class PackBuilder:
 
     def finish(self, manifest_tail: dict[str, Any]) -> dict[str, Any]:
         """Complete every artifact, write the manifest, move the pack into place."""
-        plan = self.plan
+        import threading
+
         header = self.atoms.finish()
         padding = self.atoms.padding
-        self._sync(self._atoms_fp)
         idx_header = self.index.finish()
-        self._sync(self._index_fp)
+        # The atoms and the index are flushed, then synced on a helper thread while this one
+        # hashes them (fsync and hashlib release the GIL): the disk's time and the hash's
+        # overlap. The manifest is written only once both are synced.
+        synced: list[BaseException | None] = []
+        for fp in (self._atoms_fp, self._index_fp):
+            fp.flush()
+
+        def sync_both() -> None:
+            try:
+                for fp in (self._atoms_fp, self._index_fp):
+                    os.fsync(fp.fileno())
+                    fp.close()
+                synced.append(None)
+            except BaseException as exc:  # raised again below, by this thread
+                synced.append(exc)
+
+        def wait_synced() -> None:
+            syncer.join()
+            if synced[0] is not None:
+                raise synced[0]
+
+        syncer = threading.Thread(target=sync_both, name="matrixctl-fsync")
+        syncer.start()
+        try:
+            return self._complete(header, padding, idx_header, manifest_tail, wait_synced)
+        finally:
+            syncer.join()
+
+    def _complete(
+        self,
+        header: matrix_atom.AtomHeader,
+        padding: int,
+        idx_header: doc_index.IndexHeader,
+        manifest_tail: dict[str, Any],
+        wait_synced: Callable[[], None],
+    ) -> dict[str, Any]:
+        plan = self.plan
         shutil.rmtree(self.spill_dir)
         files: dict[str, dict[str, Any]] = {}
         if plan.grid:
@@ -231,15 +268,11 @@ class PackBuilder:
             "tool": {"name": "matrixctl", "version": __version__},
             "created": created_stamp(),
         }
+        wait_synced()
         write_json(os.path.join(self.tmp, pack_format.MANIFEST), manifest)
         publish(self.tmp, self.dest)
         self.done = True
         return manifest
-
-    def _sync(self, fp: Any) -> None:
-        fp.flush()
-        os.fsync(fp.fileno())
-        fp.close()
 
     def _project(self, header: matrix_atom.AtomHeader) -> None:
         from matrixctl.io import Source

@@ -1043,7 +1043,8 @@ def _serve(conn: Any, mem: Any, others: list[Any]) -> None:
         if task is None:
             return
         try:
-            reply: tuple[str, Any] = _work(*task[:2], mem, task[2])
+            unit, spill_dir, slot = task
+            reply: tuple[str, Any] = _work(unit, spill_dir, mem, slot)
         except Exception as exc:  # a fault, not an input error: the writer raises it again
             reply = ("raise", exc)
         try:
@@ -1110,8 +1111,9 @@ class Workers:
 
     def results(self, files: list[SourceFile], spill_dir: str) -> Iterator[FileResult]:
         """Each file's result, in input order."""
-        import numpy as np
         from multiprocessing.connection import wait
+
+        import numpy as np
 
         units = plan_work(files, self.state, self.jobs, hashes=False, ranged=True)
         free = list(range(self.window))
@@ -1159,10 +1161,10 @@ class Workers:
                 continue
             if turn == sent:
                 break
-            for conn in wait([self.conns[i] for i in range(self.jobs) if queued[i]]):
-                w = self.conns.index(conn)
+            for ready in wait([self.conns[i] for i in range(self.jobs) if queued[i]]):
+                w = self.conns.index(ready)
                 try:
-                    reply = conn.recv()
+                    reply = self.conns[w].recv()
                 except (EOFError, OSError):
                     raise self._lost(w) from None
                 done[queued[w].popleft()] = reply
@@ -1184,7 +1186,7 @@ class Workers:
         )
 
     def close(self) -> None:
-        for conn, proc in zip(self.conns, self.procs):
+        for conn, proc in zip(self.conns, self.procs, strict=True):
             if self.ok:
                 with contextlib.suppress(OSError):
                     conn.send(None)
