@@ -943,6 +943,9 @@ def _init_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # Forked with SIGINT and SIGTERM blocked (`Workers`): a SIGTERM that came before the
+    # line above was left pending, and now ends this process as it should.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     _die_with_parent(_PARENT)
     state = _STATE
     if state is not None and state.tok is None and state.smap is not None:
@@ -1033,7 +1036,7 @@ def _work(unit: list[SourceFile] | Piece, spill_dir: str, mem: Any, slot: int) -
 
 def _serve(conn: Any, mem: Any, others: list[Any]) -> None:
     """A worker process: units from `conn`, one at a time, each answered on `conn`."""
-    for other in others:  # the other workers' pipe ends, inherited through the fork
+    for other in others:  # the parent's pipe ends, inherited through the fork
         other.close()
     _init_worker()
     while True:
@@ -1099,12 +1102,17 @@ class Workers:
         ctx = multiprocessing.get_context("fork")
         _STATE = state  # inherited by the forked workers
         _PARENT = os.getpid()
+        # A worker inherits this process's SIGTERM handler (it raises an exception) until
+        # `_init_worker` restores the default: it is forked with SIGINT and SIGTERM blocked,
+        # so a SIGTERM from `close` in between waits and then ends it. Here a signal waits
+        # until the workers are started.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             for _ in range(jobs):
                 here, there = ctx.Pipe()
                 proc = ctx.Process(
                     target=_serve,
-                    args=(there, self.mem, list(self.conns)),
+                    args=(there, self.mem, [*self.conns, here]),
                     name="matrixctl-ingest",
                     daemon=True,
                 )
@@ -1117,6 +1125,7 @@ class Workers:
             raise
         finally:
             _STATE = None
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def results(self, files: list[SourceFile], spill_dir: str) -> Iterator[FileResult]:
         """Each file's result, in input order."""
@@ -1202,7 +1211,10 @@ class Workers:
             else:
                 proc.terminate()
         for proc in self.procs:
-            proc.join()
+            proc.join(5)
+            if proc.exitcode is None:  # never expected: a worker that ignored the request
+                proc.kill()
+                proc.join()
         for conn in self.conns:
             conn.close()
         with contextlib.suppress(BufferError):  # a view still held (an error's traceback)
