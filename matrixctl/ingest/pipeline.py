@@ -70,6 +70,7 @@ PIECE_BYTES = 4 << 20  # a piece of one large JSON Lines file: whole lines, abou
 SPLIT_MIN = 2 * PIECE_BYTES  # files from this size on are cut into pieces (--jobs > 1)
 SLOT_BYTES = 8 << 20  # shared memory per unit in flight, for its tokens (`Workers`)
 WORKER_DEPTH = 2  # units queued at one worker
+SHARED_COPY = 1 << 16  # fewer tokens in a slot than this are copied into one larger write
 
 Tick = Callable[[int, int, int], None]  # files, bytes, tokens done so far
 
@@ -1615,8 +1616,11 @@ def _add_payload(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int) -> 
     import numpy as np
 
     if res.shared is not None:
-        tokens.flush()
-        pb.add_tokens_shared(res.shared, res.raw_max, res.raw_crc)
+        if res.shared.size < SHARED_COPY:  # a small file's: batched with its neighbours'
+            tokens.add(res.shared.copy())
+        else:
+            tokens.flush()
+            pb.add_tokens_shared(res.shared, res.raw_max, res.raw_crc)
     elif res.raw_ids is not None:
         tokens.flush()
         pb.atoms.append_file(res.raw_ids, res.raw_count, res.raw_max, res.raw_crc)
