@@ -1,18 +1,20 @@
 """`ingest docs`: worker processes tokenize files; one ordered streaming writer builds the pack.
 
 - The inputs are listed in a fixed order (sources.py); `--shard I/N` keeps a stable subset.
-- With `--jobs 1` files are processed in this process. With N > 1, N worker processes are
-  forked as soon as the symbol map is loaded; each builds its own matcher (trie) while this process
-  lists the inputs. The files are then handed out in work units: runs of consecutive files of
-  about the same number of bytes (`plan_units`), at most 2N + 2 units in flight, and the writer
-  consumes the results strictly in input order. The output bytes therefore do not depend on N,
-  on how the files are grouped into units, or on which worker finishes first.
-- A worker process writes every unit's tokens, in the pack's dtype, to a file in the pack's
-  temporary folder and sends back only their count, largest id and CRC-32; the writer appends
-  the file to the atoms with `os.copy_file_range` (docs/inputs.md, "What crosses between
-  processes"). Pieces of a file as stored go to the workers as byte ranges, not bytes.
-- With `--jobs 1` a unit's tokens stay in memory up to 4 Mi tokens, then go to such a file;
-  records spill past 64 Ki documents. Memory does not grow with the size of a file or of the
+- With `--jobs 1` files are processed in this process. With N > 1, the matcher (trie) is
+  built here and N worker processes are forked as soon as the symbol map is loaded: they share
+  the matcher's pages (`Workers`). The files are then handed out in work units: runs of
+  consecutive files of about the same number of bytes (`plan_units`), at most 2N + 2 units in
+  flight, each worker's own pipe, and the writer consumes the results strictly in input order.
+  The output bytes therefore do not depend on N, on how the files are grouped into units, or
+  on which worker finishes first.
+- A worker process leaves each unit's tokens, in the pack's dtype, in the unit's slot of
+  shared memory and sends back only their count, largest id and CRC-32 (and the records); the
+  writer writes them from the slot (docs/inputs.md, "What crosses between processes"). Pieces
+  of a file as stored go to the workers as byte ranges, not bytes.
+- A unit's tokens stay in memory up to 4 Mi tokens, then go to a file in the pack's dtype
+  that the writer appends with `os.copy_file_range` (so do a worker's tokens that do not fit
+  its slot); records spill past 64 Ki documents. Memory does not grow with the size of a file or of the
   corpus (a 5 GB text file streams through in 1 MiB pieces). `--executor dask` keeps the
   uint32 spill files its staging knows.
 """
