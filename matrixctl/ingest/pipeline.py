@@ -14,8 +14,8 @@
   of a file as stored go to the workers as byte ranges, not bytes.
 - A unit's tokens stay in memory up to 4 Mi tokens, then go to a file in the pack's dtype
   that the writer appends with `os.copy_file_range` (so do a worker's tokens that do not fit
-  its slot); records spill past 64 Ki documents. Memory does not grow with the size of a file or of the
-  corpus (a 5 GB text file streams through in 1 MiB pieces). `--executor dask` keeps the
+  its slot); records spill past 64 Ki documents. Memory does not grow with the size of a file
+  or of the corpus (a 5 GB text file streams through in 1 MiB pieces). `--executor dask` keeps the
   uint32 spill files its staging knows.
 """
 
