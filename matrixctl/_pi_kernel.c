@@ -417,6 +417,118 @@ static PyObject *Trie_match(TrieObject *self, PyObject *args) {
     return Py_BuildValue("(Nn)", out, pos);
 }
 
+/* match_docs(docs, itemsize, eos) -> (ids: bytes, counts: bytes of native int64)
+ * Many documents in one call (ingest docs' batches): each of `docs` (a sequence of bytes-like
+ * objects) is matched whole, exactly as match(doc, len(doc), itemsize) matches it, and the ids
+ * of all of them follow one another in one buffer of native uint16, uint32 or int64 by
+ * `itemsize`, with `eos` (when it is >= 0) after the ids of every document that gave at least
+ * one id. counts[i] is the number of ids document i gave, its eos not counted. The ids are
+ * written at their width as they are found: no int64 scratch, one output buffer. */
+static PyObject *Trie_match_docs(TrieObject *self, PyObject *args) {
+    PyObject *docs, *seq;
+    int itemsize;
+    long long eos;
+    if (!trie_ready(self)) return NULL;
+    if (!PyArg_ParseTuple(args, "OiL", &docs, &itemsize, &eos)) return NULL;
+    if (itemsize != 2 && itemsize != 4 && itemsize != 8) {
+        PyErr_SetString(PyExc_ValueError, "itemsize must be 2, 4 or 8");
+        return NULL;
+    }
+    if ((itemsize == 2 && eos > UINT16_MAX) || (itemsize == 4 && eos > UINT32_MAX)) {
+        PyErr_SetString(PyExc_ValueError, "eos does not fit itemsize");
+        return NULL;
+    }
+    seq = PySequence_Fast(docs, "docs must be a sequence of bytes-like objects");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), got = 0;
+    Py_buffer *bufs = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_buffer));
+    int64_t *counts = PyMem_RawMalloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    char *out = NULL;
+    PyObject *ids_obj = NULL, *counts_obj = NULL;
+    if (!bufs || !counts) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    size_t total = 0;
+    for (; got < n; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &bufs[got], PyBUF_SIMPLE) < 0)
+            goto done;
+        total += (size_t)bufs[got].len;
+    }
+    size_t cap = total / 3 + (size_t)n + 64, k = 0;
+    out = PyMem_RawMalloc(cap * (size_t)itemsize);
+    if (!out) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int nomem = 0;
+    Py_BEGIN_ALLOW_THREADS
+    const Slot *slots = self->slots;
+    const int32_t root_base = slots[0].base;
+    for (Py_ssize_t i = 0; i < n && !nomem; i++) {
+        const uint8_t *d = (const uint8_t *)bufs[i].buf;
+        Py_ssize_t len = bufs[i].len, pos = 0;
+        size_t first = k;
+        while (pos < len) {
+            int32_t s = root_base + d[pos];
+            int64_t best = slots[s].value;
+            Py_ssize_t best_end = pos + 1, p = pos + 1;
+            while (p < len) {
+                int32_t t = slots[s].base + d[p];
+                if (slots[t].check != s) break;
+                s = t;
+                p++;
+                if (slots[s].value != NO_VALUE) {
+                    best = slots[s].value;
+                    best_end = p;
+                }
+            }
+            pos = best_end;
+            if (best < 0) continue;
+            if (k + 1 >= cap) { /* room for this id and an eos */
+                size_t more = cap + cap / 2 + 64;
+                char *grown = PyMem_RawRealloc(out, more * (size_t)itemsize);
+                if (!grown) {
+                    nomem = 1;
+                    break;
+                }
+                out = grown;
+                cap = more;
+            }
+            if (itemsize == 2) ((uint16_t *)out)[k] = (uint16_t)best;
+            else if (itemsize == 4) ((uint32_t *)out)[k] = (uint32_t)best;
+            else ((int64_t *)out)[k] = best;
+            k++;
+        }
+        counts[i] = (int64_t)(k - first);
+        if (k > first && eos >= 0 && !nomem) {
+            if (itemsize == 2) ((uint16_t *)out)[k] = (uint16_t)eos;
+            else if (itemsize == 4) ((uint32_t *)out)[k] = (uint32_t)eos;
+            else ((int64_t *)out)[k] = (int64_t)eos;
+            k++;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (nomem) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    ids_obj = PyBytes_FromStringAndSize(out, (Py_ssize_t)(k * (size_t)itemsize));
+    if (!ids_obj) goto done;
+    counts_obj = PyBytes_FromStringAndSize((const char *)counts, (Py_ssize_t)(sizeof(int64_t) * (size_t)n));
+done:
+    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&bufs[i]);
+    PyMem_Free(bufs);
+    PyMem_RawFree(counts);
+    PyMem_RawFree(out);
+    Py_DECREF(seq);
+    if (!counts_obj) {
+        Py_XDECREF(ids_obj);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", ids_obj, counts_obj);
+}
+
 /* spans(data) -> bytes of native int64 triples (value, start, end), one per match of the
  * greedy leftmost-longest tiling of data, matches whose value is -1 included. */
 static PyObject *Trie_spans(TrieObject *self, PyObject *arg) {
@@ -574,6 +686,9 @@ static PyObject *Trie_get_lookahead(TrieObject *self, void *Py_UNUSED(closure)) 
 static PyMethodDef Trie_methods[] = {
     {"match", (PyCFunction)Trie_match, METH_VARARGS,
      "match(data, limit, itemsize) -> (ids as bytes, bytes consumed)"},
+    {"match_docs", (PyCFunction)Trie_match_docs, METH_VARARGS,
+     "match_docs(docs, itemsize, eos) -> (ids of every document, eos after each, as bytes; "
+     "each document's id count as native int64 bytes)"},
     {"cut", (PyCFunction)Trie_cut, METH_VARARGS,
      "cut(data, start, stop) -> the first position in [start, stop) no pattern spans, or -1."},
     {"spans", (PyCFunction)Trie_spans, METH_O,

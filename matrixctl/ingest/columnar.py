@@ -88,8 +88,9 @@ class Table:
                 hint="choose the column with --text-field",
             )
 
-    def group_texts(self, index: int) -> Iterator[list[Any]]:
-        """The text column of row group / batch `index`, BATCH_ROWS Python values at a time."""
+    def group_columns(self, index: int) -> Iterator[Any]:
+        """The text column of row group / batch `index`, as checked Arrow arrays of at most
+        BATCH_ROWS rows (about BATCH_BYTES of text)."""
         try:
             if self.kind == "parquet":
                 for batch in self.pf.iter_batches(
@@ -98,45 +99,98 @@ class Table:
                     columns=[self.top],
                     use_threads=False,  # one column: threads only add buffers
                 ):
-                    yield self._values(batch.column(0))
+                    yield _checked(batch.column(0))
             else:
                 col = self.reader.get_batch(index).column(self.top)
                 for start in range(0, len(col), BATCH_ROWS):
-                    yield self._values(col.slice(start, BATCH_ROWS))
+                    yield _checked(col.slice(start, BATCH_ROWS))
         except (OSError, KeyError, UnicodeDecodeError, self.pa.ArrowException) as exc:
             raise _damaged(self.name, self.kind, exc) from None
 
+    def group_texts(self, index: int) -> Iterator[list[Any]]:
+        """The text column of row group / batch `index`, BATCH_ROWS Python values at a time."""
+        for col in self.group_columns(index):
+            yield self._values(col)
+
     def _values(self, col: Any) -> list[Any]:
-        # Arrow IPC buffers are taken as stored: string offsets past the data made to_pylist
-        # fail with SystemError (found by fuzz/fuzz_columnar_arrow.py). A full validation
-        # (offsets, UTF-8) turns damage into ArrowInvalid, reported as INGEST_COLUMNAR.
-        col.validate(full=True)
-        values: list[Any] = col.to_pylist()
+        try:
+            values: list[Any] = col.to_pylist()
+        except (UnicodeDecodeError, self.pa.ArrowException) as exc:
+            raise _damaged(self.name, self.kind, exc) from None
         for key in self.inner:
             values = [v.get(key) if isinstance(v, dict) else None for v in values]
         return values
 
-    def stream_texts(self, groups: tuple[int, int] | None = None) -> Iterator[list[Any]]:
+    def stream_columns(self, groups: tuple[int, int] | None = None) -> Iterator[Any]:
         """Every row group / batch in order (an Arrow stream is read as it comes), or those
-        of `groups` (a range of row group numbers)."""
+        of `groups` (a range of row group numbers), as checked Arrow arrays."""
         if self.kind == "arrow" and self.reader is None:
             try:
                 for batch in self.batches:
-                    yield self._values(batch.column(self.top))
+                    yield _checked(batch.column(self.top))
             except (OSError, KeyError, UnicodeDecodeError, self.pa.ArrowException) as exc:
                 raise _damaged(self.name, self.kind, exc) from None
             return
         first, stop = groups if groups is not None else (0, len(self.groups))
         for index in range(first, stop):
-            yield from self.group_texts(index)
+            yield from self.group_columns(index)
+
+    def stream_texts(self, groups: tuple[int, int] | None = None) -> Iterator[list[Any]]:
+        """`stream_columns` as lists of Python values."""
+        for col in self.stream_columns(groups):
+            yield self._values(col)
+
+    def cells(self, col: Any) -> Iterator[str | bytes | None]:
+        """The text of each row of a checked column: a string column's cells straight from
+        its Arrow buffers (offsets and UTF-8 data, no Python object per row but the text):
+        an ASCII cell as bytes, any other as str; None for a null or a value that is not a
+        string. A column of another type (or `a.b` in a struct) goes through Python values."""
+        pa = self.pa
+        kind = col.type
+        if self.inner or not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            for value in self._values(col):
+                yield value if isinstance(value, str) else None
+            return
+        import numpy as np
+
+        rows = len(col)
+        if rows == 0:
+            return
+        _, offsets_buf, data_buf = col.buffers()
+        width = np.int64 if pa.types.is_large_string(kind) else np.int32
+        offsets = np.frombuffer(offsets_buf, dtype=width)[col.offset : col.offset + rows + 1]
+        bounds = offsets.tolist()
+        data = memoryview(data_buf if data_buf is not None else b"")
+        nulls = col.is_null().to_numpy(zero_copy_only=False).tolist() if col.null_count else None
+        for i in range(rows):
+            if nulls is not None and nulls[i]:
+                yield None
+                continue
+            cell = bytes(data[bounds[i] : bounds[i + 1]])
+            yield cell if cell.isascii() else cell.decode("utf-8")  # UTF-8 checked (_checked)
 
 
-def _docs(
-    values: list[Any], first_row: int, name: str, opts: extract.Options, counters: extract.Counters
-) -> Iterator[extract.Doc]:
-    for n, value in enumerate(values):
-        row = first_row + n
-        if not isinstance(value, str):
+def _checked(col: Any) -> Any:
+    """A column with its buffers checked. Arrow IPC buffers are taken as stored: string offsets
+    past the data made to_pylist fail with SystemError (found by
+    fuzz/fuzz_columnar_arrow.py), and the cells are read from the buffers directly. A full
+    validation (offsets, UTF-8) turns damage into ArrowInvalid, reported as
+    INGEST_COLUMNAR."""
+    col.validate(full=True)
+    return col
+
+
+def _texts(
+    cells: Iterator[str | bytes | None],
+    first_row: int,
+    name: str,
+    opts: extract.Options,
+    counters: extract.Counters,
+) -> Iterator[tuple[int, str | bytes]]:
+    row = first_row - 1
+    for value in cells:
+        row += 1
+        if value is None:
             if opts.missing_field == "error":
                 raise FormatError(
                     extract.INGEST_TEXT_FIELD,
@@ -146,14 +200,21 @@ def _docs(
                 )
             counters.skipped_records += 1
             continue
-        if len(value) > opts.max_doc // 4 and len(value.encode("utf-8")) > opts.max_doc:
+        if (
+            len(value) > opts.max_doc // 4
+            and (len(value) if isinstance(value, bytes) else len(value.encode("utf-8")))
+            > opts.max_doc
+        ):
             raise FormatError(
                 extract.INGEST_TOO_LARGE,
                 f"row {row} is larger than --max-doc-size ({opts.max_doc:,} bytes)",
                 path=name,
                 field=opts.text_field,
             )
-        yield row, iter([extract.crlf(value)])
+        if isinstance(value, bytes):
+            yield row, value.replace(b"\r\n", b"\n") if b"\r" in value else value
+        else:
+            yield row, extract.crlf(value)
 
 
 def row_group_pieces(path: str, name: str, target: int) -> list[tuple[int, int, int]]:
@@ -196,6 +257,25 @@ def row_group_ends(path: str, name: str) -> list[int]:
     return ends
 
 
+def texts(
+    kind: str,
+    path: str,
+    name: str,
+    opts: extract.Options,
+    counters: extract.Counters,
+    groups: tuple[int, int] | None = None,
+    first_row: int = 0,
+) -> Iterator[tuple[int, str | bytes]]:
+    """Every row of a Parquet or Arrow file as `(row number, text)`, or the rows of the row
+    groups `groups`, the first of which is row `first_row`; CRLF as LF. An ASCII text comes
+    as bytes (see `Table.cells`), any other as str."""
+    table = Table(kind, path, name, opts.text_field)
+    row = first_row
+    for col in table.stream_columns(groups):
+        yield from _texts(table.cells(col), row, name, opts, counters)
+        row += len(col)
+
+
 def documents(
     kind: str,
     path: str,
@@ -205,10 +285,6 @@ def documents(
     groups: tuple[int, int] | None = None,
     first_row: int = 0,
 ) -> Iterator[extract.Doc]:
-    """Every row of a Parquet or Arrow file as a document (row number as its item); or the
-    rows of the row groups `groups`, the first of which is row `first_row`."""
-    table = Table(kind, path, name, opts.text_field)
-    row = first_row
-    for values in table.stream_texts(groups):
-        yield from _docs(values, row, name, opts, counters)
-        row += len(values)
+    """`texts` as documents (`(item, pieces)`, as the other extractors give them)."""
+    for row, text in texts(kind, path, name, opts, counters, groups, first_row):
+        yield row, iter([text.decode("ascii") if isinstance(text, bytes) else text])

@@ -915,6 +915,14 @@ def _jsonl(
     fp: Any, name: str, opts: Options, counters: Counters, line_no: int = 0, offset: int = 0
 ) -> Iterator[Doc]:
     """JSON Lines from `fp`; a work unit starts after `line_no` lines and `offset` bytes."""
+    for item, text in jsonl_texts_stream(fp, name, opts, counters, line_no, offset):
+        yield item, iter([text])
+
+
+def jsonl_texts_stream(
+    fp: Any, name: str, opts: Options, counters: Counters, line_no: int = 0, offset: int = 0
+) -> Iterator[tuple[int, str]]:
+    """Each JSON Lines record's text as `(line number, text)`, read line by line from `fp`."""
     first_line = line_no
     errors = "replace" if opts.encoding_errors == "replace" else "strict"
     fast = _fast_loads()
@@ -926,13 +934,7 @@ def _jsonl(
             return
         line_no += 1
         if not fits:
-            raise FormatError(
-                INGEST_TOO_LARGE,
-                f"line {line_no} is longer than --max-doc-size ({opts.max_doc:,} bytes)",
-                path=name,
-                offset=offset,
-                field=f"line {line_no}",
-            )
+            raise _line_too_long(name, opts, line_no, offset)
         start = offset
         offset += len(raw)
         if start == 0 and raw.startswith(b"\xef\xbb\xbf"):  # the file's first line
@@ -946,33 +948,113 @@ def _jsonl(
             else:
                 value = _field(obj, opts, name, f"line {line_no}", counters)
                 if value is not None:
-                    yield line_no, iter([crlf(value)])
+                    yield line_no, crlf(value)
                 continue
-        try:
-            line = raw.decode("utf-8", errors)
-        except UnicodeDecodeError as exc:
-            if opts.encoding_errors == "skip-file":
-                raise SkipFile(f"not UTF-8 at byte {start + exc.start}") from None
-            raise _utf8_error(name, start + exc.start, exc.reason) from None
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise FormatError(
-                INGEST_JSON,
-                f"line {line_no} is not valid JSON: {exc.msg}",
-                path=name,
-                offset=start + len(line[: exc.pos].encode("utf-8")),
-                field=f"line {line_no}",
-            ) from None
-        except RecursionError:
-            raise FormatError(
-                INGEST_JSON, f"line {line_no}: JSON nested too deeply", path=name, offset=start
-            ) from None
-        value = _field(obj, opts, name, f"line {line_no}", counters)
+        value = _jsonl_slow(raw, start, line_no, name, opts, errors, counters)
         if value is not None:
-            yield line_no, iter([crlf(value)])
+            yield line_no, value
+
+
+def jsonl_texts(
+    data: bytes | bytearray,
+    name: str,
+    opts: Options,
+    counters: Counters,
+    line_no: int = 0,
+    offset: int = 0,
+    size: int = -1,
+) -> Iterator[tuple[int, str]]:
+    """`jsonl_texts_stream` over the first `size` bytes (default: all) of a buffer that holds
+    whole lines: a work unit's bytes. Each line is parsed where it lies (a memoryview slice),
+    without a copy; the same texts, line numbers, offsets and errors as the stream reader."""
+    first_line = line_no
+    errors = "replace" if opts.encoding_errors == "replace" else "strict"
+    fast = _fast_loads()
+    refused = (ValueError, RecursionError)
+    view = memoryview(data)
+    end = len(data) if size < 0 else size
+    find = data.find
+    limit = opts.max_doc
+    pos = 0
+    try:
+        while pos < end:
+            line_no += 1
+            nl = find(b"\n", pos, end)
+            stop = end if nl < 0 else nl + 1
+            if stop - pos - (nl >= 0) > limit:
+                raise _line_too_long(name, opts, line_no, offset + pos)
+            start = offset + pos
+            first = pos
+            pos = stop
+            if start == 0 and data.startswith(b"\xef\xbb\xbf"):  # the file's first line
+                first += 3
+                start += 3
+            if fast is not None:
+                try:
+                    obj = fast(view[first:stop])
+                except refused:
+                    pass
+                else:
+                    value = _field(obj, opts, name, f"line {line_no}", counters)
+                    if value is not None:
+                        yield line_no, crlf(value)
+                    continue
+            value = _jsonl_slow(
+                bytes(view[first:stop]), start, line_no, name, opts, errors, counters
+            )
+            if value is not None:
+                yield line_no, value
+    finally:
+        view.release()
+    counters.lines = line_no - first_line
+
+
+def _line_too_long(name: str, opts: Options, line_no: int, offset: int) -> FormatError:
+    return FormatError(
+        INGEST_TOO_LARGE,
+        f"line {line_no} is longer than --max-doc-size ({opts.max_doc:,} bytes)",
+        path=name,
+        offset=offset,
+        field=f"line {line_no}",
+    )
+
+
+def _jsonl_slow(
+    raw: bytes,
+    start: int,
+    line_no: int,
+    name: str,
+    opts: Options,
+    errors: str,
+    counters: Counters,
+) -> str | None:
+    """A line orjson refused (or without orjson): the standard library's decode and parse give
+    the error message and offset, or accept what orjson does not. None: no text (a blank
+    line, or a record without the field under --missing-field skip)."""
+    try:
+        line = raw.decode("utf-8", errors)
+    except UnicodeDecodeError as exc:
+        if opts.encoding_errors == "skip-file":
+            raise SkipFile(f"not UTF-8 at byte {start + exc.start}") from None
+        raise _utf8_error(name, start + exc.start, exc.reason) from None
+    if not line.strip():
+        return None
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise FormatError(
+            INGEST_JSON,
+            f"line {line_no} is not valid JSON: {exc.msg}",
+            path=name,
+            offset=start + len(line[: exc.pos].encode("utf-8")),
+            field=f"line {line_no}",
+        ) from None
+    except RecursionError:
+        raise FormatError(
+            INGEST_JSON, f"line {line_no}: JSON nested too deeply", path=name, offset=start
+        ) from None
+    value = _field(obj, opts, name, f"line {line_no}", counters)
+    return None if value is None else crlf(value)
 
 
 Extractor = Callable[..., Iterator[Doc]]

@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +87,33 @@ class PackPlan:
     map_raw: bytes
     map_hash: str
     manifest_head: dict[str, Any] = field(default_factory=dict)
+
+
+class _HashThread:
+    """`sha256_file` of a file on a helper thread; `result` waits for it (and raises its
+    OSError, if any)."""
+
+    def __init__(self, path: str) -> None:
+        import threading
+
+        self.digest = ""
+        self.error: OSError | None = None
+        self.thread = threading.Thread(
+            target=self._run, args=(path,), name="matrixctl-hash", daemon=True
+        )
+        self.thread.start()
+
+    def _run(self, path: str) -> None:
+        try:
+            self.digest = sha256_file(path)
+        except OSError as exc:
+            self.error = exc
+
+    def result(self) -> str:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.digest
 
 
 class PackBuilder:
@@ -182,56 +208,29 @@ class PackBuilder:
 
     def finish(self, manifest_tail: dict[str, Any]) -> dict[str, Any]:
         """Complete every artifact, write the manifest, move the pack into place."""
-        import threading
-
+        plan = self.plan
         header = self.atoms.finish()
         padding = self.atoms.padding
-        idx_header = self.index.finish()
-        # The atoms and the index are flushed, then synced on a helper thread while this one
-        # hashes them (fsync and hashlib release the GIL): the disk's time and the hash's
-        # overlap. The manifest is written only once both are synced.
-        synced: list[BaseException | None] = []
-        for fp in (self._atoms_fp, self._index_fp):
-            fp.flush()
-
-        def sync_both() -> None:
-            try:
-                for fp in (self._atoms_fp, self._index_fp):
-                    os.fsync(fp.fileno())
-                    fp.close()
-                synced.append(None)
-            except BaseException as exc:  # raised again below, by this thread
-                synced.append(exc)
-
-        def wait_synced() -> None:
-            syncer.join()
-            if synced[0] is not None:
-                raise synced[0]
-
-        syncer = threading.Thread(target=sync_both, name="matrixctl-fsync")
-        syncer.start()
+        # The atoms (the largest file) are hashed on a helper thread while this one syncs them
+        # and completes the rest (hashlib and reads release the GIL).
+        self._atoms_fp.flush()
+        atoms_hash = _HashThread(os.path.join(self.tmp, pack_format.ATOMS))
         try:
-            return self._complete(header, padding, idx_header, manifest_tail, wait_synced)
-        finally:
-            syncer.join()
-
-    def _complete(
-        self,
-        header: matrix_atom.AtomHeader,
-        padding: int,
-        idx_header: doc_index.IndexHeader,
-        manifest_tail: dict[str, Any],
-        wait_synced: Callable[[], None],
-    ) -> dict[str, Any]:
-        plan = self.plan
-        shutil.rmtree(self.spill_dir)
-        files: dict[str, dict[str, Any]] = {}
-        if plan.grid:
-            self._project(header)
-        with open(os.path.join(self.tmp, pack_format.SYMBOLS), "wb") as fp:
-            fp.write(plan.map_raw)
-            fp.flush()
-            os.fsync(fp.fileno())
+            self._sync(self._atoms_fp)
+            idx_header = self.index.finish()
+            self._sync(self._index_fp)
+            shutil.rmtree(self.spill_dir)
+            files: dict[str, dict[str, Any]] = {}
+            if plan.grid:
+                self._project(header)
+            with open(os.path.join(self.tmp, pack_format.SYMBOLS), "wb") as fp:
+                fp.write(plan.map_raw)
+                fp.flush()
+                os.fsync(fp.fileno())
+        except BaseException:
+            atoms_hash.thread.join()
+            raise
+        atoms_digest = atoms_hash.result()
         for name in (
             pack_format.ATOMS,
             pack_format.SYMBOLS,
@@ -239,7 +238,8 @@ class PackBuilder:
             *((pack_format.SVGT,) if plan.grid else ()),
         ):
             path = os.path.join(self.tmp, name)
-            files[name] = {"sha256": sha256_file(path), "bytes": os.path.getsize(path)}
+            digest = atoms_digest if name == pack_format.ATOMS else sha256_file(path)
+            files[name] = {"sha256": digest, "bytes": os.path.getsize(path)}
         manifest: dict[str, Any] = {
             "version": pack_format.MANIFEST_VERSION,
             **plan.manifest_head,
@@ -268,11 +268,15 @@ class PackBuilder:
             "tool": {"name": "matrixctl", "version": __version__},
             "created": created_stamp(),
         }
-        wait_synced()
         write_json(os.path.join(self.tmp, pack_format.MANIFEST), manifest)
         publish(self.tmp, self.dest)
         self.done = True
         return manifest
+
+    def _sync(self, fp: Any) -> None:
+        fp.flush()
+        os.fsync(fp.fileno())
+        fp.close()
 
     def _project(self, header: matrix_atom.AtomHeader) -> None:
         from matrixctl.io import Source

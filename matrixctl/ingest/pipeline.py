@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import os
 import signal
 import time
@@ -132,6 +131,9 @@ class WorkerState:
     # uint32 spill that is read back and converted).
     raw_spill: bool = False
     text_followers: bytes | None = None  # cache of text_cut_followers (b"": never cut)
+    # --jobs 1: a JSON Lines file as stored is read once, its pieces handed over with their
+    # bytes (`_read_pieces`), not cut first and read again range by range.
+    read_once: bool = False
     # Worker processes: where a file's in-memory tokens are gathered (a slot of shared memory
     # the writer reads; see `Workers`), or None for a fresh array.
     gather: Callable[[list[np.ndarray], str], np.ndarray | None] | None = None
@@ -183,20 +185,20 @@ class _Acc:
                     self._spill_ids()
 
     def _spill_raw(self) -> None:
-        import numpy as np
-
         from matrixctl.crc import crc32
 
         if self.raw_path is None:
             self.raw_path = os.path.join(self.spill_dir, f"{self.ordinal}.raw")
-        block = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts)
-        block = block.astype(self.out_dtype, copy=False)
-        self.raw_max = max(self.raw_max, int(block.max()))
-        data = block.data.cast("B")
-        self.raw_crc = crc32(data, self.raw_crc)
+        # Part by part, not joined first: a joined block is a fresh allocation of up to
+        # MEM_TOKENS ids each time (pages faulted in and zeroed), the parts are there already.
         with open(self.raw_path, "ab") as fp:
-            fp.write(data)
-        self.raw_count += block.size
+            for part in self.parts:
+                block = part.astype(self.out_dtype, copy=False)
+                self.raw_max = max(self.raw_max, int(block.max()))
+                data = block.data.cast("B")
+                self.raw_crc = crc32(data, self.raw_crc)
+                fp.write(data)
+                self.raw_count += block.size
         self.parts, self.n = [], 0
 
     def record(self, length: int, item: int) -> None:
@@ -241,7 +243,8 @@ class _Acc:
         elif self.parts:
             ids = None if self.gather is None else self.gather(self.parts, self.out_dtype)
             if ids is None:
-                ids = np.concatenate(self.parts).astype(self.out_dtype, copy=False)
+                ids = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts)
+                ids = ids.astype(self.out_dtype, copy=False)
             result.ids = ids
         if self.recs_path is not None:
             if self.records:
@@ -282,6 +285,66 @@ def _encode_doc(tok: pi.Tokenizer, pieces: Iterator[str], acc: _Acc) -> int:
     ids = np.frombuffer(enc.finish_bytes(), dtype=tok.dtype)
     acc.add(ids)
     return int(n + ids.size)
+
+
+TEXT_BATCH = 4 << 20  # bytes of prepared text matched by one kernel call (_encode_texts)
+
+
+def _encode_texts(
+    tok: pi.Tokenizer,
+    texts: Iterator[tuple[int, str | bytes]],
+    acc: _Acc,
+    result: FileResult,
+    eos_id: int | None,
+) -> None:
+    """Documents of one text each (JSON Lines records, Parquet and Arrow rows) into `acc` and
+    `result`: the same ids, end-of-document tokens, records and counts as `_encode_doc` gives
+    document by document. Each text is prepared as `Tokenizer.prepare` does (ASCII as it is:
+    normalization never changes it, and only wordpiece marking rewrites text); the prepared
+    documents are matched about TEXT_BATCH bytes at a time by one kernel call, which writes
+    every batch's ids at the tokenizer's width into one buffer (`Trie.match_docs`). A text
+    given as bytes is ASCII already without CRLF (a column's cell, see columnar.texts)."""
+    import numpy as np
+
+    plain = tok.marking is None or tok.marking.scheme != "wordpiece"
+    prefix = tok.prefix
+    extra = 0 if eos_id is None else 1
+    batch: list[bytes] = []
+    items: list[int] = []
+    size = 0
+
+    def flush() -> None:
+        ids, counts = tok.trie.match_docs(batch, tok.itemsize, -1 if eos_id is None else eos_id)
+        acc.add(np.frombuffer(ids, dtype=tok.dtype))
+        docs = tokens = 0
+        for item, n in zip(items, np.frombuffer(counts, dtype=np.int64).tolist(), strict=True):
+            if n == 0:
+                result.empty_documents += 1
+                continue
+            acc.record(n + extra, item)
+            docs += 1
+            tokens += n + extra
+        result.documents += docs
+        result.tokens += tokens
+        batch.clear()
+        items.clear()
+
+    for item, text in texts:
+        if isinstance(text, str):
+            data = text.encode() if plain and text.isascii() else tok.prepare(text)
+        else:
+            data = text if plain else tok.prepare(text.decode("ascii"))
+        if not data:
+            result.empty_documents += 1
+            continue
+        batch.append(prefix + data if prefix else data)
+        items.append(item)
+        size += len(data)
+        if size >= TEXT_BATCH:
+            flush()
+            size = 0
+    if batch:
+        flush()
 
 
 def process_file(sf: SourceFile, state: WorkerState) -> FileResult:
@@ -403,10 +466,14 @@ def _tokenize(
     )
     counters = extract.Counters()
     eos = None if state.eos_id is None else np.array([state.eos_id], dtype=state.tok.dtype)
+    # Documents of one text each go through `_encode_texts` (batches, one kernel call each);
+    # the others (text, Markdown, HTML, JSON) through `_encode_doc`, piece by piece.
+    texts: Iterator[tuple[int, str | bytes]] | None = None
+    docs: Iterator[extract.Doc] = iter(())
     if piece is not None and piece.kind == "parquet":
         from matrixctl.ingest import columnar
 
-        docs = columnar.documents(
+        texts = columnar.texts(
             "parquet", sf.path, sf.recorded, state.opts, counters, piece.groups, piece.first_line
         )
     elif piece is not None and piece.kind == "text":
@@ -414,21 +481,26 @@ def _tokenize(
         docs = iter([(0, extract.iter_decoded(part, sf.recorded, state.opts, piece.start))])
     elif piece is not None:
         data = piece.data if not piece.length else _read_range(sf, piece.start, piece.length)
-        docs = extract._jsonl(
-            io.BytesIO(data),
+        texts = extract.jsonl_texts(
+            data,
             sf.recorded,
             state.opts,
             counters,
             max(0, piece.first_line),  # -1: counted here from 0, the writer adds the base
             piece.start,
+            piece.data_size,
         )
     elif kind in extract.COLUMNAR:
         from matrixctl.ingest import columnar
 
-        docs = columnar.documents(kind, sf.path, sf.recorded, state.opts, counters)
+        texts = columnar.texts(kind, sf.path, sf.recorded, state.opts, counters)
+    elif kind == "jsonl":
+        texts = extract.jsonl_texts_stream(stream, sf.recorded, state.opts, counters)
     else:
         docs = extract.documents(kind, stream, sf.recorded, state.opts, counters)
     try:
+        if texts is not None:
+            _encode_texts(state.tok, texts, acc, result, state.eos_id)
         if piece is not None and piece.kind == "text":
             # A piece of one document: its tokens only. The writer counts the document, adds
             # its end-of-document token and its index record after the last piece.
@@ -548,27 +620,85 @@ class Piece:
     # A piece of a file as stored (not compressed) may travel without its bytes: `data` is
     # then empty and the worker reads these `length` bytes at `start` itself.
     length: int = 0
+    # --jobs 1 (`_read_pieces`): the piece's bytes are the first `data_size` of `data`, a
+    # buffer this process reuses once the piece is done.
+    data_size: int = -1
 
 
 def _split_parquet(sf: SourceFile, size: int) -> Iterator[Piece]:
-    """The pieces of one large Parquet file: runs of row groups; the file is hashed here."""
+    """The pieces of one large Parquet file: runs of row groups. The file is hashed on a
+    helper thread while its pieces are tokenized (hashlib and reads release the GIL); the
+    last piece waits for the digest."""
     from matrixctl.ingest import columnar
 
     ranges = columnar.row_group_pieces(sf.path, sf.recorded, size)
     ends = columnar.row_group_ends(sf.path, sf.recorded)
-    for index, (first, stop, rows) in enumerate(ranges):
-        piece = Piece(
-            f"{sf.ordinal}:rg{first}-{stop}", sf, index, first, rows, 0, b"", "", 0, kind="parquet"
-        )
-        piece.groups = (first, stop)
-        piece.stored_end = ends[stop - 1] if stop > 0 else 0  # progress by bytes
-        if index == len(ranges) - 1:
-            from matrixctl.io import sha256_file
+    hashing = _FileHash(sf.path)
+    try:
+        for index, (first, stop, rows) in enumerate(ranges):
+            piece = Piece(
+                f"{sf.ordinal}:rg{first}-{stop}",
+                sf,
+                index,
+                first,
+                rows,
+                0,
+                b"",
+                "",
+                0,
+                kind="parquet",
+            )
+            piece.groups = (first, stop)
+            piece.stored_end = ends[stop - 1] if stop > 0 else 0  # progress by bytes
+            if index == len(ranges) - 1:
+                piece.last = True
+                piece.file_sha256 = hashing.result()
+                piece.file_size = piece.stored_end = os.path.getsize(sf.path)
+            yield piece
+    finally:
+        hashing.cancel()
 
-            piece.last = True
-            piece.file_sha256 = sha256_file(sf.path)
-            piece.file_size = piece.stored_end = os.path.getsize(sf.path)
-        yield piece
+
+class _FileHash:
+    """`sha256:<hex>` of a whole file, computed on a helper thread from the start; `cancel`
+    stops it (a build that fails does not wait for the rest of the file)."""
+
+    def __init__(self, path: str) -> None:
+        import threading
+
+        self.path = path
+        self.digest = ""
+        self.error: OSError | None = None
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, name="matrixctl-hash", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import hashlib
+
+        h = hashlib.sha256()
+        buf = bytearray(1 << 20)
+        view = memoryview(buf)
+        try:
+            with open(self.path, "rb", buffering=0) as fp:
+                while not self.stop:
+                    n = fp.readinto(view)
+                    if not n:
+                        self.digest = "sha256:" + h.hexdigest()
+                        return
+                    h.update(view[:n])
+        except OSError as exc:
+            self.error = exc
+
+    def result(self) -> str:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.digest
+
+    def cancel(self) -> None:
+        self.stop = True
+        self.thread.join()
 
 
 def sniff_input(
@@ -634,14 +764,78 @@ def split_file(
             if kind != "jsonl":
                 yield None
                 return
+            if as_stored and state.read_once:
+                yield from _read_pieces(sf, size, state.opts.max_doc)
+                return
             if as_stored:
                 yield from _cut_ranges(sf, size, state.opts.max_doc)
+                return
+            if state.read_once and compression is not None:
+                # --jobs 1: the next pieces are decompressed on a helper thread while this
+                # one tokenizes (the decompressors release the GIL); reading, not tokenizing.
+                ahead = _ReadAhead(stream, size)
+                try:
+                    yield from _cut(
+                        sf, ahead, reader, dec, compression, size, state.opts.max_doc, hashes=hashes
+                    )
+                finally:
+                    ahead.close()
                 return
             yield from _cut(
                 sf, stream, reader, dec, compression, size, state.opts.max_doc, hashes=hashes
             )
         except OSError as exc:
             raise from_os_error(exc, sf.recorded) from None
+
+
+class _ReadAhead:
+    """`read(size)` of a stream done on a helper thread, up to two reads ahead of the caller:
+    the chunks, then b"" at the end, in order; an exception the stream raises is raised by
+    the `read` that reaches it. `close` stops the thread (the caller may stop early)."""
+
+    def __init__(self, stream: Any, size: int) -> None:
+        import queue
+        import threading
+
+        self.stream = stream
+        self.size = size
+        self.chunks: queue.Queue[Any] = queue.Queue(2)
+        self.stop = threading.Event()
+        self.done = False
+        self.thread = threading.Thread(target=self._run, name="matrixctl-read", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import queue
+
+        while not self.stop.is_set():
+            try:
+                item: Any = self.stream.read(self.size)
+            except BaseException as exc:  # handed to the reader, raised there
+                item = exc
+            while not self.stop.is_set():
+                try:
+                    self.chunks.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if not isinstance(item, bytes) or not item:
+                return
+
+    def read(self, n: int = -1) -> bytes:
+        if self.done:
+            return b""
+        item = self.chunks.get()
+        if isinstance(item, BaseException):
+            self.done = True
+            raise item
+        self.done = not item
+        data: bytes = item
+        return data
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
 def _cut(
@@ -835,6 +1029,74 @@ def _cut_ranges(
     yield pending
 
 
+def _read_pieces(sf: SourceFile, size: int, max_doc: int) -> Iterator[Piece]:
+    """--jobs 1: the pieces of a JSON Lines file as stored, each with its bytes, from one read
+    of the file (where `_cut_ranges` reads it to cut and each piece is read again). Two
+    buffers take turns: a piece's bytes stay in one while it is tokenized, the next read goes
+    into the other (so the piece before is known not to be the last), and the bytes after
+    the last line end move over with it. Each read is hashed on a helper thread (hashlib
+    releases the GIL). The same cuts as `_cut_ranges` for the same buffer size; line numbers
+    are counted by the tokenizing side (`first_line` -1), as for ranges."""
+    import hashlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    sha = hashlib.sha256()
+    bufs = [bytearray(2 * size), bytearray(2 * size)]
+    hashing: list[Any] = [None, None]  # the hash of each buffer's last read, in flight
+    cur = filled = index = pos = start = 0
+    pending: Piece | None = None
+    with (
+        open(sf.path, "rb", buffering=0) as fp,
+        ThreadPoolExecutor(1, thread_name_prefix="matrixctl-hash") as hasher,
+    ):
+        while True:
+            buf = bufs[cur]
+            if filled == len(buf):  # a line longer than the buffer: a larger one
+                bigger = bytearray(2 * len(buf))
+                bigger[:filled] = buf
+                bufs[cur] = buf = bigger
+            n = fp.readinto(memoryview(buf)[filled:])
+            if n:
+                hashing[cur] = hasher.submit(sha.update, memoryview(buf)[filled : filled + n])
+            pos += n
+            end = filled + n
+            cut = buf.rfind(b"\n", 0, end) + 1 if n else end
+            if n and cut == 0:
+                if end > max_doc + 1:
+                    raise _too_long(sf, _lines_before(sf, start) + 1, start, max_doc)
+                filled = end
+                continue
+            if cut == 0 and pending is not None:
+                break
+            piece = Piece(
+                f"{sf.ordinal}:{start}-{start + cut}", sf, index, start, -1, -1, b"", "", pos
+            )
+            piece.data, piece.data_size = buf, cut
+            if pending is not None:
+                yield pending  # its buffer, the other one, is free once this returns
+            pending = piece
+            index += 1
+            start += cut
+            if not n:
+                break
+            other = 1 - cur
+            if hashing[other] is not None:
+                hashing[other].result()
+            rest = end - cut
+            if rest > len(bufs[other]) // 2:
+                bufs[other] = bytearray(2 * rest)
+            bufs[other][:rest] = buf[cut:end]
+            cur, filled = other, rest
+        for future in hashing:
+            if future is not None:
+                future.result()
+    assert pending is not None
+    pending.last = True
+    pending.file_sha256 = "sha256:" + sha.hexdigest()
+    pending.file_size = pending.stored_end = pos
+    yield pending
+
+
 def process_piece(piece: Piece, state: WorkerState) -> FileResult:
     """Tokenize one piece (runs in a worker); the result carries the piece without its data."""
     result = FileResult(piece.source, piece.kind)
@@ -950,13 +1212,6 @@ def _init_worker() -> None:
     # line above was left pending, and now ends this process as it should.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     _die_with_parent(_PARENT)
-    state = _STATE
-    if state is not None and state.tok is None and state.smap is not None:
-        # The parent could not build the matcher (`Workers`): each worker builds its own. A
-        # failure here is not fatal: `_work` builds it again for the first unit and reports
-        # the error.
-        with contextlib.suppress(Exception):
-            state.tok = pi.Tokenizer(state.smap)
 
 
 class _SlotGather:
@@ -1014,9 +1269,7 @@ def _work(unit: list[SourceFile] | Piece, spill_dir: str, mem: Any, slot: int) -
     state.raw_spill = True  # tokens in memory up to MEM_TOKENS (gathered into the slot)
     gather = _SlotGather(mem, slot)
     state.gather = gather
-    if state.tok is None:
-        assert state.smap is not None
-        state.tok = pi.Tokenizer(state.smap)
+    assert state.tok is not None  # the parent's, inherited (`Workers`)
     try:
         if isinstance(unit, Piece):
             results = [process_piece(unit, state)]
@@ -1094,14 +1347,13 @@ class Workers:
         self.conns: list[Any] = []
         self.procs: list[Any] = []
         self.ok = False
-        if state.tok is None and state.smap is not None:
-            # One matcher, built here and inherited: the workers read the same pages (it is
-            # never written after it is built), so two of them running at once share one
-            # copy in the processor's cache instead of competing with two (about a tenth
-            # less CPU in the matcher on two cores). Should the build fail here, each worker
-            # tries its own and a real error surfaces with its first unit.
-            with contextlib.suppress(Exception):
-                state.tok = pi.Tokenizer(state.smap)
+        if state.tok is None:  # `ingest_docs` passes the one from the map cache
+            assert state.smap is not None
+            state.tok = pi.Tokenizer(state.smap)
+        # One matcher, made here and inherited: the workers read the same pages (it is never
+        # written once built), so two of them running at once share one copy in the
+        # processor's cache instead of competing with two (about a tenth less CPU in the
+        # matcher on two cores).
         ctx = multiprocessing.get_context("fork")
         _STATE = state  # inherited by the forked workers
         _PARENT = os.getpid()
@@ -1231,6 +1483,7 @@ def ordered_results(files: list[SourceFile], state: WorkerState, jobs: int) -> I
             assert state.smap is not None
             state.tok = pi.Tokenizer(state.smap)
         state.raw_spill = True
+        state.read_once = True
         # Large JSON Lines and Parquet files go piece by piece here too: each piece's tokens
         # stay in memory instead of the whole file's being spilled and read back.
         for unit in plan_work(files, state, 1, hashes=False, ranged=True):
@@ -1289,6 +1542,22 @@ def resolve_eos(smap: pi.SymbolMap, value: str | None) -> int | None:
     return eos
 
 
+def _load_map(path: str, build: bool) -> tuple[pi.SymbolMap, bytes, pi.Tokenizer | None]:
+    """The symbol map at `path`, its bytes, and (when `build`: the local executor) its
+    tokenizer, through the per-user map cache (tokenizers/pi_cache.py) as `tokenize pi
+    encode` does: a sound entry for the map's exact bytes gives the checked map and its
+    compiled matcher; otherwise the map is checked in full (and with `build`, its matcher is
+    compiled and the entry stored). `--jobs N` workers share this process's matcher
+    (`Workers`); Dask workers build their own."""
+    from matrixctl.tokenizers import pi_cache
+
+    if build:
+        return pi_cache.load_tokenizer(path)
+    raw = pi.read_map_bytes(path)
+    hit = pi_cache.load(raw)
+    return (pi.check_map_bytes(raw, path) if hit is None else hit[0]), raw, None
+
+
 def ingest_docs(
     srcs: list[str], out_dir: str, opts: IngestOptions, tick: Tick | None = None
 ) -> dict[str, Any]:
@@ -1316,7 +1585,7 @@ def ingest_docs(
         raise UsageError("--scheduler and --resume go with --executor dask")
     shard = parse_shard(opts.shard)
     map_path = opts.symbols or pi.default_map_path()
-    smap, map_raw = pi.load_symbol_map(map_path)
+    smap, map_raw, tok = _load_map(map_path, opts.executor == "local")
     eos = resolve_eos(smap, opts.eos_id)
     dtype = matrix_atom.choose_dtype(opts.dtype, smap.vocab_size)
     assert dtype is not None
@@ -1333,7 +1602,7 @@ def ingest_docs(
             f"is {smap.vocab_size:,}"
         )
     state = WorkerState(
-        None,
+        tok,  # None with Dask: each of its workers builds its own
         eos,
         extract.Options(
             opts.text_field,
@@ -1348,7 +1617,7 @@ def ingest_docs(
         opts.on_error,
         opts.strict,
     )
-    # The workers start now and build their automata while this process lists the inputs.
+    # The workers start now, with the matcher loaded above, while this process lists the inputs.
     workers: Any = None
     if opts.executor == "dask":
         from matrixctl.ingest.dask_exec import DaskWorkers

@@ -337,6 +337,13 @@ class SymbolMap:
         object.__setattr__(smap, "_load_symbols", load_symbols)
         return smap
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A deferred map pickles with its symbols loaded (its loader is a closure).
+        state = dict(self.__dict__)
+        if state.pop("_load_symbols", None) is not None:
+            state["symbols"] = self.symbols
+        return state
+
     if not TYPE_CHECKING:  # (mypy keeps checking every other attribute name)
 
         def __getattr__(self, name: str) -> Any:
