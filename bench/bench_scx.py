@@ -9,16 +9,16 @@ the first 16 MiB of the text (so about 1,000 composites), signed with a throw-aw
 
 Each measurement runs in its own child process that reports its own time (after start-up) and
 its peak RSS (VmHWM from /proc/self/status): `copy` is numpy copying the whole input in
-memory (best of 3; the anchor), `encode` streams the file through the library encoder in 4 MiB
-reads (tokens counted, then dropped), `decode` streams the encoded token stream (MXTOKENS)
+memory (best of 3; the anchor), `encode` streams the file through the library encoder
+(`encode_file`: 4 MiB reads into a reused buffer; tokens counted, then dropped), `decode` streams the encoded token stream (MXTOKENS)
 through the library decoder (strict_invertibility on) into a sink that drops the bytes,
-`encode -j2` is encode with 2 threads, and `cli encode` is `matrixctl tokenize scx encode
+`encode -j2` is encode with 2 threads (each reads its own 4 MiB ranges), and `cli encode` is `matrixctl tokenize scx encode
 FILE -o OUT` end to end.
 Prints a markdown table with MB/s (10^6 bytes of input per second), the ratio to the copy,
 the same from process CPU time (steadier on a shared machine; for `-j2` it sums both
 threads) and the peak RSS. A second table compares `encode -j2` with `encode`: the wall
 ratio, the CPU ratio (what the second thread costs), the main thread's share of the -j2 CPU
-(reading, handing out, joining: the part the pool does not share) and the speed-up two busy
+(handing out ranges, joining: the part the pool does not share) and the speed-up two busy
 cores would give from those CPU seconds (2 x CPU(-j1) / CPU(-j2)). `--repeat N` runs every
 encode and decode child N times and keeps the fastest (the machine may be shared; the copy is
 always best of 3).
@@ -38,8 +38,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-READ = 4 << 20
 
 
 def collect(roots: list[str], suffixes: tuple[str, ...], size: int) -> bytes:
@@ -106,19 +104,14 @@ def child(mode: str, path: str, registry: str, trust: str, extra: str) -> None:
         jobs = 2 if mode == "encode-j2" else 1
         tokens = 0
 
-        def blocks():  # type: ignore[no-untyped-def]
+        def tick(n: int) -> None:
             nonlocal done
-            with open(path, "rb") as fp:
-                while True:
-                    block = fp.read(READ)
-                    if not block:
-                        return
-                    done += len(block)
-                    yield block
+            done += n
 
         t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
-        for arr in api.encode_chunks(tok, blocks(), jobs=jobs):
-            tokens += arr.size
+        with open(path, "rb") as fp:
+            for arr in api.encode_file(tok, fp, jobs=jobs, tick=tick):
+                tokens += arr.size
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         main = time.thread_time() - m0  # the main thread alone: reads, hands out, joins
         print(json.dumps({"seconds": seconds, "cpu": cpu, "main": main, "bytes": done, "tokens": tokens, "rss": _rss()}))  # fmt: skip

@@ -3,7 +3,9 @@
     python bench/cpu_tree.py matrixctl ingest docs SRC -o PACK -j 2
 
 Used by docs/benchmarks.md where the machine is shared: CPU seconds per process show the work
-and its split between processes, which wall time on a loaded machine cannot.
+and its split between processes (and the main process's share of it, the serial side of
+`ingest docs --jobs N`), which wall time on a loaded machine cannot. The last 0.2 s are not
+sampled: the whole tree's exact total is `/usr/bin/time -v` of the same command.
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ while p.poll() is None:
         if c is not None:
             seen[q] = c
     time.sleep(0.2)
+total = sum(seen.values())
 print(
     f"wall {time.perf_counter() - t:.1f} s; CPU seconds per process:",
     {("main" if q == p.pid else f"worker {q}"): round(c, 1) for q, c in seen.items()},
+    f"; main process share {seen.get(p.pid, 0.0) / total:.0%}" if total else "",
 )

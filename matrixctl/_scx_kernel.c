@@ -32,6 +32,8 @@
 #define CHUNK_MARK 0x0203
 #define SCRATCH_MAX ((Py_ssize_t)4 << 20) /* the largest scratch buffer a Codec keeps */
 #define SCRATCH_SLOTS 4                     /* scratch buffers a Codec keeps (threads)  */
+#define POOL_MAX ((Py_ssize_t)4 << 20) /* the largest TokenBuffer block a Codec keeps */
+#define POOL_SLOTS 128                    /* spare TokenBuffer blocks a Codec keeps      */
 #define HASH_MULT 0x9E3779B97F4A7C15ULL
 #define HOT static inline __attribute__((always_inline))
 
@@ -50,7 +52,15 @@ typedef struct {
     uint8_t *scratch[SCRATCH_SLOTS];
     Py_ssize_t scratch_size[SCRATCH_SLOTS];
     int scratch_busy[SCRATCH_SLOTS]; /* taken (only ever changed with the GIL held) */
+    /* Spare memory of TokenBuffers (encode_buffer): pool_n blocks of pool_size bytes. */
+    uint8_t *pool[POOL_SLOTS];
+    Py_ssize_t pool_size;
+    int pool_n;
 } CodecObject;
+
+static void pool_clear(CodecObject *c) {
+    while (c->pool_n > 0) PyMem_RawFree(c->pool[--c->pool_n]);
+}
 
 static void Codec_dealloc(CodecObject *self) {
     PyMem_RawFree(self->direct);
@@ -59,6 +69,7 @@ static void Codec_dealloc(CodecObject *self) {
     PyMem_RawFree(self->expand);
     PyMem_RawFree(self->canon);
     for (int s = 0; s < SCRATCH_SLOTS; s++) PyMem_RawFree(self->scratch[s]);
+    pool_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -318,6 +329,125 @@ static PyObject *Codec_encode(CodecObject *self, PyObject *args) {
     return out;
 }
 
+/* TokenBuffer: the tokens encode_buffer made, read-only through the buffer protocol (numpy's
+ * frombuffer takes it), in a block of memory that goes back to its Codec's pool when the last
+ * reference goes (only ever with the GIL held), so the next call writes into memory already in
+ * place. Why: a fresh output block for every call is fresh memory, and the allocator gives and
+ * takes back blocks of this size from the system, so every 4 KiB written cost a page fault
+ * (with two encode threads, up to a third of the CPU time went to them), and a kept scratch
+ * buffer costs a copy into a new bytes object, made with the GIL held. Blocks are all pool_size
+ * bytes (the largest asked for, up to POOL_MAX); at most POOL_SLOTS spare ones are kept. */
+typedef struct {
+    PyObject_HEAD
+    CodecObject *owner; /* a reference: the pool outlives its blocks */
+    uint8_t *mem;
+    Py_ssize_t size;    /* bytes of the block */
+    Py_ssize_t len;     /* bytes of tokens in it */
+} TokenBufferObject;
+
+static void TokenBuffer_dealloc(TokenBufferObject *self) {
+    CodecObject *c = self->owner;
+    if (self->mem) {
+        if (c && self->size == c->pool_size && c->pool_n < POOL_SLOTS)
+            c->pool[c->pool_n++] = self->mem;
+        else
+            PyMem_RawFree(self->mem);
+    }
+    Py_XDECREF(c);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int TokenBuffer_getbuffer(TokenBufferObject *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->mem, self->len, 1, flags);
+}
+
+static Py_ssize_t TokenBuffer_len(TokenBufferObject *self) { return self->len; }
+
+static PyBufferProcs TokenBuffer_as_buffer = {(getbufferproc)TokenBuffer_getbuffer, NULL};
+static PySequenceMethods TokenBuffer_as_sequence = {.sq_length = (lenfunc)TokenBuffer_len};
+
+static PyTypeObject TokenBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "matrixctl._scx_kernel.TokenBuffer",
+    .tp_basicsize = sizeof(TokenBufferObject),
+    .tp_dealloc = (destructor)TokenBuffer_dealloc,
+    .tp_as_buffer = &TokenBuffer_as_buffer,
+    .tp_as_sequence = &TokenBuffer_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Tokens from Codec.encode_buffer (u16, read-only buffer; len() in bytes).",
+};
+
+/* A block of at least `size` bytes for a TokenBuffer (GIL held): a spare one from the pool, or
+ * a new one of pool_size bytes; *got is the block's size. NULL with MemoryError. */
+static uint8_t *pool_take(CodecObject *c, Py_ssize_t size, Py_ssize_t *got) {
+    if (size > POOL_MAX) {
+        *got = size;
+    } else {
+        if (size > c->pool_size) { /* larger blocks from now on: the spares are too small */
+            pool_clear(c);
+            c->pool_size = size;
+        }
+        if (c->pool_n > 0) {
+            *got = c->pool_size;
+            return c->pool[--c->pool_n];
+        }
+        *got = c->pool_size;
+    }
+    uint8_t *mem = PyMem_RawMalloc(*got > 0 ? *got : 1);
+    if (!mem) PyErr_NoMemory();
+    return mem;
+}
+
+/* encode_buffer(data, first_bundle, debug, chunk_bundles, shard_bundles=0) -> TokenBuffer: the
+ * tokens `encode` gives, written straight into a pooled block (no copy, no fresh pages). */
+static PyObject *Codec_encode_buffer(CodecObject *self, PyObject *args) {
+    Py_buffer buf;
+    long long first;
+    int debug;
+    long long chunk, shard = 0;
+    if (!ready(self) || !PyArg_ParseTuple(args, "y*LpL|L", &buf, &first, &debug, &chunk, &shard))
+        return NULL;
+    int w = self->width;
+    Py_ssize_t n = self->lanes, bb = n * w;
+    if (buf.len % bb || first < 0 || chunk < 1 || shard < 0) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError,
+                        "data must be whole bundles; first >= 0, chunk >= 1, shard >= 0");
+        return NULL;
+    }
+    Py_ssize_t nb = buf.len / bb;
+    Py_ssize_t per = 5 + n * (w + 1); /* the most tokens one bundle takes */
+    TokenBufferObject *out = PyObject_New(TokenBufferObject, &TokenBufferType);
+    if (!out) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    out->owner = NULL;
+    out->len = 0;
+    out->mem = pool_take(self, 2 * nb * per, &out->size);
+    if (!out->mem) {
+        PyBuffer_Release(&buf);
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_INCREF(self);
+    out->owner = self;
+    uint16_t *o = (uint16_t *)out->mem;
+    const uint8_t *p = buf.buf;
+    Py_ssize_t k = 0;
+    Py_BEGIN_ALLOW_THREADS
+    switch (w) {
+    case 1: k = encode_run(self, p, nb, first, debug, chunk, shard, o, 1); break;
+    case 2: k = encode_run(self, p, nb, first, debug, chunk, shard, o, 2); break;
+    case 4: k = encode_run(self, p, nb, first, debug, chunk, shard, o, 4); break;
+    case 8: k = encode_run(self, p, nb, first, debug, chunk, shard, o, 8); break;
+    default: k = encode_run(self, p, nb, first, debug, chunk, shard, o, w); break;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    out->len = 2 * k;
+    return (PyObject *)out;
+}
+
 /* The W tokens at t read as a lane: their low bytes as a little-endian integer, and in *high
  * their high bytes (not 0: one of them is not a byte token). W is a constant where this is
  * inlined, so 2, 4 and 8 take one or two word reads and a few shifts, no loop. */
@@ -481,6 +611,9 @@ static PyMethodDef Codec_methods[] = {
     {"encode", (PyCFunction)Codec_encode, METH_VARARGS,
      "encode(data, first_bundle, debug, chunk_bundles, shard_bundles=0) -> u16 bytes of "
      "whole bundles (with shard markers when shard_bundles)."},
+    {"encode_buffer", (PyCFunction)Codec_encode_buffer, METH_VARARGS,
+     "encode_buffer(data, first_bundle, debug, chunk_bundles, shard_bundles=0) -> TokenBuffer: "
+     "encode's tokens in a pooled block of memory (a read-only buffer)."},
     {"decode", (PyCFunction)Codec_decode, METH_VARARGS,
      "decode(tokens) -> (bytes, bundles) for whole canonical bundles, else None."},
     {NULL, NULL, 0, NULL},
@@ -503,7 +636,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__scx_kernel(void) {
-    if (PyType_Ready(&CodecType) < 0) return NULL;
+    if (PyType_Ready(&CodecType) < 0 || PyType_Ready(&TokenBufferType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&CodecType);

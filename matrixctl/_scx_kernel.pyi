@@ -17,4 +17,18 @@ class Codec:
         chunk_bundles: int,
         shard_bundles: int = 0,
     ) -> bytes: ...
+    def encode_buffer(
+        self,
+        data: Buffer,
+        first_bundle: int,
+        debug: bool,
+        chunk_bundles: int,
+        shard_bundles: int = 0,
+    ) -> TokenBuffer: ...
     def decode(self, tokens: Buffer) -> tuple[bytes, int] | None: ...
+
+class TokenBuffer:
+    """Tokens from `Codec.encode_buffer`: a read-only buffer (u16) in pooled memory."""
+
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int) -> memoryview: ...

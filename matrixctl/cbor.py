@@ -143,6 +143,20 @@ class _Decoder:
             if arg > self.end - pos:
                 raise self.short(pos, arg, f"array of {arg} items")
             for _ in range(arg):
+                # Unsigned items (a shape's dimensions) decoded here, as in entry().
+                initial = data[pos] if pos < self.end else 0xFF
+                if initial < 0x1C and self.items < self.max_items:
+                    self.items += 1
+                    if initial < 0x18:
+                        out.append(initial)
+                        pos += 1
+                        continue
+                    size = 1 << (initial - 0x18)
+                    if pos + 1 + size > self.end:
+                        raise self.short(pos + 1, size, "argument")
+                    out.append(int.from_bytes(data[pos + 1 : pos + 1 + size], "big"))
+                    pos += 1 + size
+                    continue
                 item, pos = self.value(pos, depth + 1)
                 out.append(item)
             return out, pos
@@ -170,14 +184,59 @@ class _Decoder:
         raise self.fail(f"CBOR simple value {arg} is not allowed in a manifest", start)
 
     def entry(self, result: dict[str, Any], pos: int, depth: int) -> int:
+        data = self.data
+        end = self.end
         key_at = pos
-        key, pos = self.value(pos, depth + 1)
-        if type(key) is not str:
-            raise self.fail(
-                f"map key is a {type(key).__name__}, manifests use text keys only", key_at
-            )
+        # Short text keys (0x60-0x77) and, below, small unsigned and short text values are
+        # decoded here instead of through value(): they are most of a manifest's items. Same
+        # checks in the same order, so the same errors at the same offsets.
+        initial = data[pos] if pos < end else 0
+        if 0x60 <= initial <= 0x77 and self.items < self.max_items:
+            self.items += 1
+            stop = pos + 1 + initial - 0x60
+            if stop > end:
+                raise self.short(pos + 1, initial - 0x60, "string")
+            try:
+                key = data[pos + 1 : stop].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise self.fail(
+                    f"text string is not valid UTF-8 ({exc.reason})", pos + 1 + exc.start
+                ) from None
+            pos = stop
+        else:
+            key, pos = self.value(pos, depth + 1)
+            if type(key) is not str:
+                raise self.fail(
+                    f"map key is a {type(key).__name__}, manifests use text keys only", key_at
+                )
         if key in result:
             raise self.fail(f"duplicate map key {key!r}", key_at, "duplicate")
+        initial = data[pos] if pos < end else 0xFF
+        if self.items < self.max_items:
+            if initial < 0x18:
+                self.items += 1
+                result[key] = initial
+                return pos + 1
+            if initial < 0x1C:  # unsigned with a 1, 2, 4 or 8 byte argument
+                self.items += 1
+                size = 1 << (initial - 0x18)
+                stop = pos + 1 + size
+                if stop > end:
+                    raise self.short(pos + 1, size, "argument")
+                result[key] = int.from_bytes(data[pos + 1 : stop], "big")
+                return stop
+            if 0x60 <= initial <= 0x77:
+                self.items += 1
+                stop = pos + 1 + initial - 0x60
+                if stop > end:
+                    raise self.short(pos + 1, initial - 0x60, "string")
+                try:
+                    result[key] = data[pos + 1 : stop].decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise self.fail(
+                        f"text string is not valid UTF-8 ({exc.reason})", pos + 1 + exc.start
+                    ) from None
+                return stop
         result[key], pos = self.value(pos, depth + 1)
         return pos
 
@@ -247,6 +306,14 @@ def _float(value: float) -> bytes:
     return b"\xfb" + struct.pack(">d", value)
 
 
+_KEYS: dict[str, bytes] = {}  # encoded map keys (a manifest repeats "dtype", "offset", ...)
+_SMALL = [bytes([n]) for n in range(24)]  # unsigned integers below 24: the head alone
+
+
+def _first(entry: tuple[bytes, Any]) -> bytes:
+    return entry[0]
+
+
 def _encode(value: Any, out: list[bytes]) -> None:
     if value is None:
         out.append(b"\xf6")
@@ -275,14 +342,21 @@ def _encode(value: Any, out: list[bytes]) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"manifest map keys must be text, got {type(key).__name__}")
-            encoded_key: list[bytes] = []
-            _encode(key, encoded_key)
-            entries.append((b"".join(encoded_key), item))
-        entries.sort(key=lambda kv: kv[0])
+            encoded = _KEYS.get(key)
+            if encoded is None:
+                raw = key.encode("utf-8")
+                encoded = _head(3, len(raw)) + raw
+                if len(_KEYS) < 1024:
+                    _KEYS[key] = encoded
+            entries.append((encoded, item))
+        entries.sort(key=_first)
         out.append(_head(5, len(entries)))
         for encoded, item in entries:
             out.append(encoded)
-            _encode(item, out)
+            if type(item) is int and 0 <= item < 24:
+                out.append(_SMALL[item])
+            else:
+                _encode(item, out)
     else:
         raise TypeError(f"cannot encode {type(value).__name__} as CBOR")
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import mmap
 import os
 import re
@@ -23,7 +22,6 @@ import shutil
 import signal
 import stat
 import sys
-import tempfile
 import weakref
 from collections.abc import Callable, Iterator
 from typing import IO, Any, BinaryIO, Protocol
@@ -344,6 +342,8 @@ class Source:
 
     @classmethod
     def _spool(cls, path: str, stream: Readable) -> Source:
+        import tempfile
+
         tmp = tempfile.TemporaryFile(prefix="matrixctl-stdin-")  # noqa: SIM115 - owned by Source
         limit = spool_limit()
         got = 0
@@ -828,10 +828,13 @@ def _alive_or_unknown(pid: int) -> int:
 
 
 def _host_tag() -> str:
-    import hashlib
+    try:  # the interpreter's own SHA-256 (a small module): hashlib would load OpenSSL
+        from _sha256 import sha256
+    except ImportError:
+        from hashlib import sha256
 
     # os.uname().nodename is what socket.gethostname() returns, without importing socket.
-    return hashlib.sha256(os.uname().nodename.encode("utf-8", "replace")).hexdigest()[:4]
+    return str(sha256(os.uname().nodename.encode("utf-8", "replace")).hexdigest()[:4])
 
 
 def _owner_tag() -> str:
@@ -1206,6 +1209,8 @@ def atomic_output(path: str, *, what: str = "binary output") -> Iterator[BinaryI
     removed.
     """
     if path == STDIO:
+        import tempfile
+
         refuse_binary_to_terminal(path, what)
         with tempfile.TemporaryFile(prefix="matrixctl-out-") as tmp:
             yield tmp
@@ -1272,6 +1277,8 @@ HASH_CHUNK = 8 << 20
 
 def sha256_file(path: str) -> str:
     """`sha256:<hex>` of a whole file, read in 8 MiB blocks (ingest manifests record it)."""
+    import hashlib
+
     h = hashlib.sha256()
     with open(path, "rb") as fp:
         while True:

@@ -25,8 +25,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl import codes, crc
-from matrixctl.errors import FormatError
-from matrixctl.io import copy_file_range_all, drop_pages, mapped_fd, started_writeback
+from matrixctl.errors import FormatError, InputError
+from matrixctl.io import (
+    IO_CHANGED,
+    check_inputs_unchanged,
+    copy_file_range_all,
+    drop_pages,
+    mapped_fd,
+    started_writeback,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -339,7 +346,14 @@ class StoredBytes:
     bytes and drops each slice's pages once the next one is asked for; `copy_stream` copies
     the range inside the kernel instead when the sink does not look at the bytes. `tick`, if
     set, is told every byte count moved (convert's progress). `check`, if given, runs before
-    the first byte is handed out or copied (a source's digest check: it may raise)."""
+    the first byte is handed out or copied (a source's digest check: it may raise).
+
+    `verify`, given with `check`, is the same check split in two, `(update, finish)` from a
+    fresh call: `copy_stream`, when it reads the bytes through its buffer for a sink that
+    checksums them, feeds each piece to `update` and calls `finish` (which raises as `check`
+    would) before it returns, instead of reading the bytes twice. The pieces have then reached
+    the sink's output before the check ends; every output is atomic, so an output of damaged
+    bytes never appears."""
 
     def __init__(
         self,
@@ -348,6 +362,7 @@ class StoredBytes:
         length: int,
         chunk: int = CHUNK_BYTES,
         check: Callable[[], None] | None = None,
+        verify: Callable[[], tuple[Callable[[Any], Any], Callable[[], None]]] | None = None,
     ) -> None:
         self.buf = buf
         self.offset = offset
@@ -355,7 +370,16 @@ class StoredBytes:
         self.chunk = chunk
         self.tick: Callable[[int], None] | None = None
         self._check = check
+        self._verify = verify
         self._pieces: Iterator[memoryview] | None = None
+
+    def take_verify(self) -> tuple[Callable[[Any], Any], Callable[[], None]] | None:
+        """`(update, finish)` of the check, which then no longer runs by itself; None when
+        there is no check left to run or it cannot be split."""
+        if self._check is None or self._verify is None:
+            return None
+        self._check = None
+        return self._verify()
 
     def start(self) -> None:
         """Run the check (once); iterating and `copy_stream` call it first."""
@@ -394,7 +418,7 @@ def mapped_chunks(buf: Any, offset: int, length: int, chunk: int = CHUNK_BYTES) 
     return StoredBytes(buf, offset, length, chunk)
 
 
-def _plain_fileno(fp: Any) -> int | None:
+def plain_fileno(fp: Any) -> int | None:
     """The descriptor of a plain binary file object (not a wrapper that sees the bytes)."""
     import io
 
@@ -427,6 +451,7 @@ def copy_stream(
     update: Callable[[Any], Any] | None = None,
     write: Callable[[Any], Any] | None = None,
     piece_done: Callable[[], Any] | None = None,
+    write_copies: bool = False,
 ) -> int:
     """The copy loop of every sink: write one component's byte stream to `fp` and return the
     count; a count other than `nbytes` (the size the descriptor declares) is FormatError
@@ -441,11 +466,18 @@ def copy_stream(
       writes in large folios, and a later mapped read of it takes far fewer page faults
       (docs/benchmarks.md, "convert against cp, zTensor reads"). `write` replaces `fp.write`
       (a writer that counts or writes on a helper thread); `piece_done()` runs after each.
+    - Stored bytes the sink checksums, or that go to a writer other than a plain file which
+      is done with a piece when its `write` returns (`write_copies=True`: zipfile's member
+      writer), are read with `pread` into one reused buffer, checksummed there and written
+      from it: two copies through a buffer that stays in the cache, where writing from the
+      mapping took a page fault per page and cost 1-5x as much CPU, varying from run to run
+      (docs/benchmarks.md, "convert and zTensor reads"). Not with `write` (it may queue the
+      piece to a helper thread that reads it later).
     """
-    if update is None and isinstance(stream, StoredBytes) and stream.fresh:
+    out_fd = plain_fileno(fp)
+    if isinstance(stream, StoredBytes) and stream.fresh and stream.length == nbytes:
         src_fd = mapped_fd(stream.buf)
-        out_fd = _plain_fileno(fp)
-        if src_fd is not None and out_fd is not None and stream.length == nbytes:
+        if src_fd is not None and update is None and out_fd is not None:
             import os
 
             stream.start()
@@ -455,10 +487,11 @@ def copy_stream(
             copy_file_range_all(src_fd, stream.offset, nbytes, out_fd, stream.tick)
             fp.seek(start + nbytes)
             return nbytes
+        if src_fd is not None and write is None and (out_fd is not None or write_copies):
+            return _copy_read(stream, src_fd, fp, update, out_fd, piece_done)
     put = write if write is not None else fp.write
     # A plain output file starts its write-out as it grows (what a helper thread has written
     # by then, when `write` queues to one).
-    out_fd = _plain_fileno(fp)
     got = 0
     for piece in stream:
         view = _byte_view(piece)
@@ -481,22 +514,116 @@ def copy_stream(
     return got
 
 
+_READ_BUFFERS: list[memoryview] = []  # reused by _copy_read, one per copy at a time
+
+
+def _copy_read(
+    stream: StoredBytes,
+    src_fd: int,
+    fp: Any,
+    update: Callable[[Any], Any] | None,
+    out_fd: int | None,
+    piece_done: Callable[[], Any] | None,
+) -> int:
+    """`copy_stream` of stored bytes through a reused buffer (see there). A source that ends
+    early changed underneath: IO_CHANGED, as for the kernel copy."""
+    import os
+
+    verify = stream.take_verify() if update is not None else None
+    if verify is None:
+        stream.start()
+    try:
+        buf = _READ_BUFFERS.pop()
+    except IndexError:
+        buf = memoryview(bytearray(CHUNK_BYTES))
+    try:
+        step = min(stream.chunk, len(buf))
+        done = 0
+        while done < stream.length:
+            view = buf[: min(step, stream.length - done)]
+            got = os.preadv(src_fd, [view], stream.offset + done)
+            if got == 0:
+                check_inputs_unchanged()
+                raise InputError(
+                    IO_CHANGED,
+                    f"ended at byte {stream.offset + done:,} while "
+                    f"{stream.offset + stream.length:,} were expected",
+                )
+            piece = view[:got]
+            if verify is not None:
+                verify[0](piece)
+            if update is not None:
+                update(piece)
+            fp.write(piece)
+            done += got
+            if out_fd is not None:
+                started_writeback(out_fd, got)
+            if stream.tick is not None:
+                stream.tick(got)
+            if piece_done is not None:
+                piece_done()
+    finally:
+        _READ_BUFFERS.append(buf)
+    if verify is not None:
+        verify[1]()
+    return done
+
+
+def read_pieces(buf: Any, start: int, length: int, chunk: int = CHUNK_BYTES) -> Iterator[Any]:
+    """`buf[start:start+length]` in pieces of at most `chunk` bytes, for a checksum: read by
+    `pread` into one reused buffer when `buf` maps a file (each piece is valid until the next
+    is asked for), else slices of `buf`. Reading a mapped file through its mapping takes a page
+    fault per page; `pread` copies from the page cache without one (docs/benchmarks.md,
+    "convert and zTensor reads"). A file that ends early changed underneath: IO_CHANGED."""
+    src_fd = mapped_fd(buf)
+    if src_fd is None:
+        with memoryview(buf) as view:
+            for pos in range(start, start + length, chunk):
+                stop = min(pos + chunk, start + length)
+                yield view[pos:stop]
+                drop_pages(buf, pos, stop - pos)
+        return
+    import os
+
+    try:
+        mine = _READ_BUFFERS.pop()
+    except IndexError:
+        mine = memoryview(bytearray(CHUNK_BYTES))
+    try:
+        done = 0
+        step = min(chunk, len(mine))
+        while done < length:
+            view = mine[: min(step, length - done)]
+            got = os.preadv(src_fd, [view], start + done)
+            if got == 0:
+                check_inputs_unchanged()
+                raise InputError(
+                    IO_CHANGED,
+                    f"ended at byte {start + done:,} while {start + length:,} were expected",
+                )
+            yield view[:got]
+            done += got
+    finally:
+        _READ_BUFFERS.append(mine)
+
+
 def crc_range(buf: Any, start: int, end: int, chunk: int = 8 << 20) -> int:
-    """CRC-32 of `buf[start:end]`, read in chunks whose mapped pages are dropped as they go."""
+    """CRC-32 of `buf[start:end]` (`read_pieces`: no page faults on a mapped file)."""
     value = 0
-    with memoryview(buf) as view:
-        for pos in range(start, end, chunk):
-            stop = min(pos + chunk, end)
-            value = crc.crc32(view[pos:stop], value)
-            drop_pages(buf, pos, stop - pos)
+    for piece in read_pieces(buf, start, end - start, chunk):
+        value = crc.crc32(piece, value)
     return value
 
 
-def storage_array(buf: Any, dtype: str) -> np.ndarray:
-    """A 1-D numpy view of little-endian bytes in the dtype's storage type."""
+def storage_array(buf: Any, dtype: str, offset: int = 0, nbytes: int | None = None) -> np.ndarray:
+    """A 1-D numpy view of little-endian bytes in the dtype's storage type: all of `buf`, or
+    its `nbytes` bytes from `offset` (no intermediate memoryview)."""
     import numpy as np
 
-    return np.frombuffer(buf, dtype=np.dtype(DTYPES[dtype].storage))
+    storage = np.dtype(DTYPES[dtype].storage)
+    if nbytes is None:
+        return np.frombuffer(buf, dtype=storage, offset=offset)
+    return np.frombuffer(buf, dtype=storage, count=nbytes // storage.itemsize, offset=offset)
 
 
 def text_metadata(metadata: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:

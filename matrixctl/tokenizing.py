@@ -3,7 +3,9 @@ token streams or text out (the I/O glue between the tokenizers and the token str
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import shutil
 import sys
 import tempfile
@@ -53,7 +55,7 @@ def encode_file(
     smap, _, tok = load_tokenizer(symbols)
     name = display_name(input_path)
     nbytes = 0
-    with open_input_stream(input_path) as raw, _output(output, form) as out:
+    with open_input_stream(input_path) as raw:
 
         class Counting:
             def read(self, n: int = -1) -> bytes:
@@ -65,32 +67,52 @@ def encode_file(
                 nbytes += len(data)
                 return data
 
-        sink: _IdSink
-        if form == "stream":
-            sink = _StreamSink(out, tok.dtype, smap.vocab_size)
-        elif form == "json":
-            assert json_ids is not None
-            sink = _TextSink(json_ids, ", ")
-        else:
-            sink = _TextSink(out, " ")
-        if jobs > 1:
-            from matrixctl.tokenizers import pi_jobs
+        fd = raw.fileno() if jobs > 1 and _is_regular(raw) else None
+        parts = None
+        try:  # the workers, once started, are stopped whatever happens (`parts.close()`)
+            if jobs > 1:
+                from matrixctl.tokenizers import pi_jobs
 
-            fd = raw.fileno() if _is_regular(raw) else None
-            try:
-                for used, ids in pi_jobs.encode(tok, Counting(), name, jobs, fd=fd):
-                    if fd is not None:
-                        nbytes += used
-                    sink.write_bytes(ids, tok.dtype)
-            except OSError as exc:  # a worker's read of the file
-                raise from_os_error(exc, input_path) from None
-        else:
-            enc = tok.stream()
-            for text in pi.iter_text(Counting(), name, READ_CHUNK):
-                sink.write_bytes(enc.feed_bytes(text), tok.dtype)
-            sink.write_bytes(enc.finish_bytes(), tok.dtype)
-        sink.end_document(name if label is None else label)
-        crc = sink.close()
+                # Started before the output is opened: the first step forks the workers and
+                # deals them their first units, which they encode while this process sets up.
+                parts = pi_jobs.encode(tok, Counting(), name, jobs, fd=fd)
+                try:
+                    next(parts)
+                except OSError as exc:  # reading near the first cuts
+                    raise from_os_error(exc, input_path) from None
+            with _output(output, form) as out:
+                sink: _IdSink
+                if form == "stream":
+                    sink = _StreamSink(out, tok.dtype, smap.vocab_size)
+                elif form == "json":
+                    assert json_ids is not None
+                    sink = _TextSink(json_ids, ", ")
+                else:
+                    sink = _TextSink(out, " ")
+                if parts is not None:
+                    # A file output is flushed to the disk as it grows, while the workers
+                    # encode, so the fsync that commits it has little left to write.
+                    flush = _EarlyFlush(out if output != STDIO and form != "json" else None)
+                    try:
+                        for used, ids in parts:
+                            if fd is not None:
+                                nbytes += used
+                            sink.write_bytes(ids, tok.dtype)
+                            flush.check()
+                    except OSError as exc:  # a worker's read of the file
+                        raise from_os_error(exc, input_path) from None
+                    finally:
+                        flush.close()
+                else:
+                    enc = tok.stream()
+                    for text in pi.iter_text(Counting(), name, READ_CHUNK):
+                        sink.write_bytes(enc.feed_bytes(text), tok.dtype)
+                    sink.write_bytes(enc.finish_bytes(), tok.dtype)
+                sink.end_document(name if label is None else label)
+                crc = sink.close()
+        finally:
+            if parts is not None:
+                parts.close()
     summary: dict[str, Any] = {
         "input": input_path,
         "output": output,
@@ -105,6 +127,43 @@ def encode_file(
     if crc is not None:
         summary["crc32"] = f"0x{crc:08x}"
     return summary
+
+
+class _EarlyFlush:
+    """Write a file output through to the disk as it grows, on a thread of its own (fdatasync
+    each time `EARLY_FLUSH` more bytes were written), so the fsync that commits the file at
+    the end has little left to do. `close()` waits for the thread."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out if out is not None and _is_regular(out) else None
+        self.done = 0
+        self.thread: Any = None
+
+    def check(self) -> None:
+        if self.out is None:
+            return
+        at = self.out.tell()
+        if at - self.done < EARLY_FLUSH or (self.thread and self.thread.is_alive()):
+            return
+        import threading
+
+        self.out.flush()
+        self.done = at
+        self.thread = threading.Thread(target=_datasync, args=(self.out.fileno(),), daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+
+
+def _datasync(fd: int) -> None:
+    with contextlib.suppress(OSError):  # best effort: the commit's fsync reports failures
+        os.fdatasync(fd)
+
+
+EARLY_FLUSH = 2 << 20
 
 
 class _IdSink:

@@ -7,15 +7,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperOption
 
-from matrixctl.cli.common import (
-    JsonOption,
-    QuietOption,
-    SpoolLimitOption,
-    emit_json,
-    note,
-    progress,
-    warn,
-)
+from matrixctl.cli.common import JsonOption, QuietOption, SpoolLimitOption
 
 TO_HELP = "Output format, when the output name does not tell it: "
 
@@ -190,58 +182,25 @@ def convert(
     Tensor names, shapes and values are preserved; a tensor the output cannot hold exactly is
     refused (nothing is written) unless --dtype asks for a cast. Streams one tensor at a time.
     """
-    from matrixctl import convert as conv
-    from matrixctl.errors import UsageError
-    from matrixctl.formats import registry
-    from matrixctl.io import STDIO, Source
-    from matrixctl.opening import open_path
+    from matrixctl.cli.convert_fast import run
 
-    if json_out and dst == STDIO:
-        raise UsageError("--json needs stdout, so the output cannot be - as well")
-    dst_fmt = conv.destination_format(dst, to)
-    with open_path(src) as (source, src_fmt):
-        if src_fmt is None:
-            from matrixctl.codes import UNKNOWN_FORMAT
-            from matrixctl.errors import FormatError
-
-            known = registry.explain_unknown(source) if isinstance(source, Source) else None
-            raise FormatError(
-                UNKNOWN_FORMAT,
-                known or "format not recognised from its bytes",
-                path=source.name,
-            )
-        dst_fmt = conv.ztensor_version(dst_fmt, zt_version, src_fmt)
-        converter = conv.find(src_fmt, dst_fmt)
-        options: dict[str, Any] = {
-            "atoms": atoms,
-            "select": select or None,
-            "exclude": exclude or None,
-            "meta": meta or None,
-            "per_file": per_file,
-            "dtype": dtype or None,
-            "compress": compress,
-            "digest": digest,
-            "densify": densify or None,
-            "keep_quantized": keep_quantized or None,
-            "vocab_size": vocab_size,
-            "quantize": quantize.lower() if quantize else None,
-        }
-        conv.check_options(converter, options)
-        if "progress" in converter.options:
-            with progress("converting", None) as bar:
-                options["progress"] = bar
-                result = converter.load()(source, dst, options)  # type: ignore[arg-type]
-        else:
-            result = converter.load()(source, dst, options)  # type: ignore[arg-type]
-    for text in result.notes:
-        warn(text)
-    if json_out:
-        emit_json({"input": src, "output": dst, "from": src_fmt, "to": dst_fmt, **result.summary})
-    elif not quiet:
-        done = result.summary
-        if "tensors" in done:
-            note(
-                f"converted {done['tensors']} of {done['of']} tensors {src_fmt} -> {dst_fmt}: {dst}"
-            )
-        else:
-            note(f"converted {src_fmt} -> {dst_fmt}: {dst}")
+    run(
+        src,
+        dst,
+        to=to,
+        atoms=atoms,
+        select=select,
+        exclude=exclude,
+        dtype=dtype,
+        vocab_size=vocab_size,
+        compress=compress,
+        digest=digest,
+        quantize=quantize,
+        zt_version=zt_version,
+        meta=meta,
+        per_file=per_file,
+        densify=densify,
+        keep_quantized=keep_quantized,
+        json_out=json_out,
+        quiet=quiet,
+    )

@@ -40,16 +40,7 @@ TrustOption = Annotated[
 OutOption = Annotated[
     str, typer.Option("-o", "--output", help="Output file; - writes to stdout (not a terminal).")
 ]
-READ_BLOCK = 1 << 22
-
-
-def _read_blocks(fp: Any, tick: Any) -> Any:
-    while True:
-        block = fp.read(READ_BLOCK)
-        if not block:
-            return
-        tick(len(block))
-        yield block
+FRAME_TOKENS = 1 << 20  # tokens per TOKENS frame of `encode`'s output
 
 
 @app.command("keygen")
@@ -286,13 +277,16 @@ def encode(
         atomic_output(output, what="a token stream") as out,
     ):
         writer = TokenStreamWriter(out, dtype="uint16", vocab_size=1 << 16)
+        # Frames of exactly FRAME_TOKENS (the last may be short): the bytes do not depend on
+        # how the encoder hands the tokens out (--jobs, read sizes)
         batch: list[np.ndarray] = []
         held = 0
         try:
-            for arr in api.encode_chunks(
+            for arr in api.encode_file(
                 tok,
-                _read_blocks(src, tick),
+                src,
                 jobs=jobs,
+                tick=tick,
                 strict_alignment=strict_alignment,
                 emit_debug_markers=debug_markers,
                 warnings=warnings,
@@ -300,13 +294,16 @@ def encode(
             ):
                 batch.append(arr)
                 held += arr.size
-                if held >= 1 << 20:
-                    writer.write(np.concatenate(batch))
-                    tokens += held
-                    batch, held = [], 0
+                if held >= FRAME_TOKENS:
+                    joined = np.concatenate(batch)
+                    whole = held - held % FRAME_TOKENS
+                    for at in range(0, whole, FRAME_TOKENS):
+                        writer.write(joined[at : at + FRAME_TOKENS])
+                    tokens += whole
+                    batch, held = [joined[whole:]], held - whole
         except api.ScxFailure as err:
             raise err.with_path(display_name(input_path)) from None
-        if batch:
+        if held:
             writer.write(np.concatenate(batch))
             tokens += held
         writer.end_document("")

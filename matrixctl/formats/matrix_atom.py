@@ -426,6 +426,11 @@ class AtomWriter:
             self._bg.close()
             self._bg = None
 
+    def settle(self) -> None:
+        """Wait until every chunk handed over is written (its buffer may then be reused)."""
+        if self._bg is not None:
+            self._bg.drain()
+
     def close(self) -> None:
         """Stop the background writer (after an error too); finish() calls it itself."""
         self._drain()

@@ -21,15 +21,18 @@ with a fixed timestamp, so the same tensors give the same bytes.
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
+import re
 import struct
+import threading
 import zipfile
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from matrixctl import codes
+from matrixctl import codes, crc
 from matrixctl.errors import FormatError
 from matrixctl.tensors import (
     CHUNK_BYTES,
@@ -44,6 +47,7 @@ from matrixctl.tensors import (
     drop_pages,
     element_count,
     mapped_chunks,
+    plain_fileno,
 )
 
 if TYPE_CHECKING:
@@ -123,6 +127,26 @@ class NpyHeader:
         return element_count(self.shape) * DTYPES[self.dtype].itemsize
 
 
+# The header text numpy.save writes (and header_bytes below): the dict literal in its one
+# spelling, then spaces and a newline. Parsed here without ast.literal_eval (which compiles the
+# text: ~60 us a header, most of a many-tensor .npz open); any other spelling goes to it.
+_CANONICAL = re.compile(
+    r"\{'descr': '([<>|=]?[a-zA-Z][0-9]*)', 'fortran_order': (False|True), "
+    r"'shape': \((|(?:0|[1-9][0-9]*),|(?:0|[1-9][0-9]*)(?:, (?:0|[1-9][0-9]*))+)\), \} *\n?\Z"
+)
+
+
+def _canonical_header(text: str) -> dict[str, Any] | None:
+    """The header dict when `text` is in numpy's canonical spelling (the value
+    ast.literal_eval gives for it), else None."""
+    m = _CANONICAL.match(text)
+    if m is None:
+        return None
+    descr, fortran, dims = m.groups()
+    shape = tuple(int(x) for x in dims.split(",") if x.strip())
+    return {"descr": descr, "fortran_order": fortran == "True", "shape": shape}
+
+
 def parse_header(head: bytes, where: str = "header", base: int = 0) -> NpyHeader:
     """Parse an .npy header from its first bytes (at least 10, plus the header length)."""
 
@@ -147,7 +171,9 @@ def parse_header(head: bytes, where: str = "header", base: int = 0) -> NpyHeader
     raw = head[start : start + hlen]
     try:
         text = raw.decode("utf-8" if version == (3, 0) else "latin1")
-        d = ast.literal_eval(text)
+        d = _canonical_header(text)
+        if d is None:
+            d = ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError, UnicodeDecodeError) as exc:
         raise bad(f"header is not a Python dict literal ({type(exc).__name__})", start) from None
     if not isinstance(d, dict) or set(d) != {"descr", "fortran_order", "shape"}:
@@ -470,15 +496,23 @@ def _deflated_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> NpyHeader:
 def member_stream(
     src: Source, zf: zipfile.ZipFile, m: NpzMember, chunk: int = CHUNK_BYTES
 ) -> Iterator[Any]:
-    """The member's array bytes, little-endian C order. Deflated members are inflated in
-    chunks (zipfile stops at the declared size and checks the CRC at the end)."""
+    """The member's array bytes, little-endian C order. A stored member already in that order
+    is its mapped bytes (`StoredBytes`: a sink may copy them inside the kernel); deflated
+    members are inflated in chunks (zipfile stops at the declared size and checks the CRC at
+    the end)."""
+    h = m.header
+    assert h is not None
+    in_order = not h.big_endian and (not h.fortran or len(h.shape) < 2)
+    if m.stored and m.data_offset is not None and in_order:
+        return mapped_chunks(src.buf, m.data_offset, h.nbytes, chunk)
+    return _member_pieces(src, zf, m, chunk)
+
+
+def _member_pieces(src: Source, zf: zipfile.ZipFile, m: NpzMember, chunk: int) -> Iterator[Any]:
     h = m.header
     assert h is not None
     if m.stored and m.data_offset is not None:
-        if not h.big_endian and (not h.fortran or len(h.shape) < 2):
-            yield from mapped_chunks(src.buf, m.data_offset, h.nbytes, chunk)
-        else:
-            yield from _ordered(memoryview(src.buf)[m.data_offset : m.data_offset + h.nbytes], h)
+        yield from _ordered(memoryview(src.buf)[m.data_offset : m.data_offset + h.nbytes], h)
         return
     try:
         with zf.open(m.info) as fp:
@@ -547,12 +581,39 @@ def zip_date() -> tuple[int, int, int, int, int, int]:
     return ZIP_DATE
 
 
+_ZIP_CRC_LOCK = threading.Lock()
+_ZIP_CRC: dict[str, Any] = {"users": 0, "saved": None}  # blocks running, zipfile's own crc32
+
+
+@contextlib.contextmanager
+def fast_zip_crc() -> Iterator[None]:
+    """While the block runs, zipfile computes members' CRC-32 with matrixctl's (`crc.crc32`:
+    zlib-ng's PCLMUL folding, 13 GiB/s against 3.5 GiB/s for zlib's on one core here); the
+    values are the same (both are the zlib CRC-32). zipfile looks the function up as its
+    module-level name `crc32` on every write, so that name is swapped for the block and put
+    back when the last concurrent block ends. For a stored .npz member the CRC is the only
+    pass over the bytes besides the copy (docs/benchmarks.md, "convert and zTensor reads")."""
+    with _ZIP_CRC_LOCK:
+        if _ZIP_CRC["users"] == 0:
+            _ZIP_CRC["saved"] = zipfile.crc32  # type: ignore[attr-defined]
+            zipfile.crc32 = crc.crc32  # type: ignore[attr-defined]
+        _ZIP_CRC["users"] += 1
+    try:
+        yield
+    finally:
+        with _ZIP_CRC_LOCK:
+            _ZIP_CRC["users"] -= 1
+            if _ZIP_CRC["users"] == 0:
+                zipfile.crc32 = _ZIP_CRC["saved"]  # type: ignore[attr-defined]
+
+
 class NpzSink(TensorSink):
     format = NPZ
     dtypes = frozenset(d.name for d in DTYPES.values() if d.numeric)
 
     def begin(self, out: Outputs, plan: list[TensorInfo], metadata: Mapping[str, Any]) -> None:
         self.zf = zipfile.ZipFile(out.main, mode="w", compression=zipfile.ZIP_STORED)
+        self.plain = plain_fileno(out.main) is not None
         self.count = 0
         self.date = zip_date()
 
@@ -563,10 +624,18 @@ class NpzSink(TensorSink):
         member.external_attr = 0o644 << 16
         member.file_size = len(head) + info.nbytes
         try:
-            with self.zf.open(member, "w") as fp:
+            with fast_zip_crc(), self.zf.open(member, "w") as fp:
                 fp.write(head)
-                # zipfile computes the member's CRC-32 as it writes: the plain copy loop.
-                copy_stream(fp, parts("data"), info.nbytes, where=info.name, code=NPY_SIZE)
+                # zipfile computes the member's CRC-32 as it writes; its writer is done with a
+                # piece when `write` returns, when it writes to a plain file.
+                copy_stream(
+                    fp,
+                    parts("data"),
+                    info.nbytes,
+                    where=info.name,
+                    code=NPY_SIZE,
+                    write_copies=self.plain,
+                )
         except BaseException:
             # The output is discarded: keep ZipFile.__del__ from writing its central directory
             # into a closed temporary file later (a traceback on stderr).

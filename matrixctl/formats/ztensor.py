@@ -24,7 +24,6 @@ and writes (`ZtWriter`, `ZtSink`). Judging a file is `matrixctl.validate.ztensor
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import re
 import struct
 from collections.abc import Callable, Iterator, Mapping
@@ -49,7 +48,7 @@ from matrixctl.tensors import (
     copy_stream,
     drop_pages,
     element_count,
-    mapped_chunks,
+    read_pieces,
     storage_array,
     text_metadata,
 )
@@ -543,6 +542,8 @@ class Digester:
         if algorithm == "crc32c":
             self._crc = 0
         elif algorithm == "sha256":
+            import hashlib  # only for sha256 digests: it loads OpenSSL
+
             self._sha = hashlib.sha256()
         else:  # pragma: no cover - callers validate
             raise ValueError(algorithm)
@@ -765,14 +766,20 @@ def stream_component(
         if known is not None:
             algorithm = known[0]
 
-            def check() -> None:
+            def verify() -> tuple[Callable[[Any], Any], Callable[[], None]]:
                 digester = Digester(algorithm)
-                for piece in mapped_chunks(buf, comp.offset, comp.length, chunk):
-                    digester.update(piece)
-                _check_digest(comp, digester)
+                return digester.update, lambda: _check_digest(comp, digester)
+
+            def check() -> None:
+                update, finish = verify()
+                for piece in read_pieces(buf, comp.offset, comp.length, chunk):
+                    update(piece)
+                finish()
 
     if comp.encoding == "raw":
-        return StoredBytes(buf, comp.offset, comp.length, chunk, check)
+        return StoredBytes(
+            buf, comp.offset, comp.length, chunk, check, verify if check is not None else None
+        )
     return _zstd_pieces(buf, obj, comp, where, exact, chunk, check)
 
 
@@ -882,7 +889,7 @@ class ZtSource(TensorSource):
             stored = stream_component(self.src.buf, obj, comp)
             assert isinstance(stored, StoredBytes)  # raw
             stored.start()  # the digest check, one pass
-        return storage_array(memoryview(self.src.buf)[comp.offset : comp.end], comp.dtype)
+        return storage_array(self.src.buf, comp.dtype, comp.offset, comp.length)
 
     def release(self, info: TensorInfo) -> None:
         obj = self.zt.objects[info.name]
@@ -1014,8 +1021,11 @@ class ZtWriter:
         digester = Digester(self.digest) if self.digest else None
         got = 0
         if self.level is None:
-            if digester is None and self._bg is not None:
-                self._bg.drain()  # stored bytes may go by the kernel: queued writes first
+            stored = isinstance(stream, StoredBytes) and stream.fresh
+            if (stored or digester is None) and self._bg is not None:
+                # Stored bytes go by the kernel or through copy_stream's reused buffer,
+                # written in place: queued writes first.
+                self._bg.drain()
             got = copy_stream(
                 self.fp,
                 stream,
@@ -1023,7 +1033,7 @@ class ZtWriter:
                 where=where,
                 code=ZT_WRITE,
                 update=digester.update if digester is not None else None,
-                write=self._write,
+                write=None if stored else self._write,
                 piece_done=None if self.overlap_pieces else self._wait_queue,
             )
             self.pos = offset + got  # copy_stream wrote past self._write when the kernel copied

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import hashlib
 import re
 import struct
 import threading
@@ -56,6 +55,7 @@ from matrixctl.tensors import (
     drop_pages,
     element_count,
     mapped_chunks,
+    read_pieces,
     storage_array,
 )
 
@@ -1111,6 +1111,8 @@ class Digester:
 
             self._h: Any = xxhash.xxh3_64()
         else:
+            import hashlib  # only for sha256 digests: it loads OpenSSL
+
             self._h = hashlib.sha256()
 
     def update(self, data: Any) -> None:
@@ -1374,7 +1376,7 @@ def stream_part(
     if part.encoding is None:
         pieces: Iterator[Any] = mapped_chunks(buf, part.offset, part.length, chunk)
         if digester is not None:  # hashing first keeps the pieces zero-copy
-            for piece in mapped_chunks(buf, part.offset, part.length, chunk):
+            for piece in read_pieces(buf, part.offset, part.length, chunk):
                 digester.update(piece)
             _check_digest(part, digester)
             digester = None

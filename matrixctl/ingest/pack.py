@@ -168,6 +168,12 @@ class PackBuilder:
     def add_tokens(self, ids: np.ndarray) -> None:
         self.atoms.write(ids)
 
+    def add_tokens_shared(self, ids: np.ndarray, max_id: int, crc: int) -> None:
+        """Ids in memory another process reuses once this returns (a worker's slot), with the
+        largest id and CRC-32 that process computed: written before returning."""
+        self.atoms.write(ids, max_id, crc=crc)
+        self.atoms.settle()
+
     def add_tokens_file(self, path: str) -> None:
         import numpy as np
 
@@ -193,6 +199,10 @@ class PackBuilder:
 
     def add_record(self, length: int, source: int, item: int) -> None:
         self.index.add(length, source, item)
+
+    def add_records(self, pairs: np.ndarray, source: int, item_base: int = 0) -> None:
+        """Rows of (token length, item), uint64, of one source (`IndexWriter.add_many`)."""
+        self.index.add_many(pairs, source, item_base)
 
     # Completion ---------------------------------------------------------------------------
 

@@ -1,19 +1,21 @@
 """`ingest docs`: worker processes tokenize files; one ordered streaming writer builds the pack.
 
 - The inputs are listed in a fixed order (sources.py); `--shard I/N` keeps a stable subset.
-- With `--jobs 1` files are processed in this process. With N > 1, N worker processes are
-  forked as soon as the symbol map is loaded; each builds its own matcher (trie) while this process
-  lists the inputs. The files are then handed out in work units: runs of consecutive files of
-  about the same number of bytes (`plan_units`), at most 2N + 2 units in flight, and the writer
-  consumes the results strictly in input order. The output bytes therefore do not depend on N,
-  on how the files are grouped into units, or on which worker finishes first.
-- A worker process writes every unit's tokens, in the pack's dtype, to a file in the pack's
-  temporary folder and sends back only their count, largest id and CRC-32; the writer appends
-  the file to the atoms with `os.copy_file_range` (docs/inputs.md, "What crosses between
-  processes"). Pieces of a file as stored go to the workers as byte ranges, not bytes.
-- With `--jobs 1` a unit's tokens stay in memory up to 4 Mi tokens, then go to such a file;
-  records spill past 64 Ki documents. Memory does not grow with the size of a file or of the
-  corpus (a 5 GB text file streams through in 1 MiB pieces). `--executor dask` keeps the
+- With `--jobs 1` files are processed in this process. With N > 1, the matcher (trie) is
+  built here and N worker processes are forked as soon as the symbol map is loaded: they share
+  the matcher's pages (`Workers`). The files are then handed out in work units: runs of
+  consecutive files of about the same number of bytes (`plan_units`), at most 2N + 2 units in
+  flight, each worker's own pipe, and the writer consumes the results strictly in input order.
+  The output bytes therefore do not depend on N, on how the files are grouped into units, or
+  on which worker finishes first.
+- A worker process leaves each unit's tokens, in the pack's dtype, in the unit's slot of
+  shared memory and sends back only their count, largest id and CRC-32 (and the records); the
+  writer writes them from the slot (docs/inputs.md, "What crosses between processes"). Pieces
+  of a file as stored go to the workers as byte ranges, not bytes.
+- A unit's tokens stay in memory up to 4 Mi tokens, then go to a file in the pack's dtype
+  that the writer appends with `os.copy_file_range` (so do a worker's tokens that do not fit
+  its slot); records spill past 64 Ki documents. Memory does not grow with the size of a file
+  or of the corpus (a 5 GB text file streams through in 1 MiB pieces). `--executor dask` keeps the
   uint32 spill files its staging knows.
 """
 
@@ -53,6 +55,12 @@ INGEST_CHANGED = codes.define(
     "file held when it was cut into pieces).",
     group="ingest",
 )
+INGEST_WORKER_LOST = codes.define(
+    "INGEST_WORKER_LOST",
+    "A worker process of `ingest docs --jobs N` ended without its result (killed, out of "
+    "memory); no pack is written.",
+    group="ingest",
+)
 MEM_TOKENS = 4 << 20  # a piece of 4 MiB of text (~1.3 Mi tokens) stays in memory
 MEM_DOCS = 1 << 16
 UNIT_MAX_BYTES = 4 << 20  # a work unit: consecutive files up to this many bytes...
@@ -61,6 +69,9 @@ UNIT_MAX_FILES = 256  # ...and at most this many files
 UNITS_PER_JOB = 32  # aim: this many units per worker, so the last ones end close together
 PIECE_BYTES = 4 << 20  # a piece of one large JSON Lines file: whole lines, about this size
 SPLIT_MIN = 2 * PIECE_BYTES  # files from this size on are cut into pieces (--jobs > 1)
+SLOT_BYTES = 8 << 20  # shared memory per unit in flight, for its tokens (`Workers`)
+WORKER_DEPTH = 2  # units queued at one worker
+SHARED_COPY = 1 << 16  # fewer tokens in a slot than this are copied into one larger write
 
 Tick = Callable[[int, int, int], None]  # files, bytes, tokens done so far
 
@@ -92,6 +103,11 @@ class FileResult:
     raw_crc: int = 0
     lines: int = 0  # JSON Lines: the lines read (a piece whose lines the worker counts)
     item_base: int = 0  # added to the records' items by the writer (set there)
+    # Tokens a worker process left in its unit's slot of shared memory (`Workers`): their
+    # offset in bytes there, with raw_count, raw_max and raw_crc; `shared` is the writer's
+    # view of them, valid until the next result is asked for.
+    slot_offset: int = -1
+    shared: Any = None
     # Tokens staged in the pack's dtype, copied as they are (--executor dask; dask_exec.py):
     # (path, offset, bytes, dtype, largest id, CRC-32 of the bytes).
     staged_ids: tuple[str, int, int, str, int, int] | None = None
@@ -118,6 +134,9 @@ class WorkerState:
     # --jobs 1: a JSON Lines file as stored is read once, its pieces handed over with their
     # bytes (`_read_pieces`), not cut first and read again range by range.
     read_once: bool = False
+    # Worker processes: where a file's in-memory tokens are gathered (a slot of shared memory
+    # the writer reads; see `Workers`), or None for a fresh array.
+    gather: Callable[[list[np.ndarray], str], np.ndarray | None] | None = None
 
 
 _STATE: WorkerState | None = None
@@ -137,7 +156,9 @@ class _Acc:
         out_dtype: str = "<u4",
         direct: bool = False,
         raw_spill: bool = False,
+        gather: Callable[[list[np.ndarray], str], np.ndarray | None] | None = None,
     ) -> None:
+        self.gather = gather
         self.spill_dir = spill_dir
         self.out_dtype = out_dtype
         self.ordinal = ordinal
@@ -220,8 +241,11 @@ class _Acc:
                 self._spill_ids()
             result.spill_ids = self.ids_path
         elif self.parts:
-            ids = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts)
-            result.ids = ids.astype(self.out_dtype, copy=False)
+            ids = None if self.gather is None else self.gather(self.parts, self.out_dtype)
+            if ids is None:
+                ids = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts)
+                ids = ids.astype(self.out_dtype, copy=False)
+            result.ids = ids
         if self.recs_path is not None:
             if self.records:
                 self._spill_records()
@@ -438,6 +462,7 @@ def _tokenize(
         state.out_dtype,
         state.direct,
         state.raw_spill,
+        state.gather,
     )
     counters = extract.Counters()
     eos = None if state.eos_id is None else np.array([state.eos_id], dtype=state.tok.dtype)
@@ -1183,26 +1208,76 @@ def _init_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # Forked with SIGINT and SIGTERM blocked (`Workers`): a SIGTERM that came before the
+    # line above was left pending, and now ends this process as it should.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     _die_with_parent(_PARENT)
-    state = _STATE
-    if state is not None and state.tok is None and state.smap is not None:
-        # Each worker builds its matcher, in parallel with the listing. A failure here
-        # would make the pool restart the worker forever: `_work` retries and reports it.
-        with contextlib.suppress(Exception):
-            state.tok = pi.Tokenizer(state.smap)
 
 
-def _work(unit: list[SourceFile] | Piece, spill_dir: str) -> tuple[str, Any]:
+class _SlotGather:
+    """A worker's side of its unit's slot (`Workers`): each file's in-memory tokens are gathered
+    into the slot, one file after the other, instead of into a fresh array; tokens that no
+    longer fit get a fresh array (`_hand_over` sends those as a file)."""
+
+    def __init__(self, mem: Any, slot: int) -> None:
+        self.mem = mem
+        self.base = slot * SLOT_BYTES
+        self.used = 0
+        self.made: list[tuple[np.ndarray, int]] = []  # (the array, its offset in the slot)
+
+    def __call__(self, parts: list[np.ndarray], dtype: str) -> np.ndarray | None:
+        import numpy as np
+
+        width = np.dtype(dtype).itemsize
+        count = sum(part.size for part in parts)
+        if self.used + count * width > SLOT_BYTES:
+            return None
+        out = np.frombuffer(self.mem, dtype=dtype, count=count, offset=self.base + self.used)
+        np.concatenate(parts, out=out, casting="safe")
+        self.made.append((out, self.used))
+        self.used += count * width
+        return out
+
+
+def _hand_over(res: FileResult, gather: _SlotGather, spill_dir: str) -> None:
+    """A result's in-memory tokens, made ready to cross to the writer without their bytes:
+    in the slot (their offset), else in a file in the pack's dtype; with their count, largest
+    id and CRC-32, computed here rather than on the writer's serial path."""
+    from matrixctl.crc import crc32
+
+    ids = res.ids
+    if ids is None:
+        return
+    res.ids = None
+    res.raw_count, res.raw_max = int(ids.size), int(ids.max())
+    data = ids.data.cast("B")
+    res.raw_crc = crc32(data)
+    for made, offset in gather.made:
+        if made is ids:
+            res.slot_offset = offset
+            return
+    name = res.piece.id if res.piece is not None else str(res.source.ordinal)
+    res.raw_ids = os.path.join(spill_dir, f"{name}.raw")
+    with open(res.raw_ids, "wb") as fp:
+        fp.write(data)
+
+
+def _work(unit: list[SourceFile] | Piece, spill_dir: str, mem: Any, slot: int) -> tuple[str, Any]:
     assert _STATE is not None
-    _STATE.spill_dir = spill_dir
-    _STATE.direct = True
-    if _STATE.tok is None:
-        assert _STATE.smap is not None
-        _STATE.tok = pi.Tokenizer(_STATE.smap)
+    state = _STATE
+    state.spill_dir = spill_dir
+    state.raw_spill = True  # tokens in memory up to MEM_TOKENS (gathered into the slot)
+    gather = _SlotGather(mem, slot)
+    state.gather = gather
+    assert state.tok is not None  # the parent's, inherited (`Workers`)
     try:
         if isinstance(unit, Piece):
-            return "ok", [process_piece(unit, _STATE)]
-        return "ok", [process_file(sf, _STATE) for sf in unit]
+            results = [process_piece(unit, state)]
+        else:
+            results = [process_file(sf, state) for sf in unit]
+        for res in results:
+            _hand_over(res, gather, spill_dir)
+        return "ok", results
     except MatrixError as err:
         return "error", (
             type(err).__name__,
@@ -1213,6 +1288,29 @@ def _work(unit: list[SourceFile] | Piece, spill_dir: str) -> tuple[str, Any]:
             err.field,
             err.hint,
         )
+
+
+def _serve(conn: Any, mem: Any, others: list[Any]) -> None:
+    """A worker process: units from `conn`, one at a time, each answered on `conn`."""
+    for other in others:  # the parent's pipe ends, inherited through the fork
+        other.close()
+    _init_worker()
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        try:
+            unit, spill_dir, slot = task
+            reply: tuple[str, Any] = _work(unit, spill_dir, mem, slot)
+        except Exception as exc:  # a fault, not an input error: the writer raises it again
+            reply = ("raise", exc)
+        try:
+            conn.send(reply)
+        except Exception as exc:  # an exception that does not pickle
+            conn.send(("raise", RuntimeError(f"{type(exc).__name__}: {exc}")))
 
 
 def _reraise(payload: tuple[Any, ...]) -> None:
@@ -1226,48 +1324,156 @@ def _reraise(payload: tuple[Any, ...]) -> None:
 
 
 class Workers:
-    """N forked worker processes, started before the inputs are listed (see module doc)."""
+    """N forked worker processes, started before the inputs are listed (see module doc).
+
+    Each worker has its own pipe: this process sends it units (at most WORKER_DEPTH queued, so
+    the next one is there when it ends one; the least busy worker gets the next unit) and
+    reads every reply as it comes, then hands the results on strictly in input order. At
+    most `window` units are in flight, each with a slot of SLOT_BYTES of shared memory (an
+    anonymous shared mapping made before the fork) where its worker leaves its tokens; the
+    writer writes them from there, so they cross with no pipe and no file, and the slot is
+    reused once the writer has asked for the next result. A worker that dies without its
+    reply (killed, out of memory) is INGEST_WORKER_LOST."""
 
     def __init__(self, state: WorkerState, jobs: int) -> None:
+        import mmap
         import multiprocessing
 
-        global _STATE
+        global _STATE, _PARENT
         self.jobs = jobs
         self.state = state
-        global _PARENT
+        self.window = 2 * jobs + 2
+        self.mem = mmap.mmap(-1, self.window * SLOT_BYTES)  # MAP_SHARED | MAP_ANONYMOUS
+        self.conns: list[Any] = []
+        self.procs: list[Any] = []
+        self.ok = False
+        if state.tok is None:  # `ingest_docs` passes the one from the map cache
+            assert state.smap is not None
+            state.tok = pi.Tokenizer(state.smap)
+        # One matcher, made here and inherited: the workers read the same pages (it is never
+        # written once built), so two of them running at once share one copy in the
+        # processor's cache instead of competing with two (about a tenth less CPU in the
+        # matcher on two cores).
+        ctx = multiprocessing.get_context("fork")
         _STATE = state  # inherited by the forked workers
         _PARENT = os.getpid()
+        # A worker inherits this process's SIGTERM handler (it raises an exception) until
+        # `_init_worker` restores the default: it is forked with SIGINT and SIGTERM blocked,
+        # so a SIGTERM from `close` in between waits and then ends it. Here a signal waits
+        # until the workers are started.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
-            ctx = multiprocessing.get_context("fork")
-            self.pool = ctx.Pool(jobs, initializer=_init_worker)
+            for _ in range(jobs):
+                here, there = ctx.Pipe()
+                proc = ctx.Process(
+                    target=_serve,
+                    args=(there, self.mem, [*self.conns, here]),
+                    name="matrixctl-ingest",
+                    daemon=True,
+                )
+                proc.start()
+                there.close()
+                self.conns.append(here)
+                self.procs.append(proc)
+        except BaseException:
+            self.close()
+            raise
         finally:
             _STATE = None
-        self.ok = False
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def results(self, files: list[SourceFile], spill_dir: str) -> Iterator[FileResult]:
         """Each file's result, in input order."""
-        window: deque[Any] = deque()
-        pending = plan_work(files, self.state, self.jobs, hashes=False, ranged=True)
-        for unit in pending:
-            window.append(self.pool.apply_async(_work, (unit, spill_dir)))
-            if len(window) >= 2 * self.jobs + 2:
+        from multiprocessing.connection import wait
+
+        import numpy as np
+
+        units = plan_work(files, self.state, self.jobs, hashes=False, ranged=True)
+        free = list(range(self.window))
+        queued: list[deque[int]] = [deque() for _ in self.conns]  # each worker's units
+        slots: dict[int, int] = {}  # a unit in flight: its slot
+        done: dict[int, tuple[str, Any]] = {}  # replies ahead of their turn
+        sent = turn = 0
+        more = True
+        while True:
+            while more and sent - turn < self.window:
+                w = min(range(self.jobs), key=lambda i: len(queued[i]))
+                if len(queued[w]) >= WORKER_DEPTH:
+                    break
+                unit = next(units, None)
+                if unit is None:
+                    more = False
+                    break
+                slots[sent] = free.pop()
+                try:
+                    self.conns[w].send((unit, spill_dir, slots[sent]))
+                except OSError:
+                    raise self._lost(w) from None
+                queued[w].append(sent)
+                sent += 1
+            if turn in done:
+                status, payload = done.pop(turn)
+                if status == "error":
+                    _reraise(payload)
+                if status == "raise":
+                    raise payload
+                base = slots[turn] * SLOT_BYTES
+                for res in payload:
+                    if res.slot_offset >= 0:
+                        res.shared = np.frombuffer(
+                            self.mem,
+                            dtype=self.state.out_dtype,
+                            count=res.raw_count,
+                            offset=base + res.slot_offset,
+                        )
+                yield from payload
+                for res in payload:
+                    res.shared = None  # written: the slot is free again
+                free.append(slots.pop(turn))
+                turn += 1
+                continue
+            if turn == sent:
                 break
-        while window:
-            status, payload = window.popleft().get()
-            nxt = next(pending, None)
-            if nxt is not None:
-                window.append(self.pool.apply_async(_work, (nxt, spill_dir)))
-            if status == "error":
-                _reraise(payload)
-            yield from payload
+            for ready in wait([self.conns[i] for i in range(self.jobs) if queued[i]]):
+                w = self.conns.index(ready)
+                try:
+                    reply = self.conns[w].recv()
+                except (EOFError, OSError):
+                    raise self._lost(w) from None
+                done[queued[w].popleft()] = reply
         self.ok = True
 
+    def _lost(self, w: int) -> InputError:
+        proc = self.procs[w]
+        proc.join(1)
+        code = proc.exitcode
+        how = (
+            "still running"
+            if code is None
+            else (f"killed by signal {-code}" if code < 0 else f"exit status {code}")
+        )
+        return InputError(
+            INGEST_WORKER_LOST,
+            f"worker process {proc.pid} ended without its result ({how})",
+            hint="out of memory? try fewer --jobs",
+        )
+
     def close(self) -> None:
-        if self.ok:
-            self.pool.close()
-        else:
-            self.pool.terminate()
-        self.pool.join()
+        for conn, proc in zip(self.conns, self.procs, strict=True):
+            if self.ok:
+                with contextlib.suppress(OSError):
+                    conn.send(None)
+            else:
+                proc.terminate()
+        for proc in self.procs:
+            proc.join(5)
+            if proc.exitcode is None:  # never expected: a worker that ignored the request
+                proc.kill()
+                proc.join()
+        for conn in self.conns:
+            conn.close()
+        with contextlib.suppress(BufferError):  # a view still held (an error's traceback)
+            self.mem.close()
 
 
 def ordered_results(files: list[SourceFile], state: WorkerState, jobs: int) -> Iterator[FileResult]:
@@ -1337,11 +1543,12 @@ def resolve_eos(smap: pi.SymbolMap, value: str | None) -> int | None:
 
 
 def _load_map(path: str, build: bool) -> tuple[pi.SymbolMap, bytes, pi.Tokenizer | None]:
-    """The symbol map at `path`, its bytes, and (when `build`: `--jobs 1`) its tokenizer,
-    through the per-user map cache (tokenizers/pi_cache.py) as `tokenize pi encode` does: a
-    sound entry for the map's exact bytes gives the checked map and its compiled matcher;
-    otherwise the map is checked in full (and with `build`, its matcher is compiled and the
-    entry stored). Worker processes build their own matchers (`_init_worker`)."""
+    """The symbol map at `path`, its bytes, and (when `build`: the local executor) its
+    tokenizer, through the per-user map cache (tokenizers/pi_cache.py) as `tokenize pi
+    encode` does: a sound entry for the map's exact bytes gives the checked map and its
+    compiled matcher; otherwise the map is checked in full (and with `build`, its matcher is
+    compiled and the entry stored). `--jobs N` workers share this process's matcher
+    (`Workers`); Dask workers build their own."""
     from matrixctl.tokenizers import pi_cache
 
     if build:
@@ -1378,7 +1585,7 @@ def ingest_docs(
         raise UsageError("--scheduler and --resume go with --executor dask")
     shard = parse_shard(opts.shard)
     map_path = opts.symbols or pi.default_map_path()
-    smap, map_raw, tok = _load_map(map_path, opts.jobs == 1 and opts.executor == "local")
+    smap, map_raw, tok = _load_map(map_path, opts.executor == "local")
     eos = resolve_eos(smap, opts.eos_id)
     dtype = matrix_atom.choose_dtype(opts.dtype, smap.vocab_size)
     assert dtype is not None
@@ -1395,7 +1602,7 @@ def ingest_docs(
             f"is {smap.vocab_size:,}"
         )
     state = WorkerState(
-        tok,  # None: each worker process builds its own
+        tok,  # None with Dask: each of its workers builds its own
         eos,
         extract.Options(
             opts.text_field,
@@ -1410,7 +1617,7 @@ def ingest_docs(
         opts.on_error,
         opts.strict,
     )
-    # The workers start now and build their automata while this process lists the inputs.
+    # The workers start now, with the matcher loaded above, while this process lists the inputs.
     workers: Any = None
     if opts.executor == "dask":
         from matrixctl.ingest.dask_exec import DaskWorkers
@@ -1679,7 +1886,13 @@ def _append(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int | None = 
 def _add_payload(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int) -> None:
     import numpy as np
 
-    if res.raw_ids is not None:
+    if res.shared is not None:
+        if res.shared.size < SHARED_COPY:  # a small file's: batched with its neighbours'
+            tokens.add(res.shared.copy())
+        else:
+            tokens.flush()
+            pb.add_tokens_shared(res.shared, res.raw_max, res.raw_crc)
+    elif res.raw_ids is not None:
         tokens.flush()
         pb.atoms.append_file(res.raw_ids, res.raw_count, res.raw_max, res.raw_crc)
         os.unlink(res.raw_ids)
@@ -1698,8 +1911,12 @@ def _add_payload(pb: Any, res: FileResult, tokens: _TokenBuffer, index: int) -> 
                 block = fp.read(16 << 16)
                 if not block:
                     break
-                for length, item in np.frombuffer(block, dtype="<u8").reshape(-1, 2).tolist():
-                    pb.add_record(length, index, item + res.item_base)
+                pb.add_records(
+                    np.frombuffer(block, dtype="<u8").reshape(-1, 2), index, res.item_base
+                )
         os.unlink(res.spill_records)
+    if len(res.records) > 8:  # a piece's many records: one write, one CRC-32
+        pb.add_records(np.array(res.records, dtype="<u8").reshape(-1, 2), index, res.item_base)
+        return
     for length, item in res.records:
         pb.add_record(length, index, item + res.item_base)

@@ -16,10 +16,15 @@ yields the ids in input order. A unit with no such position (no cut within `WIND
 either end) goes to the main process whole and is matched there as the streaming encoder
 matches (`StreamEncoder`): slower, never different.
 
-Workers are forked (they inherit the loaded tokenizer, as `ingest docs --jobs` workers do) and
-talk to the main process through pipes (`_Workers`); at most two units per worker are in
-flight, which keeps memory flat. An input of one unit or less is encoded in
-the calling process (no fork for a one-line input).
+`jobs` processes share the units: the main process and `jobs - 1` forked workers (they inherit
+the loaded tokenizer, as `ingest docs --jobs` workers do, and talk to the main process through
+pipes: `_Workers`). The main process tokenizes units too, whenever the next result it needs
+is not there yet: a process that only waited would leave a core idle while its seams and
+output writes took time from the workers. A worker gets the next unit when it has room, the
+main process when no worker has, so the shares follow what the units cost (they differ by
+10 % between neighbours in real text, so a fixed deal left one process waiting). At most two
+units per process are in flight, which keeps memory flat.
+An input of one unit or less is encoded in the calling process (no fork for a one-line input).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import os
 import signal
 import struct
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError
@@ -41,6 +46,7 @@ UNIT = 1 << 20  # raw bytes per work unit
 WINDOW = 1 << 16  # how far from each end of a unit a cut is looked for
 NEAR = 1 << 10  # first, how far from the end
 MAX_SCAN = 1 << 16  # how far back from a unit's end a cut point in the raw bytes is looked for
+TAIL = 3  # a file's last TAIL * UNIT bytes go in units of UNIT / 4
 
 _TOK: pi.Tokenizer | None = None  # the tokenizer the forked workers inherit
 _FD = -1  # the input file they read their units from (a regular file), else -1
@@ -108,14 +114,19 @@ def _file_units(fd: int, start: int, size: int) -> Iterator[Unit]:
     reads its own unit (`os.pread` on the inherited descriptor)."""
     offset = start
     end = start + size
-    while end - offset > UNIT:
-        nominal = offset + UNIT
+    while True:
+        # The last TAIL units' worth of bytes is cut four times finer: the processes finish
+        # within a small unit of each other, not a whole one
+        step = UNIT if end - offset > TAIL * UNIT else max(UNIT // 4, 2 * MAX_SCAN)
+        if end - offset <= step:
+            break
+        nominal = offset + step
         window = os.pread(fd, MAX_SCAN + 3, nominal - MAX_SCAN)
         cut = _cut_point(window[:MAX_SCAN])
         if cut == 0:  # no cut point in this window: a longer unit
             offset_next = nominal
-            while cut == 0 and end - offset_next > UNIT:
-                offset_next += UNIT
+            while cut == 0 and end - offset_next > step:
+                offset_next += step
                 window = os.pread(fd, MAX_SCAN + 3, offset_next - MAX_SCAN)
                 cut = _cut_point(window[:MAX_SCAN])
             if cut == 0:
@@ -139,24 +150,29 @@ def _init_worker() -> None:
 
 
 def _work(unit: Unit) -> tuple[Any, ...]:
-    """One unit: ("split", head, ids of the middle, tail), ("whole", bytes) or ("utf8", offset,
-    reason) for the first byte that is not UTF-8."""
-    tok = _TOK
-    assert tok is not None
+    """One unit in a worker (the tokenizer and the input it inherited): see `_run`."""
+    assert _TOK is not None
+    return _run(_TOK, _FD, _START, unit)
+
+
+def _run(tok: pi.Tokenizer, fd: int, start: int, unit: Unit) -> tuple[Any, ...]:
+    """One unit of the input `fd` (-1: the unit carries its bytes) that starts at `start`:
+    ("split", head, ids of the middle, tail), ("whole", bytes), ("utf8", offset, reason) for
+    the first byte that is not UTF-8, or ("short", offset) when the file ended early."""
     offset, length, width, raw = unit
     if raw is None:
-        raw = _read(_FD, offset, length + width)
+        raw = _read(fd, offset, length + width)
         if len(raw) < length + width:
-            return ("short", offset - _START + len(raw))
+            return ("short", offset - start + len(raw))
     try:
         text = str(memoryview(raw)[:length], "utf-8")
     except UnicodeDecodeError:
         try:  # the error as the whole input shows it: the next character decides a cut sequence
             raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return ("utf8", offset - _START + exc.start, exc.reason)
+            return ("utf8", offset - start + exc.start, exc.reason)
         raise
-    if offset == _START and text.startswith("\ufeff"):
+    if offset == start and text.startswith("\ufeff"):
         text = text[1:]
     data = tok.prepare(text)
     n = len(data)
@@ -226,11 +242,12 @@ class _Seams:
 
 def encode(
     tok: pi.Tokenizer, fp: Any, name: str, jobs: int, *, fd: int | None = None
-) -> Iterator[tuple[int, bytes]]:
+) -> Generator[tuple[int, bytes], None, None]:
     """(input bytes consumed, ids as bytes of `tok.dtype`) of the one document read from `fp`,
-    in order, by `jobs` processes: the ids `tok.stream()` gives for the whole text. `fd` is the
-    descriptor of `fp` when it is a regular file (at its current offset): the workers then read
-    their units themselves."""
+    in order, by `jobs` processes (this one and `jobs - 1` workers): the ids `tok.stream()`
+    gives for the whole text. `fd` is the descriptor of `fp` when it is a regular file (at its
+    current offset): the workers then read their units themselves. The first item is (0, b"")
+    once the workers have their first units: the caller may set up its output meanwhile."""
     global _TOK, _FD, _START
     seams = _Seams(tok, name)
     if fd is not None:
@@ -239,44 +256,73 @@ def encode(
     else:
         start = 0
         units = _units(fp)
+    own = -1 if fd is None else fd
     first = next(units, None)
     second = next(units, None) if first is not None else None
-    _TOK, _FD, _START = tok, -1 if fd is None else fd, start
+    if second is None:  # one unit at most: here, no fork
+        yield 0, b""
+        if first is not None:
+            result = _run(tok, own, start, first)
+            yield first[1], b"".join(seams.add(result))
+        yield 0, seams.finish()
+        return
+    _TOK, _FD, _START = tok, own, start
     try:
-        if second is None:  # one unit at most: here, no fork
-            if first is not None:
-                result = _work(first)
-                yield first[1], b"".join(seams.add(result))
-            yield 0, seams.finish()
-            return
-        workers = _Workers(jobs)
+        workers = _Workers(jobs - 1)
     finally:
         _TOK, _FD, _START = None, -1, 0
     done = False
     try:
-        # Unit i goes to worker i % jobs; results are read in input order. A worker has at most
-        # `depth` units outstanding: two when a task is a few bytes (a file: it fits in the
-        # pipe whatever the worker is doing), one when it carries the unit's bytes (a pipe's
-        # input), so the main process never waits on a write to a worker that waits on it.
+        # Units are dealt in input order: to a worker with room (fewest outstanding first),
+        # else to this process. Results are taken in input order; while the next one is a
+        # worker's that has not come yet, this process tokenizes one of its own units (out of
+        # order, kept until its turn): neither kind of process waits while the other has work,
+        # whatever the units cost. A process has at most `depth` units outstanding: a worker
+        # two when a task is a few bytes (a file: it fits in the pipe whatever the worker is
+        # doing), one when it carries the unit's bytes (a pipe's input: sent only once the
+        # worker's last result is read, so neither process waits on a write to the other).
         depth = 2 if fd is not None else 1
-        window: deque[tuple[int, int]] = deque()  # (worker, unit length)
+        outstanding = [0] * jobs  # units dealt and not yet yielded, by process (0: this one)
+        window: deque[list[Any]] = deque()  # [process, unit, result (None: not yet)]
         pending = _chain(first, second, units)
-        sent = 0
-        for unit in pending:
-            workers.send(sent % jobs, unit)
-            window.append((sent % jobs, unit[1]))
-            sent += 1
-            if sent >= depth * jobs:
-                break
+        held: Unit | None = None
+
+        def fill() -> None:
+            nonlocal held
+            while True:
+                if held is None:
+                    held = next(pending, None)
+                    if held is None:
+                        return
+                who = min(range(1, jobs), key=outstanding.__getitem__)
+                if outstanding[who] >= depth:
+                    who = 0
+                    if outstanding[0] >= depth:
+                        return
+                else:
+                    workers.send(who - 1, held)
+                outstanding[who] += 1
+                window.append([who, held, None])
+                held = None
+
+        fill()
+        yield 0, b""
         while window:
-            worker, length = window.popleft()
-            result = workers.receive(worker)
-            unit = next(pending, None)
-            if unit is not None:
-                workers.send(sent % jobs, unit)
-                window.append((sent % jobs, unit[1]))
-                sent += 1
-            for ids in seams.add(result):
+            entry = window[0]
+            who, unit = entry[0], entry[1]
+            if who == 0 and entry[2] is None:
+                entry[2] = _run(tok, own, start, unit)
+            elif who:
+                mine = next((e for e in window if e[0] == 0 and e[2] is None), None)
+                if mine is not None and not workers.ready(who - 1):
+                    mine[2] = _run(tok, own, start, mine[1])
+                    continue
+                entry[2] = workers.receive(who - 1)
+            window.popleft()
+            outstanding[who] -= 1
+            fill()
+            length = unit[1]
+            for ids in seams.add(entry[2]):
                 yield length, ids
                 length = 0
         yield 0, seams.finish()
@@ -286,6 +332,7 @@ def encode(
 
 
 FRAME = struct.Struct("<Q")
+_STOP = {signal.SIGINT, signal.SIGTERM}
 
 
 class _Workers:
@@ -300,32 +347,46 @@ class _Workers:
             for _ in range(jobs):
                 task_r, task_w = os.pipe()
                 res_r, res_w = os.pipe()
-                pid = os.fork()
-                if pid == 0:  # pragma: no cover - the worker (coverage does not follow forks)
-                    code = 0
-                    try:
-                        os.close(task_w)
-                        os.close(res_r)
-                        for _pid, writer, reader in self.procs:  # other workers' pipes
-                            writer.close()
-                            reader.close()
-                        _init_worker()
-                        _serve(task_r, res_w)
-                    except BaseException:
-                        code = 1
-                    finally:
-                        os._exit(code)
-                os.close(task_r)
-                os.close(res_w)
-                writer = open(task_w, "wb", buffering=0)  # noqa: SIM115 - closed in close()
-                reader = open(res_r, "rb", buffering=0)  # noqa: SIM115
-                self.procs.append((pid, writer, reader))
+                # Ctrl-C and SIGTERM wait until the new worker is in `procs` (so the handler's
+                # exception finds it there, kills it and reaps it)
+                mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP)
+                try:
+                    pid = os.fork()
+                    if pid == 0:  # pragma: no cover - the worker (coverage does not follow forks)
+                        code = 0
+                        try:
+                            os.close(task_w)
+                            os.close(res_r)
+                            for _pid, writer, reader in self.procs:  # other workers' pipes
+                                writer.close()
+                                reader.close()
+                            _init_worker()
+                            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                            _serve(task_r, res_w)
+                        except BaseException:
+                            code = 1
+                        finally:
+                            os._exit(code)
+                    os.close(task_r)
+                    os.close(res_w)
+                    writer = open(task_w, "wb", buffering=0)  # noqa: SIM115 - closed in close()
+                    reader = open(res_r, "rb", buffering=0)  # noqa: SIM115
+                    self.procs.append((pid, writer, reader))
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                _widen(res_r)
         except BaseException:
             self.close(kill=True)
             raise
 
     def send(self, worker: int, unit: Unit) -> None:
         _write_frame(self.procs[worker][1], marshal.dumps(unit))
+
+    def ready(self, worker: int) -> bool:
+        """Whether the worker's result (or its end) can be read without waiting."""
+        import select
+
+        return bool(select.select([self.procs[worker][2]], [], [], 0)[0])
 
     def receive(self, worker: int) -> tuple[Any, ...]:
         data = _read_frame(self.procs[worker][2])
@@ -347,6 +408,20 @@ class _Workers:
             with contextlib.suppress(OSError):
                 os.waitpid(pid, 0)
         self.procs = []
+
+
+def _widen(fd: int) -> None:
+    """Make a result pipe hold a unit's ids (Linux: up to 1 MiB, where allowed), so a worker
+    writes its result and goes on to its next unit while the main process tokenizes one."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), RESULT_PIPE)
+    except (OSError, ImportError):
+        pass  # the default size: the worker waits for the main process to read
+
+
+RESULT_PIPE = 1 << 20
 
 
 def _serve(task_r: int, res_w: int) -> None:  # pragma: no cover - runs in the workers

@@ -159,3 +159,141 @@ class _Recorder:
     def __call__(self, *args: int) -> int:
         self.calls.append(args)
         return 0
+
+
+# Stored bytes a sink checksums, or that go to a member writer: read into a reused buffer --
+
+
+class _MemberWriter:
+    """A writer that is not a plain file and is done with each piece when `write` returns
+    (zipfile's member writer): it keeps a copy of the bytes, never the piece itself."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, piece: object) -> int:
+        view = memoryview(piece)  # type: ignore[arg-type]
+        self.data += view
+        return view.nbytes
+
+
+def test_checksummed_stored_bytes_are_read_by_pread_not_through_the_mapping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[int] = []
+    real = os.preadv
+
+    def spy(fd: int, buffers: list[memoryview], offset: int) -> int:
+        reads.append(offset)
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", spy)
+    monkeypatch.setattr(tensors, "drop_pages", lambda *a: pytest.fail("the mapping was read"))
+    seen = [0]
+    ticks: list[int] = []
+
+    def update(piece: object) -> None:
+        seen[0] = zlib.crc32(piece, seen[0])  # type: ignore[arg-type]
+
+    with mapped(tmp_path) as src:
+        stream = mapped_chunks(src.buf, 5, len(DATA) - 5, 1 << 16)
+        stream.tick = ticks.append
+        data, got = copy_to(tmp_path, stream, len(DATA) - 5, update=update)
+    assert reads[0] == 5 and len(reads) == -(-(len(DATA) - 5) // (1 << 16))
+    assert seen[0] == zlib.crc32(DATA[5:]) and sum(ticks) == len(DATA) - 5
+    assert data == b"head" + DATA[5:] + b"tail" and got == len(DATA) - 5
+
+
+def test_a_member_writer_gets_every_byte_through_the_reused_buffer(tmp_path: Path) -> None:
+    """Pieces share one buffer: a writer that copies (write_copies=True) sees each in turn."""
+    out = _MemberWriter()
+    with mapped(tmp_path) as src:
+        got = copy_stream(
+            out,
+            mapped_chunks(src.buf, 0, len(DATA), 4096),
+            len(DATA),
+            where="t",
+            code=CODE,
+            write_copies=True,
+        )
+    assert got == len(DATA) and bytes(out.data) == DATA
+
+
+def test_a_writer_that_may_keep_pieces_gets_views_of_the_mapping(tmp_path: Path) -> None:
+    """Without write_copies a writer that is not a plain file (one that queues pieces to a
+    helper thread) gets slices of the mapping, which stay valid, never the reused buffer."""
+    kept: list[memoryview] = []
+
+    class Keeper:
+        def write(self, piece: memoryview) -> int:
+            kept.append(piece)
+            return piece.nbytes
+
+    with mapped(tmp_path) as src:
+        copy_stream(
+            Keeper(), mapped_chunks(src.buf, 0, 3 * 4096, 4096), 3 * 4096, where="t", code=CODE
+        )
+        assert all(isinstance(k.obj, type(src.buf)) for k in kept)
+        assert b"".join(bytes(k) for k in kept) == DATA[: 3 * 4096]
+        kept.clear()
+
+
+def test_an_input_cut_underneath_the_read_loop_is_io_changed(tmp_path: Path) -> None:
+    with mapped(tmp_path) as src:
+        stream = mapped_chunks(src.buf, 0, len(DATA), 1 << 16)
+        os.truncate(tmp_path / "in.bin", 1000)
+        with pytest.raises(InputError) as info:
+            copy_to(tmp_path, stream, len(DATA), update=lambda piece: None)
+    assert info.value.code == io.IO_CHANGED and info.value.path == str(tmp_path / "in.bin")
+
+
+def _verified(src: io.Source, digest_ok: bool, calls: list[str]) -> StoredBytes:
+    """Stored bytes with a source check (CRC-32 of the whole range) in both forms."""
+    want = zlib.crc32(DATA) ^ (0 if digest_ok else 1)
+
+    def verify() -> tuple[object, object]:
+        state = [0]
+
+        def update(piece: object) -> None:
+            state[0] = zlib.crc32(piece, state[0])  # type: ignore[arg-type]
+
+        def finish() -> None:
+            calls.append("finish")
+            if state[0] != want:
+                raise FormatError("ZT_DIGEST", "damaged")
+
+        return update, finish
+
+    def check() -> None:
+        calls.append("check")
+        update, finish = verify()
+        update(DATA)
+        finish()
+
+    return StoredBytes(src.buf, 0, len(DATA), 1 << 16, check, verify)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("digest_ok", [True, False])
+def test_a_checksummed_copy_checks_the_source_in_the_same_pass(
+    tmp_path: Path, digest_ok: bool
+) -> None:
+    """Stored bytes with a source check going to a sink that checksums them: one read, the
+    check fed as the bytes go by, its failure raised before copy_stream returns."""
+    calls: list[str] = []
+    with mapped(tmp_path) as src:
+        stream = _verified(src, digest_ok, calls)
+        if digest_ok:
+            data, got = copy_to(tmp_path, stream, len(DATA), update=lambda piece: None)
+            assert data == b"head" + DATA + b"tail" and got == len(DATA)
+        else:
+            with pytest.raises(FormatError):
+                copy_to(tmp_path, stream, len(DATA), update=lambda piece: None)
+    assert calls == ["finish"]
+
+
+def test_the_kernel_copy_still_checks_the_source_first(tmp_path: Path) -> None:
+    calls: list[str] = []
+    with mapped(tmp_path) as src, pytest.raises(FormatError):
+        copy_to(tmp_path, _verified(src, False, calls), len(DATA))
+    assert calls == ["check", "finish"]
+    assert (tmp_path / "out.bin").read_bytes() == b"head"

@@ -153,6 +153,49 @@ def test_encode_decode_round_trip_and_pipe_into_pack_atoms(
     assert two.stdout == enc.stdout
 
 
+def test_encode_jobs_write_the_bytes_of_one_thread(
+    tmp_path: Path, keys: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bundle of 9 bytes (no power of two: one thread's reads and the threads' ranges cut
+    the tokens into other arrays), many frames, a file and a pipe: `--jobs 2` and `--jobs 3`
+    write the bytes of `--jobs 1`, in frames of FRAME_TOKENS."""
+    from matrixctl.cli import tokenize_scx
+    from matrixctl.formats import token_stream
+    from matrixctl.tokenizers.scx import encoder
+
+    monkeypatch.setattr(tokenize_scx, "FRAME_TOKENS", 1000)
+    monkeypatch.setattr(encoder, "READ_BYTES", 10_000)
+    monkeypatch.setattr(encoder, "TASK_BYTES", 7_000)
+    src = tmp_path / "src.json"
+    src.write_text(json.dumps({"lane_mode": "CUSTOM", "lane_width": 3,
+                               "alignment": {"bundle_lanes": 3, "chunk_bytes": 18,
+                                             "shard_bundles": 4},
+                               "composites": [{"text": "the"}, {"text": " th"}]}))  # fmt: skip
+    reg = tmp_path / "reg.scxr"
+    signed = run_cli("tokenize", "scx", "sign", str(src), "-o", str(reg), "--key", str(keys))
+    assert signed.code == 0, signed.stderr
+    data = (b"the theme of the thing is the end \x00\x01" * 2000)[:70_001]
+    (tmp_path / "in.bin").write_bytes(data)
+    args = ["tokenize", "scx", "encode", "-r", str(reg), "--trust", str(keys) + ".pub", "-q"]
+    outs = {}
+    for jobs in ("1", "2", "3"):
+        res = run_cli(*args, str(tmp_path / "in.bin"), "-o", str(tmp_path / f"{jobs}.mxt"),
+                      "-j", jobs)  # fmt: skip
+        assert res.code == 0, res.stderr
+        outs[jobs] = (tmp_path / f"{jobs}.mxt").read_bytes()
+        piped = run_cli(*args, "-j", jobs, stdin=data)
+        assert piped.code == 0 and piped.stdout == outs["1"]
+    assert outs["2"] == outs["1"] and outs["3"] == outs["1"]
+    with open(tmp_path / "1.mxt", "rb") as fp:
+        header = token_stream.StreamHeader.parse(fp.read(token_stream.HEADER_SIZE))
+        events = token_stream.iter_events(fp, header)
+        sizes = [e.tokens.size for e in events if e.kind == token_stream.KIND_TOKENS]
+    assert len(sizes) > 3 and set(sizes[:-1]) == {1000} and 0 < sizes[-1] <= 1000
+    dec = run_cli("tokenize", "scx", "decode", "-r", str(reg), "--trust", str(keys) + ".pub",
+                  str(tmp_path / "2.mxt"))  # fmt: skip
+    assert dec.code == 0 and dec.stdout == data
+
+
 def test_encode_json_summary_and_debug_markers(tmp_path: Path, signed: Path, keys: Path) -> None:
     src = tmp_path / "in.bin"
     src.write_bytes(b"the cat")

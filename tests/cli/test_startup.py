@@ -185,3 +185,21 @@ def test_fast_path_and_typer_give_the_same_outputs_errors_and_exit_codes(
         ), words
         full, fast = _both_paths(monkeypatch, words, b"from stdin\n")
         assert fast == full, words
+
+
+def test_the_console_command_flushes_its_output_and_keeps_its_exit_code(tmp_path: Path) -> None:
+    """Decision (entry.exit_now): `python -m matrixctl tokenize pi encode` ends without the
+    interpreter's teardown, after flushing stdout and stderr: the whole JSON document on a
+    pipe, the error line and exit 2 of a failure, a committed output file."""
+    from tests.helpers.cli import run_sub
+
+    ok = run_sub("tokenize", "pi", "encode", "--json", stdin=b"hello world\n" * 5000)
+    assert ok.code == 0 and ok.stderr == ""
+    doc = ok.json()
+    assert doc["ok"] is True and len(doc["ids"]) == doc["tokens"] > 0
+    out = tmp_path / "o.mxt"
+    two = run_sub("tokenize", "pi", "encode", "-j", "2", "-", "-o", str(out), stdin=b"a b\n")
+    assert two.code == 0 and "encoded 4 bytes" in two.stderr and out.read_bytes()[:8] == b"MXTOKENS"
+    bad = run_sub("tokenize", "pi", "encode", str(tmp_path / "missing.txt"))
+    assert bad.code == 2 and bad.stderr.startswith("matrixctl: error[IO_NOT_FOUND]")
+    assert bad.stdout == b""

@@ -454,6 +454,26 @@ def test_damaged_source_leaves_no_output(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.zt", "good.zt", "in.npz"]
 
 
+@pytest.mark.parametrize("out", ["out.stb", "out.zt", "out.npz", "out.weights"])
+def test_damaged_source_leaves_no_output_from_a_checksumming_sink(tmp_path: Path, out: str) -> None:
+    """A sink that checksums what it writes reads the source once: the source's digest is
+    checked as the bytes go by, and the damaged copy never appears."""
+    src = tmp_path / "in.npz"
+    np.savez(src, w=np.arange(64, dtype=np.float32))
+    good = tmp_path / "good.zt"
+    assert run_cli("convert", str(src), str(good), "--digest", "crc32c").code == 0
+    data = bytearray(good.read_bytes())
+    data[100] ^= 1
+    bad = tmp_path / "bad.zt"
+    bad.write_bytes(bytes(data))
+    meta = [f"--meta={k}=1" for k in ("embedding_dim", "vocab_size", "num_layers")]
+    meta += [f"--meta={k}=1" for k in ("num_attention_heads", "hidden_size")]
+    meta += ["--meta=intermediate_size=1", "--meta=max_position_emb=1", "--meta=model_name=m"]
+    result = run_cli("convert", str(bad), str(tmp_path / out), *(meta if "weights" in out else []))
+    assert result.code == 1 and "ZT_DIGEST" in result.stderr, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.zt", "good.zt", "in.npz"]
+
+
 # CLI contract -------------------------------------------------------------------------------
 
 

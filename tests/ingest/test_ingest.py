@@ -505,6 +505,29 @@ def test_index_writer_produces_the_golden_bytes() -> None:
     assert out.getvalue() == GOLDEN_INDEX
 
 
+def test_index_records_in_one_block_are_the_same_bytes_as_one_by_one() -> None:
+    """`IndexWriter.add_many` (a piece's records in one write) gives the bytes and the CRC-32
+    of `add` called for each record, after earlier records and with an item base."""
+    import io
+
+    rng = np.random.default_rng(7)
+    pairs = np.stack(
+        [rng.integers(1, 5000, 300, dtype=np.uint64), rng.integers(0, 10**9, 300, dtype=np.uint64)],
+        axis=1,
+    )
+    one, block = io.BytesIO(), io.BytesIO()
+    writers = doc_index.IndexWriter(one, eos_id=3), doc_index.IndexWriter(block, eos_id=3)
+    for writer in writers:
+        writer.add(7, 0, 0)
+    for length, item in pairs.tolist():
+        writers[0].add(length, 2, item + 40)
+    writers[1].add_many(pairs, 2, 40)
+    writers[1].add_many(pairs[:0], 2, 40)  # nothing: no bytes, no change
+    heads = [w.finish() for w in writers]
+    assert heads[0] == heads[1]
+    assert one.getvalue() == block.getvalue()
+
+
 def test_index_truncation_and_bit_flips_are_reported(tmp_path: Path) -> None:
     """Decision: header and records both carry a CRC-32, so any flipped bit is seen."""
     path = tmp_path / "i.bin"

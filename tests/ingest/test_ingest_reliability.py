@@ -373,3 +373,65 @@ def test_killing_the_parent_ends_the_workers_silently(tmp_path: Path) -> None:
     run = run_cli("ingest", "docs", str(CORPUS), "-o", str(tmp_path / "pack"))
     assert run.code == 0
     assert siblings(tmp_path / "pack") == []
+
+
+def _ingest_state() -> object:
+    from matrixctl.ingest import extract, pipeline
+    from matrixctl.tokenizers import pi
+
+    smap, _ = pi.load_symbol_map(pi.default_map_path())
+    opts = extract.Options("text", "skip", "error", 1 << 20, "auto")
+    return pipeline.WorkerState(None, smap.eos_id, opts, "", smap)
+
+
+def test_workers_closed_as_they_start_end_by_their_sigterm() -> None:
+    """The CLI's SIGTERM handler raises an exception; a worker inherits it until it sets its
+    own. Closing the workers right after the fork (an error or Ctrl-C as they start) must end
+    every one by that SIGTERM: one that received it in between used to lose it in an
+    "Exception ignored" and live on, and the parent waited for it forever."""
+    from matrixctl.ingest import pipeline
+
+    def raising(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    state = _ingest_state()
+    previous = signal.signal(signal.SIGTERM, raising)
+    try:
+        for _ in range(4):
+            workers = pipeline.Workers(state, 2)  # type: ignore[arg-type]
+            procs = list(workers.procs)
+            started = time.monotonic()
+            workers.close()
+            assert time.monotonic() - started < 4.0  # close() waits 5 s before SIGKILL
+            assert [p.exitcode for p in procs] == [-signal.SIGTERM] * 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_worker_killed_midway_is_a_clear_error(tmp_path: Path) -> None:
+    """A worker that dies without its reply (the kernel's out-of-memory killer, say) is
+    INGEST_WORKER_LOST naming the signal: no hang, no traceback, no pack."""
+    from matrixctl.errors import InputError
+    from matrixctl.ingest import pipeline
+    from matrixctl.ingest.sources import enumerate_sources
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(40):
+        (src / f"f{i:02}.txt").write_text("some text\n" * 10000, encoding="utf-8")
+    files, _ = enumerate_sources([str(src)], [])
+    state = _ingest_state()
+    workers = pipeline.Workers(state, 2)  # type: ignore[arg-type]
+    try:
+        spill = tmp_path / "spill"
+        spill.mkdir()
+        results = workers.results(files, str(spill))
+        next(results)
+        os.kill(workers.procs[0].pid, signal.SIGKILL)
+        with pytest.raises(InputError) as caught:
+            for _ in results:
+                pass
+        assert caught.value.code == "INGEST_WORKER_LOST"
+        assert "killed by signal 9" in caught.value.message
+    finally:
+        workers.close()

@@ -235,22 +235,23 @@ def test_a_folder_reached_through_a_link_is_still_a_duplicate(tmp_path: Path) ->
     assert skipped[0].recorded == str(src / "t03.txt")
 
 
-def test_a_worker_whose_automaton_failed_at_start_builds_it_for_its_first_unit(
+def test_the_workers_share_the_parents_automaton(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The workers build their automata at start; if that fails, the pool must not restart
-    them forever: the first unit builds it again (and a real error surfaces there)."""
+    """With --jobs 2 the automaton is made once (built, or loaded from the map cache), before
+    the workers are forked (they read the same pages); no worker builds another."""
     src = make_sources(tmp_path)
     base = ingest(src, tmp_path / "one", "--jobs", "1")
-    calls = {"n": 0}
     real = pipeline.pi.Tokenizer
+    built: list[int] = []
 
-    def flaky(smap: object) -> object:
-        calls["n"] += 1  # per process: each forked worker starts from the parent's count
-        if calls["n"] == 1:
-            raise MemoryError("no room for the automaton right now")
-        return real(smap)  # type: ignore[arg-type]
+    def counted(*args: object) -> object:
+        if os.getpid() != parent:
+            raise AssertionError("a worker built its own automaton")
+        built.append(os.getpid())
+        return real(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(pipeline.pi, "Tokenizer", flaky)
+    parent = os.getpid()
+    monkeypatch.setattr(pipeline.pi, "Tokenizer", counted)
     assert ingest(src, tmp_path / "two", "--jobs", "2") == base
-    assert calls["n"] == 0  # the parent never builds one with --jobs 2
+    assert built == [parent]

@@ -138,6 +138,82 @@ def test_jobs_on_a_pipe_write_the_bytes_of_one_process(
     assert two.stdout == one.stdout
 
 
+def test_jobs_on_a_pipe_with_units_larger_than_a_pipe_buffer() -> None:
+    """Units of 1 MB that carry their bytes (a pipe's input) and results larger than a pipe
+    buffer: the main process takes a worker's result before it sends the worker more, and
+    tokenizes its own share meanwhile; the bytes of one process, no deadlock."""
+    from tests.helpers.cli import run_sub
+
+    data = TEXTS["mixed"].encode() * 700  # ~3.5 MB: four units
+    one = run_sub("tokenize", "pi", "encode", "-q", stdin=data, timeout=60)
+    for jobs in ("2", "3"):
+        many = run_sub("tokenize", "pi", "encode", "-q", "-j", jobs, stdin=data, timeout=60)
+        assert one.code == many.code == 0
+        assert many.stdout == one.stdout
+
+
+@pytest.mark.parametrize("ready", [False, True])
+def test_the_main_process_tokenizes_while_it_waits(
+    tmp_path: Path, tiny_units: None, monkeypatch: pytest.MonkeyPatch, ready: bool
+) -> None:
+    """Decision (pi_jobs): the main process tokenizes its own units out of order while a
+    worker's result has not come (`ready` False: always, so it runs ahead as far as it may;
+    True: never), and yields every result in input order: the bytes of one process."""
+    calls: list[bool] = []
+
+    def fake_ready(self: object, worker: int) -> bool:
+        calls.append(ready)
+        return ready
+
+    monkeypatch.setattr(pi_jobs._Workers, "ready", fake_ready)
+    src = tmp_path / "in.txt"
+    src.write_bytes(TEXTS["mixed"].encode())
+    one = _encode(str(src), tmp_path / "one.mxt", 1, None)
+    for jobs in (2, 3):
+        assert _encode(str(src), tmp_path / f"{jobs}.mxt", jobs, None) == one
+    assert calls  # the main process had units of its own while a worker's was due
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_an_output_that_cannot_be_opened_stops_the_started_workers(
+    tmp_path: Path, tiny_units: None
+) -> None:
+    """Decision (tokenizing.encode_file): the workers start before the output is opened; an
+    output that cannot be opened is its one error, and the workers are gone with it."""
+    import os
+
+    from matrixctl.errors import MatrixError
+
+    src = tmp_path / "in.txt"
+    src.write_bytes(TEXTS["english"].encode())
+    before = set(_children(os.getpid()))  # other tests' helpers (a Dask cluster) may live on
+    with pytest.raises(MatrixError) as info:
+        _encode(str(src), tmp_path / "no" / "such" / "out.mxt", 2, None)
+    assert info.value.exit_code == 2
+    assert set(_children(os.getpid())) <= before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+def test_a_file_ends_in_smaller_units(tmp_path: Path, tiny_units: None) -> None:
+    """Decision (pi_jobs.TAIL): a file's last bytes are cut into quarter units, so the
+    processes finish within a small unit of each other; the units tile the file."""
+    import os
+
+    src = tmp_path / "in.txt"
+    src.write_bytes(TEXTS["english"].encode())  # 5,200 bytes: units of 600, then of 400
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        units = list(pi_jobs._file_units(fd, 0, src.stat().st_size))
+    finally:
+        os.close(fd)
+    assert [u[0] for u in units[1:]] == [u[0] + u[1] for u in units[:-1]]
+    assert units[-1][0] + units[-1][1] == src.stat().st_size
+    head = [u[1] for u in units if u[0] + pi_jobs.TAIL * pi_jobs.UNIT < src.stat().st_size]
+    tail = [u[1] for u in units if u[0] + pi_jobs.TAIL * pi_jobs.UNIT >= src.stat().st_size]
+    assert head and all(550 < n <= 600 for n in head)
+    assert len(tail) > pi_jobs.TAIL and all(n <= 400 for n in tail)
+
+
 @pytest.mark.parametrize("where", [5, 599, 600, 601, 1801, -1])
 def test_invalid_utf8_is_reported_as_one_process_reports_it(
     tmp_path: Path, tiny_units: None, where: int
@@ -230,7 +306,7 @@ def test_sigterm_during_jobs_leaves_no_output_and_no_worker(tmp_path: Path) -> N
     )
     workers: list[int] = []
     deadline = time.monotonic() + 30
-    while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
+    while not workers and proc.poll() is None and time.monotonic() < deadline:
         workers = _children(proc.pid)
         time.sleep(0.005)
     proc.send_signal(signal.SIGTERM)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import errno
+import io
+import os
 import struct
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies
 
 from matrixctl.tokenizers.scx import api
+from matrixctl.tokenizers.scx import encoder as scx_encoder
 from matrixctl.tokenizers.scx import registry as scx_registry
 from matrixctl.tokenizers.scx import tokens as scx_tokens
 from tests.helpers import scx_golden
@@ -122,6 +127,59 @@ def test_jobs_give_the_same_tokens_with_blocks_shards_and_carries(mode: str, deb
         parts = api.encode_chunks(tok, pieces, jobs=jobs, emit_debug_markers=debug)
         assert np.array_equal(np.concatenate(list(parts)), whole)
     assert decode_ok(tok, whole) == data
+
+
+@pytest.mark.parametrize("mode", ["SCXQ2", "CUSTOM3"])
+@pytest.mark.parametrize("debug", [False, True])
+def test_encode_file_gives_the_tokens_of_one_encoder(
+    mode: str, debug: bool, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`encode_file` of a file read from an offset, several tasks of whole bundles and a short
+    last bundle: the tokens, the padding and the progress ticks of one encoder, for 1, 2 and 3
+    jobs, from the file and from a pipe-like stream (no fileno)."""
+    monkeypatch.setattr(scx_encoder, "TASK_BYTES", 50_000)  # several tasks of ~50 KB
+    tok = TOKENIZERS[mode]
+    rng = np.random.default_rng(5)
+    data = bytes(rng.choice(np.frombuffer(ALPHABET, np.uint8), 260_011))
+    whole = api.encode_bytes(tok, data, emit_debug_markers=debug)
+    path = tmp_path / "in.bin"
+    path.write_bytes(b"HEAD" + data)
+    for jobs in (1, 2, 3):
+        for stream in (False, True):
+            ticks: list[int] = []
+            padding: list[int] = []
+            with open(path, "rb") as fp:
+                assert fp.read(4) == b"HEAD"
+                src = io.BytesIO(fp.read()) if stream else fp
+                arrays = list(
+                    api.encode_file(
+                        tok,
+                        src,
+                        jobs=jobs,
+                        emit_debug_markers=debug,
+                        padding=padding,
+                        tick=ticks.append,
+                    )
+                )
+            assert np.array_equal(np.concatenate(arrays), whole), (jobs, stream)
+            assert sum(ticks) == len(data)
+            assert padding == [-len(data) % tok.bundle_bytes]
+    assert decode_ok(tok, whole) == data
+
+
+def test_encode_file_names_a_file_that_shrank(tmp_path: Any) -> None:
+    """A worker that finds the file shorter than its size when encoding started: EIO, and
+    the byte where the file ended."""
+    tok = TOKENIZERS["SCXQ4"]
+    path = tmp_path / "in.bin"
+    path.write_bytes(b"the " * 2_000_000)
+    with open(path, "rb") as fp:
+        parts = api.encode_file(tok, fp, jobs=2)
+        next(parts)  # TOK_CONFIG: the size is taken
+        os.truncate(path, 1_000_000)
+        with pytest.raises(OSError, match="ended at byte 1000000") as info:
+            list(parts)
+    assert info.value.errno == errno.EIO and info.value.filename == str(path)
 
 
 def test_feeds_longer_than_a_window_decode_like_one_feed() -> None:

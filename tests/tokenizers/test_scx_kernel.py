@@ -295,3 +295,34 @@ def test_threads_share_a_codec() -> None:
     # A window larger than the scratch a Codec keeps (4 MiB of bytes) decodes the same.
     big = data * 40
     assert codec.decode(codec.encode(big, 0, False, 4)) == (big, 4000 * 40)
+
+
+def test_encode_buffer_gives_encode_tokens_in_kept_memory() -> None:
+    """Decision (tok18, docs/formats/scx.md): `encode_buffer` writes `encode`'s tokens into a
+    block of its Codec's pool, read-only through the buffer protocol; a block whose last view
+    is gone serves the next call (the same memory: no fresh pages), a block still viewed is
+    never reused, and a larger request gets a larger block."""
+    codec = make(2, 4, {0x400: b"ab", 0x401: b"\x00\x00"})
+    rng = np.random.default_rng(3)
+    data = rng.integers(0, 3, 8 * 5000, dtype=np.uint8).tobytes()
+    for first, debug, chunk, shard in ((0, False, 4, 0), (7, True, 3, 5)):
+        buf = codec.encode_buffer(data, first, debug, chunk, shard)
+        assert bytes(memoryview(buf)) == codec.encode(data, first, debug, chunk, shard)
+        assert len(buf) == len(codec.encode(data, first, debug, chunk, shard))
+        assert memoryview(buf).readonly
+    kept = np.frombuffer(codec.encode_buffer(data, 0, False, 4), dtype="<u2")
+    want = kept.copy()
+    address = kept.__array_interface__["data"][0]
+    for _ in range(3):  # `kept` still views its block: the calls get others
+        other = np.frombuffer(codec.encode_buffer(data[::-1], 0, False, 4), dtype="<u2")
+        assert other.__array_interface__["data"][0] != address
+        del other
+    assert np.array_equal(kept, want)
+    del kept
+    again = np.frombuffer(codec.encode_buffer(data[:800], 0, False, 4), dtype="<u2")
+    assert again.__array_interface__["data"][0] == address  # the freed block, reused
+    assert bytes(again) == codec.encode(data[:800], 0, False, 4)
+    bigger = codec.encode_buffer(data * 3, 0, False, 4)
+    assert bytes(memoryview(bigger)) == codec.encode(data * 3, 0, False, 4)
+    with pytest.raises(ValueError):
+        codec.encode_buffer(b"abc", 0, False, 1)  # not a whole bundle

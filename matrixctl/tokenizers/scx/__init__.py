@@ -8,7 +8,8 @@ Modules:
 - `lanes`: one config's tables and the compiled kernel (lane lookup, bundles, token classes).
 - `issues`: the spec's error object (`Issue`) and `ScxFailure`.
 - `config`: the signed config (`Tokenizer`, `authorize`, `load_config`).
-- `encoder`: the streaming encoder (`Encoder`, `encode_chunks`).
+- `encoder`: the streaming encoder (`Encoder`, `encode_chunks`,
+  `encode_file`).
 - `decoder`: the streaming decoder (`Decoder`); `segment`: its checking path.
 - `api`: the error-addressable encode / decode API; re-exports the names above.
 - `shards`: the binary substrate alignment law on files: shard files and `pack shards`.

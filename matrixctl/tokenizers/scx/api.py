@@ -20,9 +20,9 @@ Only the last bundle of a stream may be short (BUNDLE_PAD); every shard but the 
 exactly S bundles. LANE_MARK and CHUNK_MARK appear only with emit_debug_markers.
 
 The work is split by job: `config` (the signed config, `Tokenizer`, `load_config`), `encoder`
-(`Encoder`, `encode_chunks`), `decoder` (`Decoder`), `segment` (the decoder's checking path,
-which names the first problem) and `issues` (`Issue`, `ScxFailure`); this module holds the
-spec's request / response API and re-exports the names the rest of matrixctl uses.
+(`Encoder`, `encode_chunks`, `encode_file`), `decoder` (`Decoder`), `segment` (the decoder's
+checking path, which names the first problem) and `issues` (`Issue`, `ScxFailure`); this module
+holds the spec's request / response API and re-exports the names the rest of matrixctl uses.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from matrixctl.tokenizers.scx.config import Tokenizer, authorize, load_config
 from matrixctl.tokenizers.scx.decoder import DECODE_WINDOW, Decoder
-from matrixctl.tokenizers.scx.encoder import BLOCK_BYTES, Encoder, encode_chunks
+from matrixctl.tokenizers.scx.encoder import BLOCK_BYTES, Encoder, encode_chunks, encode_file
 from matrixctl.tokenizers.scx.issues import Issue, ScxFailure, fail
 
 if TYPE_CHECKING:
@@ -57,6 +57,7 @@ __all__ = [
     "encode",
     "encode_bytes",
     "encode_chunks",
+    "encode_file",
     "fail",
     "iter_decode",
     "load_config",

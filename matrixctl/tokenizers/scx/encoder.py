@@ -6,7 +6,7 @@ The token stream grammar is in `matrixctl.tokenizers.scx.api` (and docs/formats/
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from matrixctl.tokenizers.scx import tokens as scx_tokens
@@ -16,7 +16,10 @@ from matrixctl.tokenizers.scx.issues import Issue, fail
 if TYPE_CHECKING:
     import numpy as np
 
-BLOCK_BYTES = 1 << 16  # encoder work unit: small enough for the kernels to stay in L2
+# Encoder work unit: one kernel call (the GIL released for all of it). The kernel reads and writes
+# in order (only its lane table is read at random), so a block need not fit a cache; its tokens
+# go to a pooled block of memory (`Codec.encode_buffer`), so a larger one costs no page faults.
+BLOCK_BYTES = 1 << 18
 
 
 class Encoder:
@@ -202,3 +205,163 @@ def encode_chunks(
             warnings.extend(enc.warnings)
         if padding is not None:
             padding.append(enc.pad_bytes)
+
+
+READ_BYTES = 4 << 20  # bytes per read of `encode_file`
+# Bytes per task of `encode_file`'s threads (8 blocks), and tasks per thread handed out ahead of
+# the one whose tokens are yielded next: the threads have work for a few milliseconds when the
+# main thread is slow to come back, and the blocks alive stay within what the kernel's pool of
+# output blocks keeps (POOL_SLOTS in _scx_kernel.c).
+TASK_BYTES = 2 << 20
+AHEAD = 4
+
+
+def encode_file(
+    tok: Tokenizer,
+    fp: Any,
+    *,
+    jobs: int = 1,
+    strict_alignment: bool = False,
+    emit_debug_markers: bool = False,
+    warnings: list[Issue] | None = None,
+    padding: list[int] | None = None,
+    tick: Callable[[int], None] | None = None,
+) -> Iterator[np.ndarray]:
+    """`encode_chunks` of a binary file object read to its end, without a fresh buffer per
+    read: the same tokens for any `jobs`. `tick(n)` is called with the count of input bytes
+    behind the tokens about to be yielded (a progress bar).
+
+    With `jobs` > 1 and a seekable regular file, the threads read as well as encode: a task is
+    a byte range of `TASK_BYTES` (whole bundles) that the thread reads with `os.preadv` into a
+    buffer of its own, kept from task to task (memory already in place: no page faults), and
+    encodes; the main thread only hands out ranges, `AHEAD` per thread ahead, and yields
+    the tokens in input order. What follows the whole bundles the file held when encoding
+    started (its last, short bundle; bytes appended meanwhile) is then read and encoded here,
+    as with one thread. A file that ends before that size is an OSError (EIO). With one job,
+    the file is read into one buffer, reused (`readinto`); another stream with `jobs` > 1
+    (a pipe) goes through `encode_chunks`."""
+    fd = _regular_fd(fp) if jobs > 1 else None
+    if jobs > 1 and fd is None:
+        yield from encode_chunks(
+            tok,
+            _read_chunks(fp, tick, fresh=True),
+            jobs=jobs,
+            strict_alignment=strict_alignment,
+            emit_debug_markers=emit_debug_markers,
+            warnings=warnings,
+            padding=padding,
+        )
+        return
+    enc = Encoder(tok, strict_alignment=strict_alignment, emit_debug_markers=emit_debug_markers)
+    try:
+        if fd is not None:
+            yield from _encode_ranges(enc, fp, fd, jobs, tick)
+        for chunk in _read_chunks(fp, tick, fresh=False):
+            yield from enc.feed(chunk)
+        yield from enc.finish()
+    finally:
+        if warnings is not None:
+            warnings.extend(enc.warnings)
+        if padding is not None:
+            padding.append(enc.pad_bytes)
+
+
+def _regular_fd(fp: Any) -> int | None:
+    """The descriptor of `fp` when it is a regular file that `fp` can seek in, else None."""
+    import os
+    import stat
+
+    if not (hasattr(fp, "seek") and hasattr(fp, "tell")):
+        return None
+    try:
+        fd = int(fp.fileno())
+        return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
+
+
+def _read_chunks(fp: Any, tick: Callable[[int], None] | None, *, fresh: bool) -> Iterator[Any]:
+    """The stream's bytes, READ_BYTES at a time: new bytes objects when `fresh` (for a consumer
+    that keeps them), else views of one buffer, each valid until the next is asked for."""
+    if fresh or not hasattr(fp, "readinto"):
+        while True:
+            block = fp.read(READ_BYTES)
+            if not block:
+                return
+            if tick is not None:
+                tick(len(block))
+            yield block
+    view = memoryview(bytearray(READ_BYTES))
+    while True:
+        n = fp.readinto(view)
+        if not n:
+            return
+        if tick is not None:
+            tick(n)
+        yield view[:n]
+
+
+def _encode_ranges(
+    enc: Encoder, fp: Any, fd: int, jobs: int, tick: Callable[[int], None] | None
+) -> Iterator[np.ndarray]:
+    """TOK_CONFIG, then the tokens of the whole bundles of the regular file `fd` from the
+    offset of `fp` to the file's present size, encoded by `jobs` threads that read their
+    ranges themselves; leaves `enc` and `fp` just after those bundles."""
+    import errno
+    import os
+    import threading
+    from collections import deque
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    import numpy as np
+
+    tok = enc.tok
+    bb = tok.bundle_bytes
+    start = fp.tell()
+    whole = max(0, os.fstat(fd).st_size - start) // bb * bb
+    first = enc.bundles
+    enc._started = True
+    yield np.array([scx_tokens.TOK_CONFIG, *tok.h_tok], dtype="<u2")
+    step = max(1, TASK_BYTES // bb) * bb
+    local = threading.local()
+    name = fp.name if isinstance(getattr(fp, "name", None), str) else None  # for the error
+
+    def task(offset: int, size: int) -> list[np.ndarray]:
+        buf = getattr(local, "buf", None)
+        if buf is None:
+            buf = local.buf = bytearray(step)  # this thread's, for all its tasks
+        with memoryview(buf) as view:
+            got = 0
+            while got < size:
+                n = os.preadv(fd, [view[got:size]], start + offset + got)
+                if n <= 0:
+                    at = start + offset + got
+                    why = f"the input ended at byte {at}, before its size"
+                    raise OSError(errno.EIO, why, name)
+                got += n
+        data = np.frombuffer(buf, dtype=np.uint8, count=size)
+        return enc.tokens_for(data, first + offset // bb)
+
+    ranges = ((at, min(step, whole - at)) for at in range(0, whole, step))
+    ahead: deque[tuple[int, Future[list[np.ndarray]]]] = deque()
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        try:
+            for at, size in ranges:
+                ahead.append((size, pool.submit(task, at, size)))
+                if len(ahead) == AHEAD * jobs:
+                    break
+            while ahead:
+                size, done = ahead.popleft()
+                arrays = done.result()
+                for at, more in ranges:
+                    ahead.append((more, pool.submit(task, at, more)))
+                    break
+                if tick is not None:
+                    tick(size)
+                yield from arrays
+        finally:
+            for _size, left in ahead:
+                left.cancel()
+    enc.bytes_in += whole
+    enc.bundles += whole // bb
+    fp.seek(start + whole)

@@ -9,7 +9,7 @@ checking paths use, are numpy tables. Nothing here loops over bytes or tokens in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from matrixctl import _scx_kernel
 from matrixctl.tokenizers.scx import tokens as scx_tokens
@@ -106,7 +106,10 @@ class LaneCodec:
         (j + 1) % shard_bundles == 0; 0: no shard markers."""
         import numpy as np
 
-        raw = self.kernel.encode(data, first_bundle, debug, chunk_bundles, shard_bundles)
+        # A pooled block, written in place and reused once the array is gone (encode_buffer)
+        raw: Any = self.kernel.encode_buffer(
+            data, first_bundle, debug, chunk_bundles, shard_bundles
+        )
         return np.frombuffer(raw, dtype="<u2")
 
     def partial_bundle(self, tail: bytes, debug: bool, chunk_mark: bool) -> list[int]:
