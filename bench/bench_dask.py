@@ -16,8 +16,8 @@ one record per file, large files cut into ~256 KiB records), --size-mb of it. Ea
 Overhead = dask / local - 1 (target: at most 15 %), in wall seconds and in CPU seconds of every
 process involved (the command's tree; for the running cluster also the scheduler and workers
 in this process's tree): on a loaded machine CPU seconds are what the load distorts least.
-Per-unit overhead = (running cluster - local) / units: what the scheduler, the transfers, the
-staging writes and the hash checks cost each work unit. The packs' hashes must be equal (the tests check the bytes).
+Per-unit overhead = (dask - local) / units (for the own LocalCluster, its fixed cost taken off):
+what the scheduler, the staging writes and the CRC checks cost each work unit. The packs' hashes must be equal (the tests check the bytes).
 """
 
 from __future__ import annotations
@@ -178,6 +178,12 @@ def main() -> int:
         f"\nFixed cost of the own LocalCluster (2 small files): "
         f"{fw[own_name] - fw['local --jobs 2']:+.2f} s wall, "
         f"{fc[own_name] - fc['local --jobs 2']:+.2f} CPU s against local --jobs 2."
+    )
+    print(
+        f"Per-unit overhead (own LocalCluster, {units} units, its fixed cost taken off): "
+        f"{(wall[own_name] - lw - (fw[own_name] - fw['local --jobs 2'])) / units * 1000:.0f} ms "
+        f"wall, {(cpu[own_name] - lc - (fc[own_name] - fc['local --jobs 2'])) / units * 1000:.0f}"
+        " ms CPU."
     )
     for name in list(runs)[2:]:
         print(

@@ -9,17 +9,20 @@ identity (size, mtime_ns, inode) before and after the read against what the clie
 decompressed range to the staging folder and the worker reads that file; stdin is first
 spooled to the pack's temporary folder, as for `--jobs N`, and is then a file like any other.
 
-Each task runs the local code (`pipeline.process_file` / `process_piece`) and stages its
-results in the staging folder beside the destination: one results file (every token in the
-pack's dtype, then every document record) under a temporary name, rename, then the
-completion record (JSON: the unit, its key, the extent, CRC-32 and largest id of each file's
-tokens and records), rename, last. The task returns that small record, never tokens. The
-client checks the staged bytes against it (CRC-32, at memory speed) and copies the tokens
-into the pack inside the kernel (`copy_file_range`), in unit order, through the same ordered
-writer as a local run, so the pack is byte-identical to `--jobs 1`. Nothing is fsync'd: as
-every staged byte is checked before use, a unit torn by a crash is redone, not trusted.
-`--resume` reuses every unit whose record parses and whose results file matches it;
-anything else is redone (see docs/scale-out.md).
+Each task runs the local code (`pipeline.process_file` / `process_piece`, the workers'
+`direct` mode: tokens go to a file in the pack's dtype as they come, with their CRC-32 and
+largest id) and stages its results in the staging folder beside the destination: the tokens
+file (renamed into place), the records file (every document record), then the completion
+record (JSON: the unit, its key, where its tokens are, the extent, CRC-32 and largest id of
+each file's tokens and records), renamed last. The task returns that small record, never
+tokens; the client reads it from the staging folder once the task is done. The client checks
+the staged bytes against it (CRC-32, at memory speed) and copies the tokens into the pack
+inside the kernel (`copy_file_range`), in unit order, through the same ordered writer as a
+local run, so the pack is byte-identical to `--jobs 1`. A merged unit's record is then pointed
+at its tokens' copy in the pack's atom file (hard-linked into the staging folder) and its own
+tokens file removed. Nothing is fsync'd: as every staged byte is checked before use, a unit
+torn by a crash is redone, not trusted. `--resume` reuses every unit whose record parses and
+whose bytes match it; anything else is redone (see docs/scale-out.md).
 
 `dask` / `distributed` are imported only here, only when this executor is used.
 """
@@ -29,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import mmap
 import os
@@ -56,10 +60,11 @@ INGEST_DASK_CLUSTER = codes.define(
     "The Dask cluster could not be reached or started, or lost the build's tasks.",
     group="ingest",
 )
-SCHEMA = "matrixctl-dask-unit/2"
+SCHEMA = "matrixctl-dask-unit/3"
 ENV_SCHEDULER = "DASK_SCHEDULER_ADDRESS"
-UNIT_MAX_BYTES = 8 << 20  # a Dask unit: up to this many input bytes (local: 4 MiB)...
+UNIT_MAX_BYTES = 32 << 20  # a Dask unit: up to this many input bytes (local: 4 MiB)...
 UNITS_PER_JOB = 8  # ...aiming at this many units per worker (local: 32)
+READ_BYTES = 8 << 20  # the client reads a JSON Lines file it cuts in reads of this size
 RECORD = 16  # bytes of one staged document record: length, item (<u8 each)
 
 Identity = tuple[int, int, int]  # size, mtime_ns, inode
@@ -199,48 +204,60 @@ def _cut_file(
     sf: SourceFile, raw: Any, size: int, max_doc: int, ident: Identity
 ) -> Iterator[RangePiece]:
     """The range pieces of one stored JSON Lines file: whole lines, about `size` bytes each,
-    from one pass over the file into one reused buffer (hashed, line ends counted, no copy)."""
+    from one pass over the file into two buffers in turn. Each read is hashed on a helper
+    thread (hashlib releases the GIL) while this one finds its last line end and reads the
+    next; lines are not counted here (a pass over every byte on the client): each worker
+    counts its piece's lines from 0 (`first_line` -1) and the writer adds the lines before it,
+    as for local `--jobs N`."""
+    from concurrent.futures import ThreadPoolExecutor
+
     sha = hashlib.sha256()
-    buf = bytearray(size)
-    view = memoryview(buf)
-    pos = start = lines = newlines = index = 0  # newlines: between start and the last cut
-    cut = 0  # the end of the last whole line read
+    chunk = min(size, READ_BYTES)  # a piece spans whole reads: its end is the last line end
+    bufs = [bytearray(chunk), bytearray(chunk)]  # of the read that takes it to `size` bytes
+    hashing: list[Any] = [None, None]  # the hash of each buffer's last read, in flight
+    pos = start = index = reads = 0
+    line_end = 0  # the end of the last whole line read
     pending: RangePiece | None = None
-
-    def piece(end: int, count: int) -> RangePiece:
-        p = pipeline.Piece(
-            f"{sf.ordinal}:{start}-{end}", sf, index, start, lines, count, b"", "", pos
-        )
-        return RangePiece(p, sf.path, start, end - start, ident, ident)
-
     raw.seek(0)
-    while n := raw.readinto(view):
-        sha.update(view[:n])
-        nl = buf.rfind(b"\n", 0, n)
-        if nl < 0:
-            pos += n
-            if pos - cut > max_doc + 1:
-                line = lines + newlines + 1
-                raise FormatError(
-                    extract.INGEST_TOO_LARGE,
-                    f"line {line} is longer than --max-doc-size ({max_doc:,} bytes)",
-                    path=sf.recorded,
-                    offset=cut,
-                    field=f"line {line}",
-                )
-            continue
-        newlines += buf.count(b"\n", 0, n)
-        cut = pos + nl + 1
-        pos += n
-        if pending is not None:
-            yield pending
-        pending = piece(cut, newlines)
-        index += 1
-        start, lines, newlines = cut, lines + newlines, 0
-    if pos > start or pending is None:  # a last line without its line end
-        if pending is not None:
-            yield pending
-        pending = piece(pos, 0)
+    with ThreadPoolExecutor(1, thread_name_prefix="matrixctl-hash") as hasher:
+        while True:
+            which = reads % 2
+            reads += 1
+            buf = bufs[which]
+            if hashing[which] is not None:
+                hashing[which].result()  # its last read is hashed: the buffer is free
+            view = memoryview(buf)
+            n = raw.readinto(view)
+            if n:
+                hashing[which] = hasher.submit(sha.update, view[:n])
+                newline = buf.rfind(b"\n", 0, n)
+                pos += n
+                if newline >= 0:
+                    line_end = pos - n + newline + 1
+                elif pos - line_end > max_doc + 1:
+                    line = pipeline._lines_before(sf, line_end) + 1
+                    raise pipeline._too_long(sf, line, line_end, max_doc)
+                if pos - start < size or line_end == start:
+                    continue
+                end = line_end
+            else:
+                end = pos
+                if end == start and pending is not None:
+                    break
+            p = pipeline.Piece(
+                f"{sf.ordinal}:{start}-{end}", sf, index, start, -1, -1, b"", "", pos
+            )
+            if pending is not None:
+                yield pending
+            pending = RangePiece(p, sf.path, start, end - start, ident, ident)
+            index += 1
+            start = end
+            if not n:
+                break
+        for future in hashing:
+            if future is not None:
+                future.result()
+    assert pending is not None
     if _identity(os.fstat(raw.fileno())) != ident or _identity(os.stat(sf.path)) != ident:
         raise _changed(sf.recorded)
     last = pending.piece
@@ -450,16 +467,14 @@ def _worker_state(state_key: str, state_path: str) -> pipeline.WorkerState:
     return state
 
 
-def _token_chunks(res: pipeline.FileResult, dtype: str) -> Iterator[Any]:
-    """A result's tokens in the pack's dtype, in pieces of bounded size."""
-    import numpy as np
+def _prime_state(state_key: str, state: pipeline.WorkerState) -> None:
+    """In the client, before it forks its own cluster's workers: the state of this build with
+    its tokenizer, as `_worker_state` would build it in each worker."""
+    from matrixctl.tokenizers import pi
 
-    if res.ids is not None:
-        yield np.ascontiguousarray(res.ids, dtype=dtype)
-    elif res.spill_ids is not None:
-        with open(res.spill_ids, "rb") as fp:
-            while block := fp.read(16 << 20):
-                yield np.frombuffer(block, dtype="<u4").astype(dtype)
+    assert state.smap is not None
+    _WORKER_STATES.clear()
+    _WORKER_STATES[state_key] = dataclasses.replace(state, tok=pi.Tokenizer(state.smap))
 
 
 def _record_blocks(res: pipeline.FileResult) -> Iterator[bytes]:
@@ -485,36 +500,48 @@ RESULT_FIELDS = (
     "empty_documents",
     "skipped_records",
     "tokens",
+    "lines",
 )
 
 
 def _stage(
     results: list[pipeline.FileResult], unit: Unit, key: str, staging: str, work: str, dtype: str
 ) -> dict[str, Any]:
-    """Write a unit's results file and completion record; return the record."""
-    from matrixctl.crc import crc32
+    """Write a unit's tokens file, records file and completion record; return the record.
 
-    tmp = os.path.join(work, "results")
+    The tokens are already in files in the pack's dtype, each with its count, largest id and
+    CRC-32 computed as it was written (the local workers' `direct` mode, `pipeline._Acc`): a
+    unit of one result renames its file into place; several results' files are copied into
+    one inside the kernel. No token is read again here."""
+    from matrixctl.crc import crc32
+    from matrixctl.io import copy_file_range_all
+
+    width = 2 if dtype == "<u2" else 4
     entries: list[dict[str, Any]] = []
+    first = results[0].raw_ids if len(results) == 1 else None
+    tokens = first or os.path.join(work, "tokens")
     pos = 0
-    with open(tmp, "wb") as fp:
+    with contextlib.ExitStack() as stack:
+        out = None if first else stack.enter_context(open(tokens, "wb"))
         for res in results:
-            crc, top, start = 0, -1, pos
-            for chunk in _token_chunks(res, dtype):
-                if chunk.size:
-                    crc = crc32(chunk, crc)
-                    top = max(top, int(chunk.max()))
-                    fp.write(chunk)
-                    pos += chunk.nbytes
-            entries.append({"ids": [start, pos - start, top, crc]})
+            nbytes = res.raw_count * width if res.raw_ids else 0
+            if res.raw_ids and out is not None:
+                with open(res.raw_ids, "rb") as src:
+                    copy_file_range_all(src.fileno(), 0, nbytes, out.fileno())
+            entries.append({"ids": [pos, nbytes, res.raw_max, res.raw_crc if nbytes else 0]})
+            pos += nbytes
+    records = os.path.join(work, "records")
+    rpos = 0
+    with open(records, "wb") as fp:
         for res, entry in zip(results, entries, strict=True):
-            crc, start = 0, pos
+            crc, start = 0, rpos
             for block in _record_blocks(res):
                 crc = crc32(block, crc)
                 fp.write(block)
-                pos += len(block)
-            entry["records"] = [start, pos - start, crc]
-    os.replace(tmp, os.path.join(staging, f"{key}.results"))
+                rpos += len(block)
+            entry["records"] = [start, rpos - start, crc]
+    os.replace(tokens, os.path.join(staging, f"{key}.tokens"))
+    os.replace(records, os.path.join(staging, f"{key}.records"))
     for res, entry in zip(results, entries, strict=True):
         sf = res.source
         entry["source"] = [sf.ordinal, sf.path, sf.recorded, sf.size, sf.named]
@@ -530,7 +557,10 @@ def _stage(
         "unit": _describe(unit)[0],
         "key": key,
         "dtype": dtype,
-        "size": pos,
+        # Where the tokens are: (file in the staging folder, offset, bytes). The client moves
+        # this to its copy in a pack's atom file once merged (see DaskWorkers._merged).
+        "tokens": [f"{key}.tokens", 0, pos],
+        "records": rpos,
         "files": entries,
     }
     _write_whole(os.path.join(staging, f"{key}.done"), json.dumps(record).encode())
@@ -555,6 +585,7 @@ def run_unit(
     gc.disable()
     try:
         state.spill_dir = work
+        state.direct = True  # tokens to files in the pack's dtype as they come (see _stage)
         try:
             if isinstance(unit, RangePiece):
                 piece = dataclasses.replace(unit.piece, data=read_range(unit))
@@ -587,13 +618,19 @@ def load_unit(
     staging: str, key: str, record: dict[str, Any] | None = None
 ) -> list[pipeline.FileResult] | None:
     """A staged unit's results if its completion record (read from the staging folder when
-    not given) parses and its results file matches it (size, and the CRC-32 of every extent),
-    else None. The tokens stay in the file: each result names its extent (`staged_ids`)."""
+    not given) parses and its tokens and records match it (the CRC-32 of every extent), else
+    None. The tokens stay in their file: each result names its extent (`staged_ids`)."""
+    loaded = _load(staging, key, record)
+    return None if loaded is None else loaded[1]
+
+
+def _load(
+    staging: str, key: str, record: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], list[pipeline.FileResult]] | None:
     import numpy as np
 
     from matrixctl.crc import crc32
 
-    path = os.path.join(staging, f"{key}.results")
     try:
         if record is None:
             with open(os.path.join(staging, f"{key}.done"), "rb") as fp:
@@ -602,43 +639,56 @@ def load_unit(
             return None
         if record.get("key") != key:
             return None
-        dtype, size = record["dtype"], record["size"]
-        if dtype not in ("<u2", "<u4") or not isinstance(size, int):
+        dtype = record["dtype"]
+        name, base, size = record["tokens"]
+        rsize = record["records"]
+        if (
+            dtype not in ("<u2", "<u4")
+            or not isinstance(name, str)
+            or os.path.basename(name) != name
+            or not all(isinstance(v, int) and v >= 0 for v in (base, size, rsize))
+        ):
+            return None
+        path = os.path.join(staging, name)
+        with open(os.path.join(staging, f"{key}.records"), "rb") as fp:
+            recs_data = fp.read(rsize + 1)
+        if len(recs_data) != rsize:
             return None
         results: list[pipeline.FileResult] = []
-        with open(path, "rb") as fp:
-            if os.fstat(fp.fileno()).st_size != size:
-                return None
-            mm = mmap.mmap(fp.fileno(), 0, access=mmap.ACCESS_READ) if size else None
-            try:
-                view = memoryview(mm) if mm is not None else memoryview(b"")
+        with contextlib.ExitStack() as stack:
+            view = memoryview(b"")
+            if size:
+                fp = stack.enter_context(open(path, "rb"))
+                if os.fstat(fp.fileno()).st_size < base + size:
+                    return None
+                at = base - base % mmap.ALLOCATIONGRANULARITY
+                mm = stack.enter_context(
+                    mmap.mmap(fp.fileno(), base + size - at, access=mmap.ACCESS_READ, offset=at)
+                )
+                view = stack.enter_context(memoryview(mm))[base - at :]
+            with view:
                 for entry in record["files"]:
                     start, nbytes, _, crc = entry["ids"]
                     rstart, rbytes, rcrc = entry["records"]
                     if (
                         min(start, nbytes, rstart, rbytes) < 0
                         or start + nbytes > size
-                        or rstart + rbytes > size
+                        or rstart + rbytes > rsize
                         or rbytes % RECORD
                         or crc32(view[start : start + nbytes]) != crc
-                        or crc32(view[rstart : rstart + rbytes]) != rcrc
+                        or crc32(recs_data[rstart : rstart + rbytes]) != rcrc
                     ):
                         return None
-                    res = _result(entry, path, dtype)
-                    recs = np.frombuffer(view[rstart : rstart + rbytes], dtype="<u8")
+                    res = _result(entry, path, base, dtype)
+                    recs = np.frombuffer(recs_data, dtype="<u8", count=rbytes // 8, offset=rstart)
                     res.records = recs.reshape(-1, 2).tolist()  # type: ignore[assignment]
-                    del recs
                     results.append(res)
-                view.release()
-            finally:
-                if mm is not None:
-                    mm.close()
     except (OSError, ValueError, KeyError, TypeError, AttributeError, BufferError):
         return None
-    return results
+    return record, results
 
 
-def _result(entry: dict[str, Any], path: str, dtype: str) -> pipeline.FileResult:
+def _result(entry: dict[str, Any], path: str, base: int, dtype: str) -> pipeline.FileResult:
     ordinal, src_path, recorded, size, named = entry["source"]
     sf = SourceFile(ordinal, src_path, recorded, size, named)
     res = pipeline.FileResult(sf, "")
@@ -652,7 +702,7 @@ def _result(entry: dict[str, Any], path: str, dtype: str) -> pipeline.FileResult
         )
     start, nbytes, top, crc = entry["ids"]
     if nbytes:
-        res.staged_ids = (path, start, nbytes, dtype, top, crc)
+        res.staged_ids = (path, base + start, nbytes, dtype, top, crc)
     return res
 
 
@@ -716,28 +766,6 @@ class DaskWorkers:
         self.cluster: Any = None
         address = scheduler or os.environ.get(ENV_SCHEDULER) or None
         self.address = address
-        try:
-            if address is None:
-                self.cluster = _local_cluster(distributed, jobs)
-                self.client = distributed.Client(self.cluster)
-            else:
-                self.client = distributed.Client(address, timeout="30s")
-        except (OSError, TimeoutError, ValueError) as exc:
-            self._shutdown()
-            raise InputError(
-                INGEST_DASK_CLUSTER,
-                f"cannot reach the Dask scheduler: {exc}",
-                path=address or "LocalCluster",
-                hint="start one with `dask scheduler` or leave out --scheduler",
-            ) from None
-        # This process lives for one build: what it holds now (distributed, the cluster, the
-        # symbol map) stays to the end, so the collector need not walk it again and again.
-        import gc
-
-        gc.freeze()
-        if not resume and os.path.isdir(self.staging):
-            shutil.rmtree(self.staging)
-        os.makedirs(self.staging, exist_ok=True)
         tok, state.tok = state.tok, None
         try:
             blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
@@ -746,6 +774,34 @@ class DaskWorkers:
         # The workers read the state (the symbol map, about 1 MB, and the options) from the
         # staging folder once each: the tasks carry only its path and hash.
         self.state_key = hashlib.sha256(blob).hexdigest()
+        import gc
+
+        if address is None:
+            # The own cluster's workers are forked from this process: they inherit the state
+            # with its tokenizer, built once here, and start their first unit at once.
+            _prime_state(self.state_key, state)
+        # This process lives for one build: what it holds now (distributed, the symbol map)
+        # stays to the end, so the collector need not walk it again and again; frozen before
+        # the workers are forked, their collectors skip it too (and leave its pages shared).
+        gc.freeze()
+        try:
+            if address is None:
+                self.cluster = _local_cluster(distributed, jobs)
+                self.client = distributed.Client(self.cluster)
+            else:
+                self.client = distributed.Client(address, timeout="30s")
+        except (OSError, TimeoutError, ValueError) as exc:
+            self._shutdown()
+            gc.unfreeze()
+            raise InputError(
+                INGEST_DASK_CLUSTER,
+                f"cannot reach the Dask scheduler: {exc}",
+                path=address or "LocalCluster",
+                hint="start one with `dask scheduler` or leave out --scheduler",
+            ) from None
+        if not resume and os.path.isdir(self.staging):
+            shutil.rmtree(self.staging)
+        os.makedirs(self.staging, exist_ok=True)
         self.state_path = os.path.join(self.staging, f"state-{self.state_key}.pickle")
         _write_whole(self.state_path, blob)
         self.fingerprint = _fingerprint(state)
@@ -757,6 +813,7 @@ class DaskWorkers:
         pending = plan(files, self.state, self.jobs, self.staging)
         workers = len(self.client.scheduler_info().get("workers", {}))
         limit = 4 * max(self.jobs, workers) + 4  # units carry no data: a deep window is cheap
+        batch = max(self.jobs, workers)  # submitted together once this many are merged
 
         def task(unit: Unit, key: str) -> Any:
             _drop_unit(self.staging, key)
@@ -771,43 +828,118 @@ class DaskWorkers:
                 pure=False,
             )
 
-        def submit(unit: Unit) -> None:
-            key = unit_key(self.fingerprint, unit)
-            if self.resume and os.path.exists(os.path.join(self.staging, f"{key}.done")):
-                window.append((key, unit, None))
-            else:
-                window.append((key, unit, task(unit, key)))
+        def submit(units: list[Unit]) -> None:
+            """Append units to the window; those not staged already go to the scheduler in
+            one message (one graph update for the batch)."""
+            entries: list[tuple[str, Unit, bool]] = []  # in unit order: (key, unit, staged)
+            for unit in units:
+                key = unit_key(self.fingerprint, unit)
+                staged = self.resume and os.path.exists(os.path.join(self.staging, f"{key}.done"))
+                if not staged:
+                    _drop_unit(self.staging, key)
+                entries.append((key, unit, staged))
+            todo = [(key, unit) for key, unit, staged in entries if not staged]
+            futures = iter(
+                self.client.map(
+                    run_unit,
+                    [self.state_key] * len(todo),
+                    [self.state_path] * len(todo),
+                    [unit for _, unit in todo],
+                    [key for key, _ in todo],
+                    [self.staging] * len(todo),
+                    key=[f"matrixctl-unit-{key}" for key, _ in todo],
+                    pure=False,
+                )
+                if todo
+                else ()
+            )
+            for key, unit, staged in entries:
+                window.append((key, unit, None if staged else next(futures)))
 
-        for unit in pending:
-            submit(unit)
-            if len(window) >= limit:
-                break
+        def refill(room: int) -> None:
+            # A batch at a time: the workers start on the first units while the client cuts
+            # the next ones (a first batch of the whole window would wait for all of it).
+            while room > 0:
+                units = list(itertools.islice(pending, min(batch, room)))
+                if not units:
+                    return
+                submit(units)
+                room -= len(units)
+
+        refill(limit)
+        link, at = self._link_atoms(spill_dir)
         while window:
             key, unit, future = window.popleft()
-            staged = None
+            loaded = None
             if future is None:
-                staged = load_unit(self.staging, key)
-                if staged is not None:
+                loaded = _load(self.staging, key)
+                if loaded is not None:
                     self.reused += 1
                 else:  # a record or file that does not check out: the unit is redone
                     future = task(unit, key)
             if future is not None:
-                staged = self._collect(key, future)
+                loaded = self._collect(key, future)
                 self.redone += 1
             if isinstance(unit, RangePiece) and unit.path != unit.piece.source.path:
                 with contextlib.suppress(OSError):
                     os.unlink(unit.path)  # a decompressed range, read
-            nxt = next(pending, None)
-            if nxt is not None:
-                submit(nxt)
-            assert staged is not None
+            if len(window) <= limit - batch:
+                refill(limit - len(window))
+            assert loaded is not None
+            record, staged = loaded
             yield from staged
+            # The writer asks for the next result only once it has copied these: the unit's
+            # tokens are now in the pack's atom file too (which the staging folder links).
+            size = record["tokens"][2]
+            if link is not None:
+                self._merged(key, record, link, at)
+            at += size
         self.ok = True
 
-    def _collect(self, key: str, future: Any) -> list[pipeline.FileResult]:
+    def _link_atoms(self, spill_dir: str) -> tuple[str | None, int]:
+        """Hard-link the pack's atom file, still being written, into the staging folder; and
+        the offset where the next unit's tokens go in it. Each merged unit's record then names
+        its tokens' copy in that file, and its own tokens file is removed at once: the page
+        cache holds every token once (in the pack) instead of twice until the end, and a
+        build resumed after its client was killed still finds the merged units' tokens, in
+        the killed build's atom file (whose own folder the next build removes). Without hard
+        links (some file systems) the tokens files stay until the build ends."""
+        from matrixctl.formats import ingest_pack, matrix_atom
+
+        atoms = os.path.join(os.path.dirname(os.path.abspath(spill_dir)), ingest_pack.ATOMS)
+        link = f"atoms-{uuid.uuid4().hex}.bin"
+        try:
+            os.link(atoms, os.path.join(self.staging, link))
+        except OSError:
+            return None, matrix_atom.HEADER_SIZE
+        return link, matrix_atom.HEADER_SIZE
+
+    def _merged(self, key: str, record: dict[str, Any], link: str, at: int) -> None:
+        """Point a merged unit's record at its tokens in the atom file (`link`, offset `at`),
+        then drop its tokens file. A record pointing at the wrong bytes only costs a redo:
+        every extent is checked by its CRC-32 before use (load_unit)."""
+        name, _, size = record["tokens"]
+        if name == link:
+            return
+        moved = dict(record, tokens=[link, at, size])
+        _write_whole(os.path.join(self.staging, f"{key}.done"), json.dumps(moved).encode())
+        if name == f"{key}.tokens":
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.staging, name))
+
+    def _collect(self, key: str, future: Any) -> tuple[dict[str, Any], list[pipeline.FileResult]]:
         distributed = self.distributed
         killed = getattr(distributed, "KilledWorker", None) or distributed.scheduler.KilledWorker
         try:
+            # The task's record is also in the staging folder: read from there once the task
+            # is done, it costs no fetch from the worker through the scheduler. Only a unit
+            # whose record is missing or does not check out (a bad input's error, a staging
+            # folder the client does not see) asks for the task's result.
+            distributed.wait(future)
+            if future.status == "finished":
+                loaded = _load(self.staging, key)
+                if loaded is not None:
+                    return loaded
             status, payload = future.result()
         except (killed, distributed.client.FutureCancelledError, OSError, TimeoutError) as exc:
             raise InputError(
@@ -819,8 +951,8 @@ class DaskWorkers:
         if status == "error":
             self.input_error = True
             pipeline._reraise(payload)
-        staged = load_unit(self.staging, key, payload)
-        if staged is None:
+        loaded = _load(self.staging, key, payload)
+        if loaded is None:
             raise InputError(
                 INGEST_DASK_CLUSTER,
                 f"unit {key} reported done but its staged results do not check out",
@@ -828,7 +960,7 @@ class DaskWorkers:
                 hint="the staging folder must be on a file system shared by every worker "
                 "and this client (docs/scale-out.md)",
             )
-        return staged
+        return loaded
 
     def report(self) -> dict[str, Any]:
         return {

@@ -206,7 +206,21 @@ def _ingest_on(lc, src: Path, out: Path, *extra: str) -> Run:
     )  # fmt: skip
 
 
-def _kill_client_after(lc, src: Path, out: Path, done: int) -> None:
+def _merged(staging: Path) -> dict[str, list[Any]]:
+    """The staged units whose record points at their tokens in a pack's atom file: units the
+    client had merged (their own tokens file is gone)."""
+    merged = {}
+    for record in staging.glob("*.done"):
+        try:
+            tokens = json.loads(record.read_bytes())["tokens"]
+        except (OSError, ValueError, KeyError):
+            continue
+        if tokens[0].startswith("atoms-"):
+            merged[record.stem] = tokens
+    return merged
+
+
+def _kill_client_after(lc, src: Path, out: Path, done: int, merged: int = 0) -> None:
     proc = _popen(
         "ingest",
         "docs",
@@ -224,7 +238,9 @@ def _kill_client_after(lc, src: Path, out: Path, done: int) -> None:
 
     def enough() -> bool:
         return proc.poll() is not None or (
-            staging.is_dir() and len(list(staging.glob("*.done"))) >= done
+            staging.is_dir()
+            and len(list(staging.glob("*.done"))) >= done
+            and (not merged or len(_merged(staging)) >= merged)
         )
 
     try:
@@ -256,6 +272,39 @@ def test_killed_client_resumes_reusing_staged_units(cluster, tmp_path: Path) -> 
 
 
 @pytest.mark.slow
+def test_merged_units_resume_from_the_killed_builds_atom_file(cluster, tmp_path: Path) -> None:
+    """Units the killed client had merged keep their tokens only in its pack's atom file,
+    which the staging folder links: the resumed build reuses them from there, checked by
+    their CRC-32; one whose bytes there were changed is redone."""
+    lc, _ = cluster
+    src = _corpus(tmp_path, 150, 12000)
+    local = tmp_path / "local"
+    assert run_cli("ingest", "docs", str(src), "-o", str(local)).code == 0
+    out = tmp_path / "pack"
+    _kill_client_after(lc, src, out, 4, merged=3)
+    staging = _staging(out)
+    merged = _merged(staging)
+    assert len(merged) >= 3
+    assert not any((staging / f"{key}.tokens").exists() for key in merged)
+    key, (atoms, offset, size) = sorted(merged.items())[0]
+    with open(staging / atoms, "r+b") as fp:  # one byte of one merged unit's tokens
+        fp.seek(offset + size // 2)
+        byte = fp.read(1)
+        fp.seek(offset + size // 2)
+        fp.write(bytes([byte[0] ^ 0xFF]))
+    from matrixctl.ingest.dask_exec import load_unit
+
+    assert load_unit(str(staging), key) is None
+    assert all(load_unit(str(staging), k) is not None for k in merged if k != key)
+    run = _ingest_on(lc, src, out, "--resume", "--json")
+    assert run.code == 0, run.stderr
+    ex = json.loads(run.out)["executor"]
+    assert ex["reused"] >= len(merged) - 1 and ex["redone"] >= 1
+    assert _tree(out) == _tree(local)
+    assert not _staging(out).exists()
+
+
+@pytest.mark.slow
 def test_corrupt_staged_units_are_redone(cluster, tmp_path: Path) -> None:
     lc, _ = cluster
     src = _corpus(tmp_path, 60, 12000)
@@ -265,10 +314,10 @@ def test_corrupt_staged_units_are_redone(cluster, tmp_path: Path) -> None:
     _kill_client_after(lc, src, out, 4)
     staging = _staging(out)
     records = sorted(staging.glob("*.done"))[:3]
-    # A completion record that does not parse, a results file with one byte changed, and a
-    # results file without its record (what a worker killed between the two leaves behind).
+    # A completion record that does not parse, a records file with one byte changed, and
+    # staged files without their record (what a worker killed between the two leaves behind).
     records[0].write_bytes(records[0].read_bytes()[:-5])
-    results = records[1].with_suffix(".results")
+    results = records[1].with_suffix(".records")
     data = bytearray(results.read_bytes())
     data[len(data) // 2] ^= 0xFF
     results.write_bytes(bytes(data))
@@ -301,6 +350,42 @@ def test_bad_input_fails_once_with_the_local_error(cluster, tmp_path: Path) -> N
     attempts = client.run_on_scheduler(_attempts)
     new = {k: n for k, n in attempts.items() if k not in before}
     assert new and all(n == 1 for n in new.values()), new
+
+
+def test_a_bad_line_in_a_later_piece_names_the_files_line(
+    cluster, tmp_path: Path, monkeypatch
+) -> None:
+    """Workers count a piece's lines from 0 (the client does not count them): a bad record
+    deep in a large JSON Lines file still gets the local run's error, with the file's own
+    line number and offset."""
+    lc, _ = cluster
+    _small_units(monkeypatch)
+    src = tmp_path / "big.jsonl"
+    data = _big_jsonl(src).split(b"\n")
+    data[2500] = b'{"text": "broken'
+    src.write_bytes(b"\n".join(data))
+    local = run_cli("ingest", "docs", str(src), "-o", str(tmp_path / "local"))
+    assert local.code == 1 and "line 2501" in local.stderr, local.stderr
+    run = _ingest_on(lc, src, tmp_path / "pack")
+    assert (run.code, run.stderr) == (local.code, local.stderr)
+
+
+def test_a_line_longer_than_max_doc_size_deep_in_the_file_is_the_local_error(
+    cluster, tmp_path: Path, monkeypatch
+) -> None:
+    """The client cuts without counting lines; a line past --max-doc-size found while cutting
+    is reported as the local run reports it (its line number and offset in the file)."""
+    lc, _ = cluster
+    _small_units(monkeypatch)
+    src = tmp_path / "big.jsonl"
+    data = _big_jsonl(src).split(b"\n")
+    data[2000] = json.dumps({"text": "long " * 30000}).encode()
+    src.write_bytes(b"\n".join(data))
+    args = ("--max-doc-size", "100000")
+    local = run_cli("ingest", "docs", str(src), "-o", str(tmp_path / "local"), *args)
+    assert local.code == 1 and "line 2001" in local.stderr, local.stderr
+    run = _ingest_on(lc, src, tmp_path / "pack", *args)
+    assert (run.code, run.stderr) == (local.code, local.stderr)
 
 
 def _attempts(dask_scheduler=None) -> dict[str, int]:
@@ -442,13 +527,14 @@ def test_range_pieces_cover_the_file_in_whole_lines(tmp_path: Path, monkeypatch)
     data = _big_jsonl(src)
     units = list(_plan(src, tmp_path / "staging"))
     assert len(units) > 4 and all(isinstance(u, dask_exec.RangePiece) for u in units)
-    pos = lines = 0
-    for u in units:
-        assert u.path == str(src) and u.offset == pos and u.piece.first_line == lines
+    pos = 0
+    for index, u in enumerate(units):
+        assert u.path == str(src) and u.offset == pos and u.piece.index == index
+        # Lines are counted by the worker, from 0 (the writer adds the lines before it).
+        assert u.piece.first_line == -1
         got = dask_exec.read_range(u)
         assert got == data[pos : pos + u.length] and got.endswith(b"\n")
         pos += u.length
-        lines += got.count(b"\n")
     assert pos == len(data)
     assert units[-1].piece.last and not any(u.piece.last for u in units[:-1])
     assert units[-1].piece.file_sha256 == "sha256:" + hashlib.sha256(data).hexdigest()
