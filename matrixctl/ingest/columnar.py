@@ -257,6 +257,60 @@ def row_group_ends(path: str, name: str) -> list[int]:
     return ends
 
 
+class _Ahead:
+    """The items of an iterator, produced on a helper thread up to two ahead of the caller
+    (pyarrow decodes a column without the GIL, so that overlaps with the tokenizing of the
+    column before); an exception the iterator raises is raised where the caller reaches it.
+    `close` stops the thread after the item it is producing (the caller may stop early)."""
+
+    def __init__(self, items: Iterator[Any]) -> None:
+        import queue
+        import threading
+
+        self.items = items
+        self.queue: queue.Queue[tuple[str, Any]] = queue.Queue(2)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="matrixctl-columns", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import queue
+
+        try:
+            for item in self.items:
+                entry: tuple[str, Any] = ("item", item)
+                while not self.stop.is_set():
+                    try:
+                        self.queue.put(entry, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self.stop.is_set():
+                    return
+            entry = ("end", None)
+        except BaseException as exc:  # handed to the caller, raised there
+            entry = ("error", exc)
+        while not self.stop.is_set():
+            try:
+                self.queue.put(entry, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            what, value = self.queue.get()
+            if what == "end":
+                return
+            if what == "error":
+                raise value
+            yield value
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
 def texts(
     kind: str,
     path: str,
@@ -265,15 +319,27 @@ def texts(
     counters: extract.Counters,
     groups: tuple[int, int] | None = None,
     first_row: int = 0,
+    *,
+    ahead: bool = False,
 ) -> Iterator[tuple[int, str | bytes]]:
     """Every row of a Parquet or Arrow file as `(row number, text)`, or the rows of the row
     groups `groups`, the first of which is row `first_row`; CRLF as LF. An ASCII text comes
-    as bytes (see `Table.cells`), any other as str."""
+    as bytes (see `Table.cells`), any other as str. `ahead` (`--jobs 1`, where the second
+    core is free): the next columns are read and decoded on a helper thread meanwhile."""
     table = Table(kind, path, name, opts.text_field)
     row = first_row
-    for col in table.stream_columns(groups):
-        yield from _texts(table.cells(col), row, name, opts, counters)
-        row += len(col)
+    if not ahead:
+        for col in table.stream_columns(groups):
+            yield from _texts(table.cells(col), row, name, opts, counters)
+            row += len(col)
+        return
+    columns = _Ahead(table.stream_columns(groups))
+    try:
+        for col in columns:
+            yield from _texts(table.cells(col), row, name, opts, counters)
+            row += len(col)
+    finally:
+        columns.close()
 
 
 def documents(

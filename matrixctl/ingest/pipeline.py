@@ -474,7 +474,14 @@ def _tokenize(
         from matrixctl.ingest import columnar
 
         texts = columnar.texts(
-            "parquet", sf.path, sf.recorded, state.opts, counters, piece.groups, piece.first_line
+            "parquet",
+            sf.path,
+            sf.recorded,
+            state.opts,
+            counters,
+            piece.groups,
+            piece.first_line,
+            ahead=state.read_once,
         )
     elif piece is not None and piece.kind == "text":
         part = _RangeReader(sf, piece.start, piece.length)
@@ -493,7 +500,9 @@ def _tokenize(
     elif kind in extract.COLUMNAR:
         from matrixctl.ingest import columnar
 
-        texts = columnar.texts(kind, sf.path, sf.recorded, state.opts, counters)
+        texts = columnar.texts(
+            kind, sf.path, sf.recorded, state.opts, counters, ahead=state.read_once
+        )
     elif kind == "jsonl":
         texts = extract.jsonl_texts_stream(stream, sf.recorded, state.opts, counters)
     else:

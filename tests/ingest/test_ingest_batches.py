@@ -117,10 +117,13 @@ def reference_texts(values: list[Any], opts: extract.Options) -> tuple[list[Any]
     return out, None
 
 
-def columnar_texts(path: Path, opts: extract.Options, kind: str = "parquet") -> tuple[list, Any]:
+def columnar_texts(
+    path: Path, opts: extract.Options, kind: str = "parquet", ahead: bool = False
+) -> tuple[list, Any]:
     got: list[Any] = []
     try:
-        for row, text in columnar.texts(kind, str(path), "f", opts, extract.Counters()):
+        texts = columnar.texts(kind, str(path), "f", opts, extract.Counters(), ahead=ahead)
+        for row, text in texts:
             got.append((row, text.decode("ascii") if isinstance(text, bytes) else text))
     except FormatError as err:
         return got, err.message
@@ -138,10 +141,11 @@ CELLS = [
 ]
 
 
+@pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("large", [False, True])
 @pytest.mark.parametrize("group", [1, 3, 100])
 def test_cells_from_the_arrow_buffers_are_the_python_values(
-    tmp_path: Path, large: bool, group: int
+    tmp_path: Path, large: bool, group: int, ahead: bool
 ) -> None:
     import pyarrow
     from pyarrow import parquet
@@ -157,10 +161,44 @@ def test_cells_from_the_arrow_buffers_are_the_python_values(
         extract.Options(max_doc=300),
         extract.Options(max_doc=15),  # over before CRLF is replaced, not after
     ):
-        got, err = columnar_texts(path, opts)
+        got, err = columnar_texts(path, opts, ahead=ahead)
         want, want_err = reference_texts(CELLS * 3, opts)
         assert got == want
         assert (err is None) == (want_err is None) and (err is None or want_err in err)
+
+
+def test_columns_read_ahead_give_the_rows_and_the_error_of_columns_read_in_turn(
+    tmp_path: Path,
+) -> None:
+    """Decision (columnar.texts, `--jobs 1`): the next columns are decoded on a helper
+    thread; the rows, and the error of a damaged row group after good ones, are those of the
+    columns read in turn, and a caller that stops early stops the thread."""
+    import threading
+
+    import pyarrow
+    from pyarrow import parquet
+
+    rows = [f"row {i} " + "w" * (i % 50) for i in range(4000)]
+    path = tmp_path / "t.parquet"
+    parquet.write_table(pyarrow.table({"text": rows}), path, row_group_size=500)
+    opts = extract.Options()
+    good = columnar_texts(path, opts, ahead=True)
+    assert good == columnar_texts(path, opts) and good[1] is None
+    assert [text for _, text in good[0]] == rows
+    meta = parquet.ParquetFile(path).metadata
+    column = meta.row_group(5).column(0)
+    start = column.data_page_offset
+    data = bytearray(path.read_bytes())
+    data[start + 8 : start + 40] = b"\xff" * 32  # inside row group 5's first page
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(bytes(data))
+    got, err = columnar_texts(bad, opts, ahead=True)
+    assert (got, err) == columnar_texts(bad, opts)
+    assert err is not None and len(got) <= 2500
+    texts = columnar.texts("parquet", str(path), "f", opts, extract.Counters(), ahead=True)
+    next(texts)
+    texts.close()  # stops the helper thread
+    assert not [t for t in threading.enumerate() if t.name == "matrixctl-columns"]
 
 
 def test_arrow_batches_sliced_and_columns_that_are_not_strings(tmp_path: Path) -> None:
