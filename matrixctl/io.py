@@ -1287,3 +1287,58 @@ def sha256_file(path: str) -> str:
                 break
             h.update(block)
     return "sha256:" + h.hexdigest()
+
+
+class Ahead:
+    """The items of an iterator, produced on a helper thread up to two ahead of the caller:
+    for work that runs without the GIL (decompressing, pyarrow decoding a column), which then
+    overlaps with the caller's work on the item before. An exception the iterator raises is
+    raised where the caller reaches it. `close` stops the thread after the item it is
+    producing (the caller may stop early)."""
+
+    def __init__(self, items: Iterator[Any], name: str = "matrixctl-ahead") -> None:
+        import queue
+        import threading
+
+        self.items = items
+        self.queue: queue.Queue[tuple[str, Any]] = queue.Queue(2)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import queue
+
+        try:
+            for item in self.items:
+                entry: tuple[str, Any] = ("item", item)
+                while not self.stop.is_set():
+                    try:
+                        self.queue.put(entry, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self.stop.is_set():
+                    return
+            entry = ("end", None)
+        except BaseException as exc:  # handed to the caller, raised there
+            entry = ("error", exc)
+        while not self.stop.is_set():
+            try:
+                self.queue.put(entry, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            what, value = self.queue.get()
+            if what == "end":
+                return
+            if what == "error":
+                raise value
+            yield value
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()

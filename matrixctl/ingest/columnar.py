@@ -257,60 +257,6 @@ def row_group_ends(path: str, name: str) -> list[int]:
     return ends
 
 
-class _Ahead:
-    """The items of an iterator, produced on a helper thread up to two ahead of the caller
-    (pyarrow decodes a column without the GIL, so that overlaps with the tokenizing of the
-    column before); an exception the iterator raises is raised where the caller reaches it.
-    `close` stops the thread after the item it is producing (the caller may stop early)."""
-
-    def __init__(self, items: Iterator[Any]) -> None:
-        import queue
-        import threading
-
-        self.items = items
-        self.queue: queue.Queue[tuple[str, Any]] = queue.Queue(2)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="matrixctl-columns", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        import queue
-
-        try:
-            for item in self.items:
-                entry: tuple[str, Any] = ("item", item)
-                while not self.stop.is_set():
-                    try:
-                        self.queue.put(entry, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if self.stop.is_set():
-                    return
-            entry = ("end", None)
-        except BaseException as exc:  # handed to the caller, raised there
-            entry = ("error", exc)
-        while not self.stop.is_set():
-            try:
-                self.queue.put(entry, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def __iter__(self) -> Iterator[Any]:
-        while True:
-            what, value = self.queue.get()
-            if what == "end":
-                return
-            if what == "error":
-                raise value
-            yield value
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join()
-
-
 def texts(
     kind: str,
     path: str,
@@ -333,7 +279,9 @@ def texts(
             yield from _texts(table.cells(col), row, name, opts, counters)
             row += len(col)
         return
-    columns = _Ahead(table.stream_columns(groups))
+    from matrixctl.io import Ahead
+
+    columns = Ahead(table.stream_columns(groups), "matrixctl-columns")
     try:
         for col in columns:
             yield from _texts(table.cells(col), row, name, opts, counters)

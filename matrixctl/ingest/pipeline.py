@@ -798,53 +798,35 @@ def split_file(
 
 
 class _ReadAhead:
-    """`read(size)` of a stream done on a helper thread, up to two reads ahead of the caller:
-    the chunks, then b"" at the end, in order; an exception the stream raises is raised by
-    the `read` that reaches it. `close` stops the thread (the caller may stop early)."""
+    """`read(size)` of a stream done on a helper thread (`io.Ahead`), up to two reads ahead of
+    the caller: the chunks, then b"" at the end, in order; an exception the stream raises is
+    raised by the `read` that reaches it. `close` stops the thread (the caller may stop
+    early)."""
 
     def __init__(self, stream: Any, size: int) -> None:
-        import queue
-        import threading
+        import functools
 
-        self.stream = stream
-        self.size = size
-        self.chunks: queue.Queue[Any] = queue.Queue(2)
-        self.stop = threading.Event()
+        from matrixctl.io import Ahead
+
+        self.ahead = Ahead(iter(functools.partial(stream.read, size), b""), "matrixctl-read")
+        self.chunks = iter(self.ahead)
         self.done = False
-        self.thread = threading.Thread(target=self._run, name="matrixctl-read", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        import queue
-
-        while not self.stop.is_set():
-            try:
-                item: Any = self.stream.read(self.size)
-            except BaseException as exc:  # handed to the reader, raised there
-                item = exc
-            while not self.stop.is_set():
-                try:
-                    self.chunks.put(item, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
-            if not isinstance(item, bytes) or not item:
-                return
 
     def read(self, n: int = -1) -> bytes:
         if self.done:
             return b""
-        item = self.chunks.get()
-        if isinstance(item, BaseException):
+        try:
+            data: bytes = next(self.chunks)
+        except StopIteration:
             self.done = True
-            raise item
-        self.done = not item
-        data: bytes = item
+            return b""
+        except BaseException:
+            self.done = True
+            raise
         return data
 
     def close(self) -> None:
-        self.stop.set()
-        self.thread.join()
+        self.ahead.close()
 
 
 def _cut(
