@@ -905,6 +905,19 @@ def aside_name(dest: str) -> str:
     return sibling_temp_name(os.path.abspath(dest) + ".old")
 
 
+def discard_aside(old: str, dest: str) -> None:
+    """Remove the previous version of `dest` that a replacement set aside at `old`, once the
+    new one is in place. It is renamed to a temporary name of `dest` first, so a removal cut
+    short (a kill) leaves a temporary folder the next writer removes, never a half-removed
+    previous version that `restore_aside` would put back as `dest`."""
+    doomed = sibling_temp_name(dest)
+    try:
+        os.rename(old, doomed)
+    except OSError:
+        doomed = old
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
 def aside_of(name: str) -> str | None:
     """The output whose previous version the set-aside name `name` holds, or None when `name`
     is not a set-aside name (`.NAME.old.mx...tmp`, `.NAME.PID-START.RANDOM.old`)."""

@@ -141,4 +141,6 @@ def publish(tmp: str, dest: str) -> None:
         raise from_os_error(exc, dest, writing=True) from None
     _sync_dir(parent)
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        from matrixctl import io
+
+        io.discard_aside(old, dest)

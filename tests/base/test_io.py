@@ -197,3 +197,45 @@ def test_a_signal_right_after_the_temporary_is_created_leaves_nothing(
         mio.make_temp_dir(str(tmp_path / "pack"), made)
     assert len(made) == 1 and os.path.isdir(made[0])  # the caller can remove it: it has the name
     assert os.path.basename(made[0]).startswith(".pack.") and made[0].endswith(".tmp")
+
+
+def test_a_removal_of_a_set_aside_version_cut_short_is_never_restored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decision (io.discard_aside): the previous version a replacement set aside is renamed to
+    a temporary name before it is removed, so a kill in the middle of the removal leaves a
+    temporary folder, not a half-removed `.NAME.old...` that `restore_aside` would put back
+    once the output is deleted."""
+    import shutil
+
+    from matrixctl.io import aside_name, aside_of, discard_aside, restore_aside
+
+    dest = tmp_path / "pack"
+    old = Path(aside_name(str(dest)))
+    old.mkdir()
+    for name in ("a", "b", "manifest.json"):
+        (old / name).write_text(name)
+
+    def killed(path: str, ignore_errors: bool = False) -> None:
+        os.unlink(os.path.join(path, "manifest.json"))  # the removal got this far
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        discard_aside(str(old), str(dest))
+    monkeypatch.undo()
+    left = os.listdir(tmp_path)
+    assert len(left) == 1 and aside_of(left[0]) is None  # a temporary name, not a set-aside
+    assert restore_aside(str(dest)) is None
+    assert not dest.exists()
+
+
+def test_discard_aside_removes_the_set_aside_version(tmp_path: Path) -> None:
+    from matrixctl.io import aside_name, discard_aside
+
+    dest = tmp_path / "pack"
+    old = Path(aside_name(str(dest)))
+    (old / "sub").mkdir(parents=True)
+    (old / "sub" / "x").write_text("x")
+    discard_aside(str(old), str(dest))
+    assert os.listdir(tmp_path) == []

@@ -40,6 +40,7 @@ from matrixctl.errors import FormatError, OutputError, UsageError, from_os_error
 from matrixctl.io import (
     STDIO,
     aside_name,
+    discard_aside,
     display_name,
     make_temp_dir,
     open_input_stream,
@@ -522,4 +523,4 @@ def _install(work: str, outdir: str) -> None:
                 os.rename(old, outdir)
         raise from_os_error(exc, outdir, writing=True) from None
     if old:
-        shutil.rmtree(old, ignore_errors=True)
+        discard_aside(old, outdir)
