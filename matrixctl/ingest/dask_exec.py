@@ -204,60 +204,42 @@ def _cut_file(
     sf: SourceFile, raw: Any, size: int, max_doc: int, ident: Identity
 ) -> Iterator[RangePiece]:
     """The range pieces of one stored JSON Lines file: whole lines, about `size` bytes each,
-    from one pass over the file into two buffers in turn. Each read is hashed on a helper
-    thread (hashlib releases the GIL) while this one finds its last line end and reads the
-    next; lines are not counted here (a pass over every byte on the client): each worker
-    counts its piece's lines from 0 (`first_line` -1) and the writer adds the lines before it,
-    as for local `--jobs N`."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    from one pass over the file (`pipeline.hashed_reads`: each read hashed on a helper thread
+    while this one finds its last line end). Lines are not counted here (a pass over every
+    byte on the client): each worker counts its piece's lines from 0 (`first_line` -1) and
+    the writer adds the lines before it, as for local `--jobs N`."""
     sha = hashlib.sha256()
     chunk = min(size, READ_BYTES)  # a piece spans whole reads: its end is the last line end
-    bufs = [bytearray(chunk), bytearray(chunk)]  # of the read that takes it to `size` bytes
-    hashing: list[Any] = [None, None]  # the hash of each buffer's last read, in flight
-    pos = start = index = reads = 0
+    pos = start = index = 0  # of the read that takes it to `size` bytes
     line_end = 0  # the end of the last whole line read
     pending: RangePiece | None = None
+
+    def piece(end: int) -> RangePiece:
+        cut = pipeline.Piece(f"{sf.ordinal}:{start}-{end}", sf, index, start, -1, -1, b"", "", pos)
+        return RangePiece(cut, sf.path, start, end - start, ident, ident)
+
     raw.seek(0)
-    with ThreadPoolExecutor(1, thread_name_prefix="matrixctl-hash") as hasher:
-        while True:
-            which = reads % 2
-            reads += 1
-            buf = bufs[which]
-            if hashing[which] is not None:
-                hashing[which].result()  # its last read is hashed: the buffer is free
-            view = memoryview(buf)
-            n = raw.readinto(view)
-            if n:
-                hashing[which] = hasher.submit(sha.update, view[:n])
-                newline = buf.rfind(b"\n", 0, n)
-                pos += n
-                if newline >= 0:
-                    line_end = pos - n + newline + 1
-                elif pos - line_end > max_doc + 1:
-                    line = pipeline._lines_before(sf, line_end) + 1
-                    raise pipeline._too_long(sf, line, line_end, max_doc)
-                if pos - start < size or line_end == start:
-                    continue
-                end = line_end
-            else:
-                end = pos
-                if end == start and pending is not None:
-                    break
-            p = pipeline.Piece(
-                f"{sf.ordinal}:{start}-{end}", sf, index, start, -1, -1, b"", "", pos
-            )
-            if pending is not None:
-                yield pending
-            pending = RangePiece(p, sf.path, start, end - start, ident, ident)
-            index += 1
-            start = end
-            if not n:
-                break
-        for future in hashing:
-            if future is not None:
-                future.result()
-    assert pending is not None
+    for buf, n in pipeline.hashed_reads(raw, chunk, sha):
+        newline = buf.rfind(b"\n", 0, n)
+        pos += n
+        if newline >= 0:
+            line_end = pos - n + newline + 1
+        elif pos - line_end > max_doc + 1:
+            line = pipeline._lines_before(sf, line_end) + 1
+            raise pipeline._too_long(sf, line, line_end, max_doc)
+        if pos - start < size or line_end == start:
+            continue
+        cut = piece(line_end)
+        if pending is not None:
+            yield pending
+        pending = cut
+        index += 1
+        start = line_end
+    if pos != start or pending is None:  # the rest after the last cut (an empty file: one)
+        cut = piece(pos)
+        if pending is not None:
+            yield pending
+        pending = cut
     if _identity(os.fstat(raw.fileno())) != ident or _identity(os.stat(sf.path)) != ident:
         raise _changed(sf.recorded)
     last = pending.piece

@@ -951,28 +951,17 @@ def _text_cut(data: bytearray, n: int, followers: bytes) -> int:
             return at
 
 
-def _cut_ranges(
-    sf: SourceFile, size: int, max_doc: int, followers: bytes | None = None
-) -> Iterator[Piece]:
-    """The pieces of a JSON Lines file as stored, as byte ranges (see `split_file`): the
-    same cuts as `_cut`, found without keeping any of the bytes. The file is read again from
-    its start into two buffers in turn (no allocation per read); each read is hashed on a
-    helper thread (hashlib releases the GIL) while this one searches it for its last line end
-    and reads the next. With `followers`, the file is plain text (one document) cut where
-    `text_cut_followers` says."""
-    import hashlib
+def hashed_reads(fp: Any, size: int, sha: Any) -> Iterator[tuple[bytearray, int]]:
+    """The reads of `fp` to its end, each as (buffer, bytes read), into two buffers of `size`
+    in turn (no allocation per read). Each read is hashed into `sha` on a helper thread
+    (hashlib releases the GIL) while the caller looks at it and the next one is read; a
+    buffer is valid until the next step. When this ends, every read is hashed."""
     from concurrent.futures import ThreadPoolExecutor
 
-    sha = hashlib.sha256()
     bufs = [bytearray(size), bytearray(size)]
     hashing: list[Any] = [None, None]  # the hash of each buffer's last read, in flight
-    start = pos = index = reads = 0
-    pending: Piece | None = None
-    kind = "jsonl" if followers is None else "text"
-    with (
-        open(sf.path, "rb", buffering=0) as fp,
-        ThreadPoolExecutor(1, thread_name_prefix="matrixctl-hash") as hasher,
-    ):
+    reads = 0
+    with ThreadPoolExecutor(1, thread_name_prefix="matrixctl-hash") as hasher:
         while True:
             which = reads % 2
             reads += 1
@@ -981,39 +970,58 @@ def _cut_ranges(
                 hashing[which].result()  # its last read is hashed: the buffer is free
             view = memoryview(buf)
             n = fp.readinto(view)
-            if n:
-                hashing[which] = hasher.submit(sha.update, view[:n])
-                if followers is None:
-                    newline = buf.rfind(b"\n", 0, n)
-                else:
-                    newline = _text_cut(buf, n, followers)
-                pos += n
-                if newline < 0:
-                    if followers is None and pos - start > max_doc + 1:
-                        raise _too_long(sf, _lines_before(sf, start) + 1, start, max_doc)
-                    continue
-                end = pos - n + newline + 1
-            else:
-                end = pos
-                if end == start and pending is not None:
-                    break
-            # Lines are not counted here (a pass over every byte on the serial path): the
-            # worker counts its piece's lines from 0 (first_line -1), the writer adds the
-            # lines before it.
-            piece = Piece(f"{sf.ordinal}:{start}-{end}", sf, index, start, -1, -1, b"", "", pos)
-            piece.length = end - start
-            piece.kind = kind
-            if pending is not None:
-                yield pending
-            pending = piece
-            index += 1
-            start = end
             if not n:
                 break
+            hashing[which] = hasher.submit(sha.update, view[:n])
+            yield buf, n
         for future in hashing:
             if future is not None:
                 future.result()
-    assert pending is not None
+
+
+def _cut_ranges(
+    sf: SourceFile, size: int, max_doc: int, followers: bytes | None = None
+) -> Iterator[Piece]:
+    """The pieces of a JSON Lines file as stored, as byte ranges (see `split_file`): the
+    same cuts as `_cut`, found without keeping any of the bytes. The file is read again from
+    its start (`hashed_reads`: hashed on a helper thread while this one searches each read
+    for its last line end). With `followers`, the file is plain text (one document) cut where
+    `text_cut_followers` says."""
+    import hashlib
+
+    sha = hashlib.sha256()
+    start = pos = index = 0
+    pending: Piece | None = None
+    kind = "jsonl" if followers is None else "text"
+
+    def piece(end: int) -> Piece:
+        # Lines are not counted here (a pass over every byte on the serial path): the worker
+        # counts its piece's lines from 0 (first_line -1), the writer adds the lines before it.
+        cut = Piece(f"{sf.ordinal}:{start}-{end}", sf, index, start, -1, -1, b"", "", pos)
+        cut.length = end - start
+        cut.kind = kind
+        return cut
+
+    with open(sf.path, "rb", buffering=0) as fp:
+        for buf, n in hashed_reads(fp, size, sha):
+            newline = buf.rfind(b"\n", 0, n) if not followers else _text_cut(buf, n, followers)
+            pos += n
+            if newline < 0:
+                if followers is None and pos - start > max_doc + 1:
+                    raise _too_long(sf, _lines_before(sf, start) + 1, start, max_doc)
+                continue
+            end = pos - n + newline + 1
+            cut = piece(end)
+            if pending is not None:
+                yield pending
+            pending = cut
+            index += 1
+            start = end
+        if pos != start or pending is None:  # the rest after the last cut (an empty file: one)
+            cut = piece(pos)
+            if pending is not None:
+                yield pending
+            pending = cut
     pending.last = True
     pending.file_sha256 = "sha256:" + sha.hexdigest()
     pending.file_size = pending.stored_end = pos
