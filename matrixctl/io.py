@@ -1302,6 +1302,48 @@ def sha256_file(path: str) -> str:
     return "sha256:" + h.hexdigest()
 
 
+class FileHash:
+    """`sha256:<hex>` of a whole file, computed on a helper thread from the start; `cancel`
+    stops it (a build that fails does not wait for the rest of the file)."""
+
+    def __init__(self, path: str) -> None:
+        import threading
+
+        self.path = path
+        self.digest = ""
+        self.error: OSError | None = None
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, name="matrixctl-hash", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import hashlib
+
+        h = hashlib.sha256()
+        buf = bytearray(1 << 20)
+        view = memoryview(buf)
+        try:
+            with open(self.path, "rb", buffering=0) as fp:
+                while not self.stop:
+                    n = fp.readinto(view)
+                    if not n:
+                        self.digest = "sha256:" + h.hexdigest()
+                        return
+                    h.update(view[:n])
+        except OSError as exc:
+            self.error = exc
+
+    def result(self) -> str:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.digest
+
+    def cancel(self) -> None:
+        self.stop = True
+        self.thread.join()
+
+
 class Ahead:
     """The items of an iterator, produced on a helper thread up to two ahead of the caller:
     for work that runs without the GIL (decompressing, pyarrow decoding a column), which then
@@ -1320,28 +1362,26 @@ class Ahead:
         self.thread.start()
 
     def _run(self) -> None:
-        import queue
-
         try:
             for item in self.items:
-                entry: tuple[str, Any] = ("item", item)
-                while not self.stop.is_set():
-                    try:
-                        self.queue.put(entry, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if self.stop.is_set():
+                if not self._put(("item", item)):
                     return
-            entry = ("end", None)
+            entry: tuple[str, Any] = ("end", None)
         except BaseException as exc:  # handed to the caller, raised there
             entry = ("error", exc)
+        self._put(entry)
+
+    def _put(self, entry: tuple[str, Any]) -> bool:
+        """Queue `entry` when there is room; False when the caller stopped first."""
+        import queue
+
         while not self.stop.is_set():
             try:
                 self.queue.put(entry, timeout=0.1)
-                return
+                return True
             except queue.Full:
                 continue
+        return False
 
     def __iter__(self) -> Iterator[Any]:
         while True:

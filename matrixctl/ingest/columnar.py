@@ -272,22 +272,19 @@ def texts(
     groups `groups`, the first of which is row `first_row`; CRLF as LF. An ASCII text comes
     as bytes (see `Table.cells`), any other as str. `ahead` (`--jobs 1`, where the second
     core is free): the next columns are read and decoded on a helper thread meanwhile."""
-    table = Table(kind, path, name, opts.text_field)
-    row = first_row
-    if not ahead:
-        for col in table.stream_columns(groups):
-            yield from _texts(table.cells(col), row, name, opts, counters)
-            row += len(col)
-        return
     from matrixctl.io import Ahead
 
-    columns = Ahead(table.stream_columns(groups), "matrixctl-columns")
+    table = Table(kind, path, name, opts.text_field)
+    columns = table.stream_columns(groups)
+    helper = Ahead(columns, "matrixctl-columns") if ahead else None
+    row = first_row
     try:
-        for col in columns:
+        for col in columns if helper is None else helper:
             yield from _texts(table.cells(col), row, name, opts, counters)
             row += len(col)
     finally:
-        columns.close()
+        if helper is not None:
+            helper.close()
 
 
 def documents(

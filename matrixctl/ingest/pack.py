@@ -26,7 +26,7 @@ from matrixctl.errors import InputError, OutputError
 from matrixctl.formats import doc_index, matrix_atom, svgt
 from matrixctl.formats import ingest_pack as pack_format
 from matrixctl.ingest.swap import clean_stale, make_temp_dir, publish
-from matrixctl.io import sha256_file
+from matrixctl.io import FileHash, sha256_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -87,33 +87,6 @@ class PackPlan:
     map_raw: bytes
     map_hash: str
     manifest_head: dict[str, Any] = field(default_factory=dict)
-
-
-class _HashThread:
-    """`sha256_file` of a file on a helper thread; `result` waits for it (and raises its
-    OSError, if any)."""
-
-    def __init__(self, path: str) -> None:
-        import threading
-
-        self.digest = ""
-        self.error: OSError | None = None
-        self.thread = threading.Thread(
-            target=self._run, args=(path,), name="matrixctl-hash", daemon=True
-        )
-        self.thread.start()
-
-    def _run(self, path: str) -> None:
-        try:
-            self.digest = sha256_file(path)
-        except OSError as exc:
-            self.error = exc
-
-    def result(self) -> str:
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.digest
 
 
 class PackBuilder:
@@ -214,7 +187,7 @@ class PackBuilder:
         # The atoms (the largest file) are hashed on a helper thread while this one syncs them
         # and completes the rest (hashlib and reads release the GIL).
         self._atoms_fp.flush()
-        atoms_hash = _HashThread(os.path.join(self.tmp, pack_format.ATOMS))
+        atoms_hash = FileHash(os.path.join(self.tmp, pack_format.ATOMS))
         try:
             self._sync(self._atoms_fp)
             idx_header = self.index.finish()
@@ -228,7 +201,7 @@ class PackBuilder:
                 fp.flush()
                 os.fsync(fp.fileno())
         except BaseException:
-            atoms_hash.thread.join()
+            atoms_hash.cancel()
             raise
         atoms_digest = atoms_hash.result()
         for name in (

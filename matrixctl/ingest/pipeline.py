@@ -642,7 +642,9 @@ def _split_parquet(sf: SourceFile, size: int) -> Iterator[Piece]:
 
     ranges = columnar.row_group_pieces(sf.path, sf.recorded, size)
     ends = columnar.row_group_ends(sf.path, sf.recorded)
-    hashing = _FileHash(sf.path)
+    from matrixctl.io import FileHash
+
+    hashing = FileHash(sf.path)
     try:
         for index, (first, stop, rows) in enumerate(ranges):
             piece = Piece(
@@ -666,48 +668,6 @@ def _split_parquet(sf: SourceFile, size: int) -> Iterator[Piece]:
             yield piece
     finally:
         hashing.cancel()
-
-
-class _FileHash:
-    """`sha256:<hex>` of a whole file, computed on a helper thread from the start; `cancel`
-    stops it (a build that fails does not wait for the rest of the file)."""
-
-    def __init__(self, path: str) -> None:
-        import threading
-
-        self.path = path
-        self.digest = ""
-        self.error: OSError | None = None
-        self.stop = False
-        self.thread = threading.Thread(target=self._run, name="matrixctl-hash", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        import hashlib
-
-        h = hashlib.sha256()
-        buf = bytearray(1 << 20)
-        view = memoryview(buf)
-        try:
-            with open(self.path, "rb", buffering=0) as fp:
-                while not self.stop:
-                    n = fp.readinto(view)
-                    if not n:
-                        self.digest = "sha256:" + h.hexdigest()
-                        return
-                    h.update(view[:n])
-        except OSError as exc:
-            self.error = exc
-
-    def result(self) -> str:
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.digest
-
-    def cancel(self) -> None:
-        self.stop = True
-        self.thread.join()
 
 
 def sniff_input(
