@@ -14,7 +14,6 @@ runs both paths on the same words and compares exit codes, stdout, stderr and th
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import Any
 
@@ -42,7 +41,6 @@ CONVERT_OPTIONS: dict[str, tuple[str, str]] = {
     "-q": ("quiet", "flag"),
     "--spool-limit": ("spool_limit", "str"),
 }
-_INT = re.compile(r"[0-9]{1,18}\Z")
 # The options whose typer callbacks change the run's state as they are parsed (cli/options.py).
 _CALLBACKS = ("json_out", "quiet", "spool_limit")
 
@@ -53,45 +51,12 @@ def parse_convert(args: list[str]) -> dict[str, Any] | None:
     with a typer callback in the order they were written (typer runs them in that order)."""
     if args[:1] != ["convert"]:
         return None
-    found: dict[str, Any] = {}
-    positional: list[str] = []
-    order: list[str] = []
-    words = args[1:]
-    i = 0
-    while i < len(words):
-        word = words[i]
-        i += 1
-        if word == "-" or not word.startswith("-"):
-            positional.append(word)
-            continue
-        name, eq, value = word.partition("=")
-        if name not in CONVERT_OPTIONS or (eq and not name.startswith("--")):
-            return None
-        param, kind = CONVERT_OPTIONS[name]
-        if param in found and kind != "list":
-            return None
-        if kind == "flag":
-            if eq:
-                return None
-            found[param] = True
-            order.append(param)
-            continue
-        if not eq:
-            if i == len(words):
-                return None
-            value = words[i]
-            i += 1
-        if value.startswith("-") and value != "-":
-            return None
-        if kind == "int":
-            if not _INT.match(value):
-                return None
-            found[param] = int(value)
-        elif kind == "list":
-            found.setdefault(param, []).append(value)
-        else:
-            found[param] = value
-        order.append(param)
+    from matrixctl.cli.entry import parse_plain
+
+    parsed = parse_plain(args[1:], CONVERT_OPTIONS)
+    if parsed is None:
+        return None
+    found, positional, order = parsed
     if len(positional) != 2:
         return None
     found["src"], found["dst"] = positional

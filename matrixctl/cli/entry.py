@@ -135,32 +135,42 @@ PI_ENCODE_OPTIONS = {
 _JOBS = re.compile(r"[1-9][0-9]?\Z")  # 1..99; --jobs allows 1..64
 
 
-def parse_pi_encode(args: list[str]) -> dict[str, Any] | None:
-    """The parameters of `tokenize pi encode ...` when the words are a plain use of its
-    options; None for anything else (the full command line then parses them)."""
-    if args[:3] != ["tokenize", "pi", "encode"]:
-        return None
+_PI_ENCODE_KINDS = {
+    name: (param, "str" if takes else "flag") for name, (param, takes) in PI_ENCODE_OPTIONS.items()
+}
+_INT = re.compile(r"[0-9]{1,18}\Z")
+
+
+def parse_plain(
+    words: list[str], options: dict[str, tuple[str, str]]
+) -> tuple[dict[str, Any], list[str], list[str]] | None:
+    """A plain use of the options `options` (spelling -> (parameter, kind); kinds "flag",
+    "str", "int", "list") in `words`: (parameters, positional words, parameters in the order
+    written), or None when the words are anything else: an unknown or repeated option (a
+    "list" may repeat), `-x=VALUE`, a flag given a value, an option without its value or
+    with a value that could be read as an option, an "int" that is not plain digits. The fast
+    paths (`tokenize pi encode`, `convert`) then leave the words to the full command line."""
     found: dict[str, Any] = {}
-    words = args[3:]
+    positional: list[str] = []
+    order: list[str] = []
     i = 0
     while i < len(words):
         word = words[i]
         i += 1
         if word == "-" or not word.startswith("-"):
-            if "input_path" in found:
-                return None
-            found["input_path"] = word
+            positional.append(word)
             continue
         name, eq, value = word.partition("=")
-        if name not in PI_ENCODE_OPTIONS or (eq and not name.startswith("--")):
+        if name not in options or (eq and not name.startswith("--")):
             return None
-        param, takes = PI_ENCODE_OPTIONS[name]
-        if param in found:
+        param, kind = options[name]
+        if param in found and kind != "list":
             return None
-        if not takes:
+        if kind == "flag":
             if eq:
                 return None
             found[param] = True
+            order.append(param)
             continue
         if not eq:
             if i == len(words):
@@ -169,7 +179,29 @@ def parse_pi_encode(args: list[str]) -> dict[str, Any] | None:
             i += 1
         if value.startswith("-") and value != "-":
             return None
-        found[param] = value
+        if kind == "int":
+            if not _INT.match(value):
+                return None
+            found[param] = int(value)
+        elif kind == "list":
+            found.setdefault(param, []).append(value)
+        else:
+            found[param] = value
+        order.append(param)
+    return found, positional, order
+
+
+def parse_pi_encode(args: list[str]) -> dict[str, Any] | None:
+    """The parameters of `tokenize pi encode ...` when the words are a plain use of its
+    options; None for anything else (the full command line then parses them)."""
+    if args[:3] != ["tokenize", "pi", "encode"]:
+        return None
+    parsed = parse_plain(args[3:], _PI_ENCODE_KINDS)
+    if parsed is None or len(parsed[1]) > 1:
+        return None
+    found, positional, _ = parsed
+    if positional:
+        found["input_path"] = positional[0]
     jobs = found.get("jobs", "1")
     if not _JOBS.match(jobs) or int(jobs) > 64:
         return None
