@@ -209,8 +209,19 @@ def parse_pi_encode(args: list[str]) -> dict[str, Any] | None:
     return found
 
 
+def quiet_blas(environ: dict[str, str] | os._Environ[str]) -> None:
+    """No BLAS thread pool in a command's process, unless the user's environment sets one.
+    No command multiplies matrices, but OpenBLAS (loaded with numpy) starts a pool of server
+    threads that spin for about 0.1 s of CPU each time it starts; `ingest docs --jobs N`
+    restarts it at each fork (0.16 CPU s of a 1 GB build; docs/benchmarks.md). Read when
+    numpy is first imported, which no command does before this point."""
+    environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line and return the exit code (the console script exits with it)."""
+    if argv is None:  # this process is the command (not a caller's process: tests, scripts)
+        quiet_blas(os.environ)
     args = sys.argv[1:] if argv is None else argv
     params = parse_pi_encode(list(args))
     if params is not None:

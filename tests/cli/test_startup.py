@@ -203,3 +203,75 @@ def test_the_console_command_flushes_its_output_and_keeps_its_exit_code(tmp_path
     bad = run_sub("tokenize", "pi", "encode", str(tmp_path / "missing.txt"))
     assert bad.code == 2 and bad.stderr.startswith("matrixctl: error[IO_NOT_FOUND]")
     assert bad.stdout == b""
+
+
+BLAS_PROBE = """
+import os, sys
+sys.argv = ["matrixctl", *sys.argv[1:]]
+from matrixctl.cli.entry import main
+code = main()
+import numpy  # imported by the command already; a no-op here
+threads = len(os.listdir("/proc/self/task"))
+sys.stderr.write("BLAS:%s:%d\\n" % (os.environ.get("OPENBLAS_NUM_THREADS"), threads))
+raise SystemExit(code)
+"""
+
+
+@pytest.mark.parametrize("preset", [None, "3"])
+def test_the_console_command_starts_no_blas_thread_pool(tmp_path: Path, preset: str | None) -> None:
+    """Decision (entry.quiet_blas): the command's own process runs OpenBLAS without server
+    threads (they spin ~0.1 CPU s at every start, and `ingest --jobs N` restarts them at each
+    fork); a value the user set is kept. A caller's process (main(argv)) is left alone."""
+    import os
+
+    atoms = tmp_path / "a.bin"
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "matrixctl",
+            "pack",
+            "atoms",
+            "-",
+            "-o",
+            str(atoms),
+            "--atom-size",
+            "4",
+        ],
+        input=b"1 2 3 4\n",
+        capture_output=True,
+        cwd=ROOT,
+        check=True,
+    )
+    assert made.returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    proc = subprocess.run(
+        [sys.executable, "-c", BLAS_PROBE, "verify", str(atoms)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("BLAS:")][-1]
+    _, value, threads = line.split(":")
+    assert value == (preset or "1")
+    if preset is None:
+        assert int(threads) == 1  # numpy loaded, no pool beside the main thread
+    in_process = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from matrixctl.cli.entry import main; import os; main(['--help']);"
+            " print(os.environ.get('OPENBLAS_NUM_THREADS'))",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=False,
+    )
+    assert in_process.stdout.strip().splitlines()[-1] == str(preset)
