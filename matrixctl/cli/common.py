@@ -73,6 +73,35 @@ def _set_spool_limit(value: str | None) -> str | None:
     return value
 
 
+MALLOC_SETTINGS = (  # (mallopt parameter, value, the environment variable that overrides it)
+    (-3, 32 << 20, "MALLOC_MMAP_THRESHOLD_"),  # M_MMAP_THRESHOLD
+    (-1, 256 << 20, "MALLOC_TRIM_THRESHOLD_"),  # M_TRIM_THRESHOLD
+)
+
+
+def keep_freed_memory(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    """For a streaming command's own process (`ingest docs`): glibc's allocator keeps the
+    memory a batch frees for the next batch instead of returning it to the kernel at once.
+    By default a block above 128 KiB (the threshold grows only up to a point) is its own
+    mapping and the heap's free top is trimmed past 128 KiB, so each batch's buffers (Arrow
+    cells made into bytes, token arrays) are faulted in and zeroed again: a quarter million
+    page faults and about 0.7 s of system time on the 1 GB Parquet benchmark
+    (docs/benchmarks.md). A setting the user's environment gives (MALLOC_MMAP_THRESHOLD_,
+    MALLOC_TRIM_THRESHOLD_) is kept. False where the C library has no `mallopt` (not glibc).
+    The CLI calls it, never the library: a caller's process is the caller's to tune."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    for param, value, env in MALLOC_SETTINGS:
+        if env not in environ:
+            mallopt(param, value)
+    return True
+
+
 def color_enabled(stream: Any = None) -> bool:
     stream = stream or sys.stderr
     if os.environ.get("NO_COLOR", "") != "":

@@ -260,9 +260,11 @@ def docs(
     pack or an empty folder. Output bytes do not depend on --jobs or on the order the file
     system lists files in; no time is recorded unless SOURCE_DATE_EPOCH is set.
     """
+    from matrixctl.cli.common import keep_freed_memory
     from matrixctl.ingest.pipeline import IngestOptions, ingest_docs
     from matrixctl.ingest.sources import enumerate_sources
 
+    keep_freed_memory()
     opts = IngestOptions(
         symbols=symbols,
         atom_size=atom_size,
