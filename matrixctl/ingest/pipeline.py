@@ -137,6 +137,9 @@ class WorkerState:
     # Worker processes: where a file's in-memory tokens are gathered (a slot of shared memory
     # the writer reads; see `Workers`), or None for a fresh array.
     gather: Callable[[list[np.ndarray], str], np.ndarray | None] | None = None
+    # --jobs 1 under --on-error fail: the pack's writer, in this process; a unit's tokens past
+    # MEM_TOKENS go straight into the atoms, after everything before them (see _Acc).
+    sink: Callable[[list[np.ndarray]], None] | None = None
 
 
 _STATE: WorkerState | None = None
@@ -147,7 +150,15 @@ class _Acc:
 
     `direct` (worker processes): the tokens always go to one file in the pack's dtype, with
     their count, largest id and CRC-32 kept as they are written; the writer appends that file
-    to the atoms without reading it (`AtomWriter.append_file`)."""
+    to the atoms without reading it (`AtomWriter.append_file`).
+
+    `sink` (`--jobs 1` under `--on-error fail`): past MEM_TOKENS the tokens go to the pack's
+    writer at once instead of a spill file that it would copy again (a Parquet row group of
+    64 MiB of text is about 21 Mi tokens). Sound because units are tokenized in input order
+    in the writer's own process, so everything before this unit is in the atoms already, and
+    because a failure then ends the build (the pack's temporary folder is removed): no unit's
+    tokens have to be held back in case it is skipped. The unit's records and the tokens
+    still in memory follow in its result, as without a sink."""
 
     def __init__(
         self,
@@ -157,8 +168,10 @@ class _Acc:
         direct: bool = False,
         raw_spill: bool = False,
         gather: Callable[[list[np.ndarray], str], np.ndarray | None] | None = None,
+        sink: Callable[[list[np.ndarray]], None] | None = None,
     ) -> None:
         self.gather = gather
+        self.sink = sink
         self.spill_dir = spill_dir
         self.out_dtype = out_dtype
         self.ordinal = ordinal
@@ -179,7 +192,10 @@ class _Acc:
             self.parts.append(ids)
             self.n += ids.size
             if self.n >= MEM_TOKENS:
-                if self.direct or self.raw_spill:
+                if self.sink is not None and not self.direct:
+                    self.sink(self.parts)
+                    self.parts, self.n = [], 0
+                elif self.direct or self.raw_spill:
                     self._spill_raw()
                 else:
                     self._spill_ids()
@@ -463,6 +479,7 @@ def _tokenize(
         state.direct,
         state.raw_spill,
         state.gather,
+        state.sink,
     )
     counters = extract.Counters()
     eos = None if state.eos_id is None else np.array([state.eos_id], dtype=state.tok.dtype)
@@ -1073,7 +1090,7 @@ def process_piece(piece: Piece, state: WorkerState) -> FileResult:
                 piece.source,
                 piece.kind,
                 None,
-                state,
+                dataclasses.replace(state, sink=None),  # only for the error's line numbers
                 FileResult(piece.source, piece.kind),
                 dataclasses.replace(piece, first_line=base),
             )
@@ -1651,6 +1668,8 @@ def _ingest(
         else:
             results = ordered_results(files, state, 1)
         tokens = _TokenBuffer(pb)
+        if workers is None and opts.on_error == "fail":
+            state.sink = tokens.write_through
         split_at = 0  # stored bytes of the file being read in pieces, already counted
         lines_before = 0  # lines of the file being read in pieces, before this piece
         for res in results:
@@ -1757,6 +1776,13 @@ class _TokenBuffer:
             parts = self.parts
             self.parts, self.n = [], 0
             self.pb.add_tokens(parts[0] if len(parts) == 1 else np.concatenate(parts))
+
+    def write_through(self, parts: list[np.ndarray]) -> None:
+        """Tokens of the unit being tokenized (`WorkerState.sink`): after the ones waiting
+        here, part by part (no joined copy)."""
+        self.flush()
+        for part in parts:
+            self.pb.add_tokens(part)
 
 
 def _spool_stdin(sf: SourceFile, spill_dir: str) -> SourceFile:
