@@ -1598,7 +1598,7 @@ def ingest_docs(
     if opts.executor == "dask":
         from matrixctl.ingest.dask_exec import DaskWorkers
 
-        workers = DaskWorkers(state, opts.jobs, out_dir, opts.scheduler, opts.resume)
+        workers = DaskWorkers(state, opts.jobs, out_dir, opts.scheduler, opts.resume, map_raw)
     elif opts.jobs > 1:
         workers = Workers(state, opts.jobs)
     try:
