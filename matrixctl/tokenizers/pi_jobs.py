@@ -414,7 +414,10 @@ class _Workers:
             raise
 
     def send(self, worker: int, unit: Unit) -> None:
-        _write_frame(self.procs[worker][1], marshal.dumps(unit))
+        try:
+            _write_frame(self.procs[worker][1], marshal.dumps(unit))
+        except BrokenPipeError:  # not our stdout's reader gone: a worker that died
+            raise RuntimeError(f"encoding worker {worker + 1} ended before its units") from None
 
     def wait(self, workers: list[int]) -> list[int]:
         """Those of `workers` whose result (or end) can be read, once there is one."""

@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies
 
 from matrixctl import _pi_kernel
 from matrixctl.errors import FormatError
-from matrixctl.tokenizers import pi_jobs
+from matrixctl.tokenizers import pi, pi_jobs
 from matrixctl.tokenizing import encode_file
 from tests.helpers.cli import run_cli
 from tests.tokenizers.test_pi_kernel import BYTES, longest_match
@@ -200,6 +200,47 @@ def test_results_are_taken_as_they_come_and_yielded_in_order(
     monkeypatch.setattr(pi_jobs._Workers, "receive", counted)
     assert _encode(str(src), tmp_path / "two.mxt", 2, None) == one
     assert go.exists()
+
+
+@pytest.mark.parametrize("pipe", [False, True])
+def test_a_worker_that_dies_is_an_error_and_no_output(
+    tmp_path: Path, tiny_units: None, monkeypatch: pytest.MonkeyPatch, pipe: bool
+) -> None:
+    """A worker that dies on a unit (killed, out of memory) is one error naming it, for a file
+    (the workers read it) and for a stream (the units carry their bytes); no output is left
+    and no worker outlives the run."""
+    import io
+    import os
+
+    run = pi_jobs._run
+
+    def dying(tok: object, fd: int, start: int, unit: pi_jobs.Unit) -> tuple[object, ...]:
+        if unit[0] > 0:
+            os._exit(9)
+        return run(tok, fd, start, unit)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pi_jobs, "_run", dying)
+    data = TEXTS["english"].encode()
+    src = tmp_path / "in.txt"
+    src.write_bytes(data)
+    before = set(_children(os.getpid()))
+    tok = pi.Tokenizer(pi.load_symbol_map(pi.default_map_path())[0])
+    with pytest.raises(RuntimeError, match=r"encoding worker [12] ended"):
+        if pipe:
+            parts = pi_jobs.encode(tok, io.BytesIO(data), "<stdin>", 2)
+        else:
+            fd = os.open(src, os.O_RDONLY)
+            parts = pi_jobs.encode(tok, None, str(src), 2, fd=fd)
+        try:
+            list(parts)
+        finally:
+            parts.close()
+            if not pipe:
+                os.close(fd)
+    assert set(_children(os.getpid())) <= before
+    with pytest.raises(RuntimeError, match="encoding worker"):
+        _encode(str(src), tmp_path / "out.mxt", 2, None)
+    assert not (tmp_path / "out.mxt").exists()
 
 
 def test_workers_are_reaped_after_the_commit(
