@@ -301,15 +301,20 @@ class Encoding:
             pending = _chain(first, second, units)
             held: Unit | None = None
 
-            def deal() -> None:
+            def more() -> bool:
+                """Whether a unit is left to deal (read ahead into `held`)."""
                 nonlocal held
-                while len(window) < WINDOW_UNITS * len(owed):
-                    if held is None:
-                        held = next(pending, None)
-                        if held is None:
-                            return
+                if held is None:
+                    held = next(pending, None)
+                return held is not None
+
+            def deal(room: int = depth) -> None:
+                """Units to the workers with the fewest outstanding, up to `room` each."""
+                nonlocal held
+                while len(window) < WINDOW_UNITS * len(owed) and more():
+                    assert held is not None
                     who = min(range(len(owed)), key=lambda w: len(owed[w]))
-                    if len(owed[who]) >= depth:
+                    if len(owed[who]) >= room:
                         return
                     workers.send(who, held)
                     entry = _Entry(held)
@@ -317,10 +322,13 @@ class Encoding:
                     window.append(entry)
                     held = None
 
-            for _ in range(jobs):  # each worker starts on its units while the next one is forked
+            # A worker a unit as it is forked (it starts on it while the next is forked), no
+            # more workers than units; then every worker its `depth`
+            while len(owed) < jobs and more():
                 workers.fork()
                 owed.append(deque())
-                deal()
+                deal(1)
+            deal()
             yield 0, b""
             while window:
                 entry = window[0]

@@ -243,6 +243,34 @@ def test_a_worker_that_dies_is_an_error_and_no_output(
     assert not (tmp_path / "out.mxt").exists()
 
 
+def test_no_more_workers_than_units(
+    tmp_path: Path, tiny_units: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--jobs 16` on an input of a few units forks a worker per unit, no more (each worker
+    gets a unit as it is forked), and writes the bytes of one process."""
+    import os
+
+    forks: list[int] = []
+    fork = pi_jobs._Workers.fork
+
+    def counted(self: pi_jobs._Workers) -> None:
+        forks.append(1)
+        fork(self)
+
+    monkeypatch.setattr(pi_jobs._Workers, "fork", counted)
+    src = tmp_path / "in.txt"
+    src.write_bytes(TEXTS["english"].encode())
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        units = len(list(pi_jobs._file_units(fd, 0, src.stat().st_size)))
+    finally:
+        os.close(fd)
+    assert 2 < units < 16
+    one = _encode(str(src), tmp_path / "one.mxt", 1, None)
+    assert _encode(str(src), tmp_path / "many.mxt", 16, None) == one
+    assert len(forks) == units
+
+
 def test_workers_are_reaped_after_the_commit(
     tmp_path: Path, tiny_units: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
