@@ -449,7 +449,7 @@ class _Workers:
             return tuple(result), None
         buf = next((b for b in self.spare if len(b) >= size), None)
         if buf is None:
-            buf = bytearray(size)
+            buf = bytearray(size + size // 4)  # room for a later, larger result
         else:
             self.spare.remove(buf)
         view = memoryview(buf)[:size]
