@@ -10,11 +10,10 @@ the first 16 MiB of the text (so about 1,000 composites), signed with a throw-aw
 Each measurement runs in its own child process that reports its own time (after start-up) and
 its peak RSS (VmHWM from /proc/self/status): `copy` is numpy copying the whole input in
 memory (best of 3; the anchor), `encode` streams the file through the library encoder
-(`encode_file`: 4 MiB reads into a reused buffer; tokens counted, then dropped), `decode` streams the encoded token stream (MXTOKENS)
-through the library decoder (strict_invertibility on) into a sink that drops the bytes,
-`encode -j2` is encode with 2 threads (each reads its own 1 MiB ranges), and `cli encode` is
-`matrixctl tokenize scx encode
-FILE -o OUT` end to end.
+(`encode_file`: 4 MiB reads into a reused buffer; tokens counted, then dropped), `decode`
+streams the encoded token stream (MXTOKENS) through the library decoder (strict_invertibility
+on) into a sink that drops the bytes, `encode -j2` is encode with 2 threads (each reads its
+own 1 MiB ranges), and `cli encode` is `matrixctl tokenize scx encode FILE -o OUT` end to end.
 Prints a markdown table with MB/s (10^6 bytes of input per second), the ratio to the copy,
 the same from process CPU time (steadier on a shared machine; for `-j2` it sums both
 threads) and the peak RSS. A second table compares `encode -j2` with `encode`: the wall
