@@ -17,20 +17,28 @@ $(STAMP): pyproject.toml
 	# peer): it goes to its own folder; tests/formats/test_ztensor2_interop.py runs it in a subprocess.
 	$(BIN)/python -m pip install --quiet --no-deps --upgrade --target $(VENV)/ztensor2 ztensor==2.1.2
 	touch $(STAMP)
+	touch $(VENV)/.kernels
 
-demo: $(STAMP)
+# The C kernels (setup.py) are rebuilt when a source changes: the editable install above built
+# them in place once, and a stale .so would test yesterday's kernel.
+KERNELS := $(VENV)/.kernels
+$(KERNELS): $(STAMP) setup.py $(wildcard matrixctl/*.c)
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $(KERNELS)
+
+demo: $(KERNELS)
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash tools/demo.sh $(DEMO)
 
-test: $(STAMP)
+test: $(KERNELS)
 	$(BIN)/python -m pytest -n 2 -q
 
-lint: $(STAMP)
+lint: $(KERNELS)
 	$(BIN)/ruff check matrixctl tests bench tools fuzz
 	$(BIN)/ruff format --check matrixctl tests bench tools fuzz
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-bench: $(STAMP)
+bench: $(KERNELS)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/run.py $(BENCH)
 
@@ -38,7 +46,7 @@ bench: $(STAMP)
 # extra; a labelled seeded-mutation fallback without it). Crashes land in fuzz/crash-*.
 FUZZ_SECONDS ?= 60
 FUZZ_HARNESSES ?= fuzz/fuzz_*.py
-fuzz: $(STAMP)
+fuzz: $(KERNELS)
 	-$(BIN)/python -m pip install --quiet -e '.[test,fuzz]'
 	$(BIN)/python fuzz/seeds.py
 	set -e; for h in $(FUZZ_HARNESSES); do \

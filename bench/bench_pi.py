@@ -15,8 +15,8 @@
 3. Two threads: the same text in two halves on two threads (the kernel releases the GIL).
 4. `tokenize pi encode --jobs N` on the same --mb MB (a file): N = 1 and 2, alternating, best
    of --repeat, each in a fresh process: the library call (`encode_file`, map cache warm) timed
-   inside it, with the CPU seconds of the main process and of its worker (the main process
-   tokenizes a share of the units too), and the whole command (start-up included). The bound
+   inside it, with the CPU seconds of the main process (dealing units, the seams, the output)
+   and of its workers (every unit), and the whole command (start-up included). The bound
    column is what two cores would give from those CPU seconds, readable on a loaded machine:
    for the library 2 x CPU(-j 1) / CPU(-j 2); for the whole command, whose start-up (the same
    command on a one-line file: interpreter, imports, the map, the commit) runs on one core,
@@ -188,8 +188,11 @@ print(json.dumps({"wall": wall, "main": cpu(s0, s1), "workers": cpu(c0, c1)}))
 def jobs(mb: int, repeat: int) -> None:
     folder = tempfile.mkdtemp(prefix="bench-pi-jobs-")
     src = os.path.join(folder, "text.txt")
+    text = TEXT.read_bytes()[: mb * 1_000_000]
+    if len(text) < mb * 1_000_000:  # the corpus text is ~58 MB: say what was measured
+        print(f"(the corpus text has {len(text) / 1e6:.1f} MB, not {mb}: measuring all of it)\n")
     with open(src, "wb") as fp:
-        fp.write(TEXT.read_bytes()[: mb * 1_000_000])
+        fp.write(text)
     out = os.path.join(folder, "out.mxt")
     env = dict(os.environ, MATRIXCTL_CACHE_DIR=folder, PYTHONPATH=str(ROOT))
     py = sys.executable
@@ -225,7 +228,8 @@ def jobs(mb: int, repeat: int) -> None:
             else:
                 cli[n]["cpu"] = min(res["cpu"], cli[n]["cpu"])
     assert outputs[1] == outputs[2], "--jobs 2 wrote other bytes than --jobs 1"
-    print(f"### `tokenize pi encode --jobs N`: {mb} MB of corpus text, a file (best of {repeat})\n")
+    size = f"{len(text) / 1e6:.1f} MB"
+    print(f"### `tokenize pi encode --jobs N`: {size} of corpus text, a file (best of {repeat})\n")
     assert startup is not None
     print(
         "| what | N | wall s | x --jobs 1 (wall) | CPU s main | CPU s workers | main share "

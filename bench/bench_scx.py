@@ -10,18 +10,19 @@ the first 16 MiB of the text (so about 1,000 composites), signed with a throw-aw
 Each measurement runs in its own child process that reports its own time (after start-up) and
 its peak RSS (VmHWM from /proc/self/status): `copy` is numpy copying the whole input in
 memory (best of 3; the anchor), `encode` streams the file through the library encoder
-(`encode_file`: 4 MiB reads into a reused buffer; tokens counted, then dropped), `decode` streams the encoded token stream (MXTOKENS)
-through the library decoder (strict_invertibility on) into a sink that drops the bytes,
-`encode -j2` is encode with 2 threads (each reads its own 4 MiB ranges), and `cli encode` is `matrixctl tokenize scx encode
-FILE -o OUT` end to end.
+(`encode_file`: 4 MiB reads into a reused buffer; tokens counted, then dropped), `decode`
+streams the encoded token stream (MXTOKENS) through the library decoder (strict_invertibility
+on) into a sink that drops the bytes, `encode -j2` is encode with 2 threads (each reads its
+own 1 MiB ranges), and `cli encode` is `matrixctl tokenize scx encode FILE -o OUT` end to end.
 Prints a markdown table with MB/s (10^6 bytes of input per second), the ratio to the copy,
 the same from process CPU time (steadier on a shared machine; for `-j2` it sums both
 threads) and the peak RSS. A second table compares `encode -j2` with `encode`: the wall
 ratio, the CPU ratio (what the second thread costs), the main thread's share of the -j2 CPU
-(handing out ranges, joining: the part the pool does not share) and the speed-up two busy
-cores would give from those CPU seconds (2 x CPU(-j1) / CPU(-j2)). `--repeat N` runs every
-encode and decode child N times and keeps the fastest (the machine may be shared; the copy is
-always best of 3).
+(handing out ranges, yielding: the part the pool does not share), the minor page faults of
+each (fresh memory touched: read buffers and the kernel's output blocks in flight) and the
+speed-up two busy cores would give from those CPU seconds (2 x CPU(-j1) / CPU(-j2)).
+`--repeat N` runs every encode and decode child N times and keeps the fastest (the machine may
+be shared; the copy is always best of 3).
 """
 
 from __future__ import annotations
@@ -108,13 +109,15 @@ def child(mode: str, path: str, registry: str, trust: str, extra: str) -> None:
             nonlocal done
             done += n
 
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
         with open(path, "rb") as fp:
             for arr in api.encode_file(tok, fp, jobs=jobs, tick=tick):
                 tokens += arr.size
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-        main = time.thread_time() - m0  # the main thread alone: reads, hands out, joins
-        print(json.dumps({"seconds": seconds, "cpu": cpu, "main": main, "bytes": done, "tokens": tokens, "rss": _rss()}))  # fmt: skip
+        main = time.thread_time() - m0  # the main thread alone: hands out, yields
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+        print(json.dumps({"seconds": seconds, "cpu": cpu, "main": main, "faults": faults, "bytes": done, "tokens": tokens, "rss": _rss()}))  # fmt: skip
         return
     if mode == "decode":
         t0, c0 = time.perf_counter(), time.process_time()
@@ -158,7 +161,9 @@ def run_child(mode: str, path: Path, registry: Path, trust: Path, repeat: int = 
     best = min(runs, key=lambda r: r["seconds"])
     leanest = min(runs, key=lambda r: r["cpu"])
     main = leanest.get("main", leanest["cpu"])
-    return {**best, "cpu": leanest["cpu"], "main": main, "rss": max(r["rss"] for r in runs)}
+    faults = min(r.get("faults", 0) for r in runs)
+    rss = max(r["rss"] for r in runs)
+    return {**best, "cpu": leanest["cpu"], "main": main, "faults": faults, "rss": rss}
 
 
 def run_cli(args: list[str]) -> dict:
@@ -256,15 +261,16 @@ def main() -> int:
         print()
         print(
             "| lane mode | data | -j2 / -j1 wall | -j2 / -j1 CPU | main thread, share of -j2 CPU "
-            "| bound from CPU |"
+            "| page faults -j1 / -j2 | bound from CPU |"
         )
-        print("| --- | --- | ---: | ---: | ---: | ---: |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
         for mode, name, one, two in threads:
             # With both threads busy, -j2 cannot beat 2 x the -j1 CPU / the -j2 CPU (two cores)
             bound = 2 * one["cpu"] / two["cpu"]
             print(
                 f"| {mode} | {name} | {one['seconds'] / two['seconds']:.2f}x | "
-                f"{two['cpu'] / one['cpu']:.2f} | {two['main'] / two['cpu']:.1%} | {bound:.2f}x |"
+                f"{two['cpu'] / one['cpu']:.2f} | {two['main'] / two['cpu']:.1%} | "
+                f"{one['faults']:,} / {two['faults']:,} | {bound:.2f}x |"
             )
     return 0
 

@@ -52,7 +52,7 @@ typedef struct {
     uint8_t *scratch[SCRATCH_SLOTS];
     Py_ssize_t scratch_size[SCRATCH_SLOTS];
     int scratch_busy[SCRATCH_SLOTS]; /* taken (only ever changed with the GIL held) */
-    /* Spare memory of TokenBuffers (encode_buffer): pool_n blocks of pool_size bytes. */
+    /* Spare memory of TokenBuffers (encode_blocks): pool_n blocks of pool_size bytes. */
     uint8_t *pool[POOL_SLOTS];
     Py_ssize_t pool_size;
     int pool_n;
@@ -329,8 +329,8 @@ static PyObject *Codec_encode(CodecObject *self, PyObject *args) {
     return out;
 }
 
-/* TokenBuffer: the tokens encode_buffer made, read-only through the buffer protocol (numpy's
- * frombuffer takes it), in a block of memory that goes back to its Codec's pool when the last
+/* TokenBuffer: the tokens of a block encode_blocks made, read-only through the buffer protocol
+ * (numpy's frombuffer takes it), in a block of memory that goes back to its Codec's pool when the last
  * reference goes (only ever with the GIL held), so the next call writes into memory already in
  * place. Why: a fresh output block for every call is fresh memory, and the allocator gives and
  * takes back blocks of this size from the system, so every 4 KiB written cost a page fault
@@ -373,7 +373,7 @@ static PyTypeObject TokenBufferType = {
     .tp_as_buffer = &TokenBuffer_as_buffer,
     .tp_as_sequence = &TokenBuffer_as_sequence,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Tokens from Codec.encode_buffer (u16, read-only buffer; len() in bytes).",
+    .tp_doc = "Tokens from Codec.encode_blocks (u16, read-only buffer; len() in bytes).",
 };
 
 /* A block of at least `size` bytes for a TokenBuffer (GIL held): a spare one from the pool, or
@@ -397,55 +397,83 @@ static uint8_t *pool_take(CodecObject *c, Py_ssize_t size, Py_ssize_t *got) {
     return mem;
 }
 
-/* encode_buffer(data, first_bundle, debug, chunk_bundles, shard_bundles=0) -> TokenBuffer: the
- * tokens `encode` gives, written straight into a pooled block (no copy, no fresh pages). */
-static PyObject *Codec_encode_buffer(CodecObject *self, PyObject *args) {
-    Py_buffer buf;
-    long long first;
-    int debug;
-    long long chunk, shard = 0;
-    if (!ready(self) || !PyArg_ParseTuple(args, "y*LpL|L", &buf, &first, &debug, &chunk, &shard))
-        return NULL;
-    int w = self->width;
-    Py_ssize_t n = self->lanes, bb = n * w;
-    if (buf.len % bb || first < 0 || chunk < 1 || shard < 0) {
-        PyBuffer_Release(&buf);
-        PyErr_SetString(PyExc_ValueError,
-                        "data must be whole bundles; first >= 0, chunk >= 1, shard >= 0");
-        return NULL;
-    }
-    Py_ssize_t nb = buf.len / bb;
-    Py_ssize_t per = 5 + n * (w + 1); /* the most tokens one bundle takes */
+/* A new TokenBuffer of `owner` with a pooled block for `size` bytes of tokens (GIL held). */
+static TokenBufferObject *token_buffer_new(CodecObject *owner, Py_ssize_t size) {
     TokenBufferObject *out = PyObject_New(TokenBufferObject, &TokenBufferType);
-    if (!out) {
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
+    if (!out) return NULL;
     out->owner = NULL;
     out->len = 0;
-    out->mem = pool_take(self, 2 * nb * per, &out->size);
+    out->mem = pool_take(owner, size, &out->size);
     if (!out->mem) {
-        PyBuffer_Release(&buf);
         Py_DECREF(out);
         return NULL;
     }
-    Py_INCREF(self);
-    out->owner = self;
-    uint16_t *o = (uint16_t *)out->mem;
+    Py_INCREF(owner);
+    out->owner = owner;
+    return out;
+}
+
+/* encode_blocks(data, first_bundle, debug, chunk_bundles, shard_bundles, block_bundles) ->
+ * list of TokenBuffers: the tokens `encode` gives, cut after every `block_bundles` bundles
+ * (0: one block, however long) and written straight into pooled blocks (no copy, no fresh
+ * pages). All the blocks are made in one call with the GIL released once: a thread that
+ * encodes a long range wants the GIL back once, not once per block (with two threads and a
+ * main thread handing out work, every reacquisition could wait for another's Python). */
+static PyObject *Codec_encode_blocks(CodecObject *self, PyObject *args) {
+    Py_buffer buf;
+    long long first;
+    int debug;
+    long long chunk, shard, block;
+    if (!ready(self) ||
+        !PyArg_ParseTuple(args, "y*LpLLL", &buf, &first, &debug, &chunk, &shard, &block))
+        return NULL;
+    int w = self->width;
+    Py_ssize_t n = self->lanes, bb = n * w;
+    if (buf.len % bb || first < 0 || chunk < 1 || shard < 0 || block < 0) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "data must be whole bundles; first >= 0, chunk >= 1, "
+                                          "shard >= 0, block >= 0");
+        return NULL;
+    }
+    Py_ssize_t nb = buf.len / bb;
+    Py_ssize_t step = block == 0 || block > nb ? nb : (Py_ssize_t)block; /* bundles per block */
+    Py_ssize_t count = nb == 0 ? block == 0 : (nb + step - 1) / step; /* empty: 1 block or 0 */
+    Py_ssize_t per = 5 + n * (w + 1); /* the most tokens one bundle takes */
+    PyObject *list = PyList_New(count);
+    if (!list) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        TokenBufferObject *tb = token_buffer_new(self, 2 * step * per);
+        if (!tb) {
+            Py_DECREF(list); /* the blocks taken so far go back to the pool */
+            PyBuffer_Release(&buf);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, (PyObject *)tb);
+    }
     const uint8_t *p = buf.buf;
-    Py_ssize_t k = 0;
     Py_BEGIN_ALLOW_THREADS
-    switch (w) {
-    case 1: k = encode_run(self, p, nb, first, debug, chunk, shard, o, 1); break;
-    case 2: k = encode_run(self, p, nb, first, debug, chunk, shard, o, 2); break;
-    case 4: k = encode_run(self, p, nb, first, debug, chunk, shard, o, 4); break;
-    case 8: k = encode_run(self, p, nb, first, debug, chunk, shard, o, 8); break;
-    default: k = encode_run(self, p, nb, first, debug, chunk, shard, o, w); break;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        TokenBufferObject *tb = (TokenBufferObject *)PyList_GET_ITEM(list, i);
+        Py_ssize_t b0 = i * step, k = 0;
+        Py_ssize_t m = nb - b0 < step ? nb - b0 : step;
+        const uint8_t *q = p + b0 * bb;
+        uint16_t *o = (uint16_t *)tb->mem;
+        long long f = first + b0;
+        switch (w) {
+        case 1: k = encode_run(self, q, m, f, debug, chunk, shard, o, 1); break;
+        case 2: k = encode_run(self, q, m, f, debug, chunk, shard, o, 2); break;
+        case 4: k = encode_run(self, q, m, f, debug, chunk, shard, o, 4); break;
+        case 8: k = encode_run(self, q, m, f, debug, chunk, shard, o, 8); break;
+        default: k = encode_run(self, q, m, f, debug, chunk, shard, o, w); break;
+        }
+        tb->len = 2 * k;
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
-    out->len = 2 * k;
-    return (PyObject *)out;
+    return list;
 }
 
 /* The W tokens at t read as a lane: their low bytes as a little-endian integer, and in *high
@@ -611,9 +639,10 @@ static PyMethodDef Codec_methods[] = {
     {"encode", (PyCFunction)Codec_encode, METH_VARARGS,
      "encode(data, first_bundle, debug, chunk_bundles, shard_bundles=0) -> u16 bytes of "
      "whole bundles (with shard markers when shard_bundles)."},
-    {"encode_buffer", (PyCFunction)Codec_encode_buffer, METH_VARARGS,
-     "encode_buffer(data, first_bundle, debug, chunk_bundles, shard_bundles=0) -> TokenBuffer: "
-     "encode's tokens in a pooled block of memory (a read-only buffer)."},
+    {"encode_blocks", (PyCFunction)Codec_encode_blocks, METH_VARARGS,
+     "encode_blocks(data, first_bundle, debug, chunk_bundles, shard_bundles, block_bundles) -> "
+     "list of TokenBuffers: encode's tokens, a block per block_bundles bundles (0: one), in "
+     "pooled memory (read-only buffers)."},
     {"decode", (PyCFunction)Codec_decode, METH_VARARGS,
      "decode(tokens) -> (bytes, bundles) for whole canonical bundles, else None."},
     {NULL, NULL, 0, NULL},

@@ -17,18 +17,19 @@ class Codec:
         chunk_bundles: int,
         shard_bundles: int = 0,
     ) -> bytes: ...
-    def encode_buffer(
+    def encode_blocks(
         self,
         data: Buffer,
         first_bundle: int,
         debug: bool,
         chunk_bundles: int,
-        shard_bundles: int = 0,
-    ) -> TokenBuffer: ...
+        shard_bundles: int,
+        block_bundles: int,
+    ) -> list[TokenBuffer]: ...
     def decode(self, tokens: Buffer) -> tuple[bytes, int] | None: ...
 
 class TokenBuffer:
-    """Tokens from `Codec.encode_buffer`: a read-only buffer (u16) in pooled memory."""
+    """Tokens of a block from `Codec.encode_blocks`: a read-only buffer (u16) in pooled memory."""
 
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int) -> memoryview: ...

@@ -16,15 +16,18 @@ yields the ids in input order. A unit with no such position (no cut within `WIND
 either end) goes to the main process whole and is matched there as the streaming encoder
 matches (`StreamEncoder`): slower, never different.
 
-`jobs` processes share the units: the main process and `jobs - 1` forked workers (they inherit
-the loaded tokenizer, as `ingest docs --jobs` workers do, and talk to the main process through
-pipes: `_Workers`). The main process tokenizes units too, whenever the next result it needs
-is not there yet: a process that only waited would leave a core idle while its seams and
-output writes took time from the workers. A worker gets the next unit when it has room, the
-main process when no worker has, so the shares follow what the units cost (they differ by
-10 % between neighbours in real text, so a fixed deal left one process waiting). At most two
-units per process are in flight, which keeps memory flat.
-An input of one unit or less is encoded in the calling process (no fork for a one-line input).
+`jobs` forked workers tokenize the units (they inherit the loaded tokenizer, as `ingest docs
+--jobs` workers do, and talk to the main process through pipes: `_Workers`); the main process
+deals the units, takes the results as they come, whatever their order, tokenizes the seams and
+yields the ids in input order. It tokenizes no unit of its own: while it did (one worker less),
+a worker that had done its units waited for the main process to finish one before it got more
+or could hand in its result, and the main process's seams and output writes held back the
+units it had taken; now a worker always has its next unit and room for its result, and the
+main process's short steps (microseconds to a millisecond) take turns with the workers on the
+cores. A worker gets the next unit when it has room (at most `DEPTH` units outstanding for a
+file, one when the unit carries its bytes); at most `WINDOW_UNITS` per worker are dealt and
+not yet yielded, which keeps memory flat. An input of one unit or less is encoded in the
+calling process (no fork for a one-line input).
 """
 
 from __future__ import annotations
@@ -47,10 +50,8 @@ WINDOW = 1 << 16  # how far from each end of a unit a cut is looked for
 NEAR = 1 << 10  # first, how far from the end
 MAX_SCAN = 1 << 16  # how far back from a unit's end a cut point in the raw bytes is looked for
 TAIL = 3  # a file's last TAIL * UNIT bytes go in units of UNIT / 4
-
-_TOK: pi.Tokenizer | None = None  # the tokenizer the forked workers inherit
-_FD = -1  # the input file they read their units from (a regular file), else -1
-_START = 0  # the input's first byte (a byte-order mark there is dropped)
+DEPTH = 3  # units a worker holds at once when a unit is a few bytes (a file)
+WINDOW_UNITS = 6  # units per worker dealt and not yet yielded (results kept until their turn)
 
 
 def _cut_point(buf: bytes | bytearray) -> int:
@@ -149,12 +150,6 @@ def _init_worker() -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 
-def _work(unit: Unit) -> tuple[Any, ...]:
-    """One unit in a worker (the tokenizer and the input it inherited): see `_run`."""
-    assert _TOK is not None
-    return _run(_TOK, _FD, _START, unit)
-
-
 def _run(tok: pi.Tokenizer, fd: int, start: int, unit: Unit) -> tuple[Any, ...]:
     """One unit of the input `fd` (-1: the unit carries its bytes) that starts at `start`:
     ("split", head, ids of the middle, tail), ("whole", bytes), ("utf8", offset, reason) for
@@ -240,95 +235,132 @@ class _Seams:
         return self.tok.trie.match(buf, len(buf), self.tok.itemsize)[0] if buf else b""
 
 
-def encode(
-    tok: pi.Tokenizer, fp: Any, name: str, jobs: int, *, fd: int | None = None
-) -> Generator[tuple[int, bytes], None, None]:
-    """(input bytes consumed, ids as bytes of `tok.dtype`) of the one document read from `fp`,
-    in order, by `jobs` processes (this one and `jobs - 1` workers): the ids `tok.stream()`
-    gives for the whole text. `fd` is the descriptor of `fp` when it is a regular file (at its
-    current offset): the workers then read their units themselves. The first item is (0, b"")
-    once the workers have their first units: the caller may set up its output meanwhile."""
-    global _TOK, _FD, _START
-    seams = _Seams(tok, name)
-    if fd is not None:
-        start = os.lseek(fd, 0, os.SEEK_CUR)
-        units: Iterator[Unit] = _file_units(fd, start, max(0, os.fstat(fd).st_size - start))
-    else:
-        start = 0
-        units = _units(fp)
-    own = -1 if fd is None else fd
-    first = next(units, None)
-    second = next(units, None) if first is not None else None
-    if second is None:  # one unit at most: here, no fork
-        yield 0, b""
-        if first is not None:
-            result = _run(tok, own, start, first)
-            yield first[1], b"".join(seams.add(result))
-        yield 0, seams.finish()
-        return
-    _TOK, _FD, _START = tok, own, start
-    try:
-        workers = _Workers(jobs - 1)
-    finally:
-        _TOK, _FD, _START = None, -1, 0
-    done = False
-    try:
-        # Units are dealt in input order: to a worker with room (fewest outstanding first),
-        # else to this process. Results are taken in input order; while the next one is a
-        # worker's that has not come yet, this process tokenizes one of its own units (out of
-        # order, kept until its turn): neither kind of process waits while the other has work,
-        # whatever the units cost. A process has at most `depth` units outstanding: a worker
-        # two when a task is a few bytes (a file: it fits in the pipe whatever the worker is
-        # doing), one when it carries the unit's bytes (a pipe's input: sent only once the
-        # worker's last result is read, so neither process waits on a write to the other).
-        depth = 2 if fd is not None else 1
-        outstanding = [0] * jobs  # units dealt and not yet yielded, by process (0: this one)
-        window: deque[list[Any]] = deque()  # [process, unit, result (None: not yet)]
-        pending = _chain(first, second, units)
-        held: Unit | None = None
+def encode(tok: pi.Tokenizer, fp: Any, name: str, jobs: int, *, fd: int | None = None) -> Encoding:
+    """(input bytes consumed, ids in `tok.dtype`) of the one document read from `fp`, in order,
+    by `jobs` worker processes: the ids `tok.stream()` gives for the whole text. `fd` is the
+    descriptor of `fp` when it is a regular file (at its current offset): the workers then read
+    their units themselves. The first item is (0, b"") once the workers have their first units:
+    the caller may set up its output meanwhile. The ids are bytes or a memoryview that is valid
+    until the next item is asked for (a worker's ids are read into a buffer used again). The
+    caller closes the result (`Encoding.close`)."""
+    return Encoding(tok, fp, name, jobs, fd)
 
-        def fill() -> None:
-            nonlocal held
-            while True:
+
+class Encoding:
+    """The items of `encode`, and its workers. After the last item the workers are told to
+    exit (their task pipes closed) and not waited for: `close()` reaps them (and stops them
+    first when the items were not all taken), so a caller that commits its output before it
+    closes this overlaps their exit (a millisecond or more each) with the commit's fsync."""
+
+    def __init__(self, tok: pi.Tokenizer, fp: Any, name: str, jobs: int, fd: int | None) -> None:
+        self._workers: _Workers | None = None
+        self._done = False
+        self._items = self._encode(tok, fp, name, jobs, fd)
+
+    def __iter__(self) -> Encoding:
+        return self
+
+    def __next__(self) -> tuple[int, Any]:
+        return next(self._items)
+
+    def close(self) -> None:
+        self._items.close()
+        if self._workers is not None:
+            self._workers.close(kill=not self._done)
+
+    def _encode(
+        self, tok: pi.Tokenizer, fp: Any, name: str, jobs: int, fd: int | None
+    ) -> Generator[tuple[int, Any], None, None]:
+        seams = _Seams(tok, name)
+        if fd is not None:
+            start = os.lseek(fd, 0, os.SEEK_CUR)
+            units: Iterator[Unit] = _file_units(fd, start, max(0, os.fstat(fd).st_size - start))
+        else:
+            start = 0
+            units = _units(fp)
+        own = -1 if fd is None else fd
+        first = next(units, None)
+        second = next(units, None) if first is not None else None
+        if second is None:  # one unit at most: here, no fork
+            yield 0, b""
+            if first is not None:
+                result = _run(tok, own, start, first)
+                yield first[1], b"".join(seams.add(result))
+            yield 0, seams.finish()
+            return
+        workers = self._workers = _Workers(tok, own, start)
+        try:
+            # A worker holds up to `depth` units: several when a task is a few bytes (a file: it
+            # fits in the pipe whatever the worker is doing), one when it carries the unit's bytes
+            # (a pipe's input: sent only once the worker's last result is read, so neither process
+            # waits on a write to the other). Results are read as they come and kept until their
+            # turn, so a worker never waits for the main process to want its result.
+            depth = DEPTH if fd is not None else 1
+            window: deque[_Entry] = deque()  # dealt and not yet yielded, in input order
+            owed: list[deque[_Entry]] = []  # by worker: its entries without a result, in order
+            pending = _chain(first, second, units)
+            held: Unit | None = None
+
+            def more() -> bool:
+                """Whether a unit is left to deal (read ahead into `held`)."""
+                nonlocal held
                 if held is None:
                     held = next(pending, None)
-                    if held is None:
-                        return
-                who = min(range(1, jobs), key=outstanding.__getitem__)
-                if outstanding[who] >= depth:
-                    who = 0
-                    if outstanding[0] >= depth:
-                        return
-                else:
-                    workers.send(who - 1, held)
-                outstanding[who] += 1
-                window.append([who, held, None])
-                held = None
+                return held is not None
 
-        fill()
-        yield 0, b""
-        while window:
-            entry = window[0]
-            who, unit = entry[0], entry[1]
-            if who == 0 and entry[2] is None:
-                entry[2] = _run(tok, own, start, unit)
-            elif who:
-                mine = next((e for e in window if e[0] == 0 and e[2] is None), None)
-                if mine is not None and not workers.ready(who - 1):
-                    mine[2] = _run(tok, own, start, mine[1])
-                    continue
-                entry[2] = workers.receive(who - 1)
-            window.popleft()
-            outstanding[who] -= 1
-            fill()
-            length = unit[1]
-            for ids in seams.add(entry[2]):
-                yield length, ids
-                length = 0
-        yield 0, seams.finish()
-        done = True
-    finally:
-        workers.close(kill=not done)
+            def deal(room: int = depth) -> None:
+                """Units to the workers with the fewest outstanding, up to `room` each."""
+                nonlocal held
+                while len(window) < WINDOW_UNITS * len(owed) and more():
+                    assert held is not None
+                    who = min(range(len(owed)), key=lambda w: len(owed[w]))
+                    if len(owed[who]) >= room:
+                        return
+                    workers.send(who, held)
+                    entry = _Entry(held)
+                    owed[who].append(entry)
+                    window.append(entry)
+                    held = None
+
+            # A worker a unit as it is forked (it starts on it while the next is forked), no
+            # more workers than units; then every worker its `depth`
+            while len(owed) < jobs and more():
+                workers.fork()
+                owed.append(deque())
+                deal(1)
+            deal()
+            yield 0, b""
+            while window:
+                entry = window[0]
+                while entry.result is None:
+                    for who in workers.wait([w for w, due in enumerate(owed) if due]):
+                        got = owed[who].popleft()
+                        got.result, got.buffer = workers.receive(who)
+                    deal()
+                window.popleft()
+                deal()
+                length = entry.unit[1]
+                for ids in seams.add(entry.result):
+                    yield length, ids
+                    length = 0
+                workers.reuse(entry.buffer)
+            workers.release()  # they exit while the caller finishes its output
+            yield 0, seams.finish()
+            self._done = True
+        except BaseException:
+            workers.close(kill=True)
+            raise
+
+
+class _Entry:
+    """A unit dealt to a worker, and its result once read (`buffer`: where its ids are)."""
+
+    __slots__ = ("buffer", "result", "unit")
+
+    def __init__(self, unit: Unit) -> None:
+        self.unit = unit
+        self.result: tuple[Any, ...] | None = None
+        self.buffer: bytearray | None = None
 
 
 FRAME = struct.Struct("<Q")
@@ -336,70 +368,110 @@ _STOP = {signal.SIGINT, signal.SIGTERM}
 
 
 class _Workers:
-    """`jobs` forked processes, each with a pipe for its tasks and one for its results;
-    messages are `marshal` data behind their length. No lock is shared with them: on any
-    failure the main process kills them and reaps them (multiprocessing's Pool can hang in
-    `terminate()` while an idle worker holds the task queue's lock)."""
+    """Forked worker processes (`fork` starts one), each with a pipe for its tasks and one for
+    its results. A task is `marshal` data behind its length; a result is a header (the lengths
+    of its two parts), `marshal` data of all but the ids, and the ids' raw bytes, which the main
+    process reads straight into a buffer it uses again (`reuse`): no copy of the ids in
+    `marshal` on either side, no fresh memory (page faults) per result. No lock is shared with
+    the workers: on any failure the main process kills them and reaps them
+    (multiprocessing's Pool can hang in `terminate()` while an idle worker holds the task
+    queue's lock)."""
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, tok: pi.Tokenizer, fd: int, start: int) -> None:
+        self.tok = tok
+        self.fd = fd  # the input the workers read their units from (a regular file), else -1
+        self.start = start  # the input's first byte (a byte-order mark there is dropped)
         self.procs: list[tuple[int, Any, Any]] = []  # (pid, task writer, result reader)
+        self.spare: list[bytearray] = []  # buffers of ids read before, free again
+
+    def fork(self) -> None:
+        """Fork one more worker."""
         try:
-            for _ in range(jobs):
-                task_r, task_w = os.pipe()
-                res_r, res_w = os.pipe()
-                # Ctrl-C and SIGTERM wait until the new worker is in `procs` (so the handler's
-                # exception finds it there, kills it and reaps it)
-                mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP)
-                try:
-                    pid = os.fork()
-                    if pid == 0:  # pragma: no cover - the worker (coverage does not follow forks)
-                        code = 0
-                        try:
-                            os.close(task_w)
-                            os.close(res_r)
-                            for _pid, writer, reader in self.procs:  # other workers' pipes
-                                writer.close()
-                                reader.close()
-                            _init_worker()
-                            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-                            _serve(task_r, res_w)
-                        except BaseException:
-                            code = 1
-                        finally:
-                            os._exit(code)
-                    os.close(task_r)
-                    os.close(res_w)
-                    writer = open(task_w, "wb", buffering=0)  # noqa: SIM115 - closed in close()
-                    reader = open(res_r, "rb", buffering=0)  # noqa: SIM115
-                    self.procs.append((pid, writer, reader))
-                finally:
-                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-                _widen(res_r)
+            task_r, task_w = os.pipe()
+            res_r, res_w = os.pipe()
+            # Ctrl-C and SIGTERM wait until the new worker is in `procs` (so the handler's
+            # exception finds it there, kills it and reaps it)
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP)
+            try:
+                pid = os.fork()
+                if pid == 0:  # pragma: no cover - the worker (coverage does not follow forks)
+                    code = 0
+                    try:
+                        os.close(task_w)
+                        os.close(res_r)
+                        for _pid, writer, reader in self.procs:  # other workers' pipes
+                            writer.close()
+                            reader.close()
+                        _init_worker()
+                        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                        _serve(self.tok, self.fd, self.start, task_r, res_w)
+                    except BaseException:
+                        code = 1
+                    finally:
+                        os._exit(code)
+                os.close(task_r)
+                os.close(res_w)
+                writer = open(task_w, "wb", buffering=0)  # noqa: SIM115 - closed in close()
+                reader = open(res_r, "rb", buffering=0)  # noqa: SIM115
+                self.procs.append((pid, writer, reader))
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            _widen(res_r)
         except BaseException:
             self.close(kill=True)
             raise
 
     def send(self, worker: int, unit: Unit) -> None:
-        _write_frame(self.procs[worker][1], marshal.dumps(unit))
+        try:
+            _write_frame(self.procs[worker][1], marshal.dumps(unit))
+        except BrokenPipeError:  # not our stdout's reader gone: a worker that died
+            raise RuntimeError(f"encoding worker {worker + 1} ended before its units") from None
 
-    def ready(self, worker: int) -> bool:
-        """Whether the worker's result (or its end) can be read without waiting."""
+    def wait(self, workers: list[int]) -> list[int]:
+        """Those of `workers` whose result (or end) can be read, once there is one."""
         import select
 
-        return bool(select.select([self.procs[worker][2]], [], [], 0)[0])
+        readers = {self.procs[w][2].fileno(): w for w in workers}
+        return [readers[fd] for fd in select.select(list(readers), [], [])[0]]
 
-    def receive(self, worker: int) -> tuple[Any, ...]:
-        data = _read_frame(self.procs[worker][2])
-        if data is None:
+    def receive(self, worker: int) -> tuple[tuple[Any, ...], bytearray | None]:
+        """The worker's next result, and the buffer that holds its ids (None: no ids)."""
+        reader = self.procs[worker][2]
+        head = _read_exactly(reader, RESULT.size)
+        data = _read_exactly(reader, RESULT.unpack(head)[0]) if head is not None else None
+        if head is None or data is None:
             raise RuntimeError(f"encoding worker {worker + 1} ended without its result")
         result = marshal.loads(data)
         if result[0] == "error":
             raise RuntimeError(f"encoding worker {worker + 1} failed: {result[1]}")
-        return tuple(result)
+        size = RESULT.unpack(head)[1]
+        if result[0] != "split":
+            return tuple(result), None
+        buf = next((b for b in self.spare if len(b) >= size), None)
+        if buf is None:
+            buf = bytearray(size + size // 4)  # room for a later, larger result
+        else:
+            self.spare.remove(buf)
+        view = memoryview(buf)[:size]
+        if _read_into(reader, view) < size:
+            raise RuntimeError(f"encoding worker {worker + 1} ended without its result")
+        return (result[0], result[1], view, result[2]), buf
+
+    def reuse(self, buf: bytearray | None) -> None:
+        """`buf` (from `receive`) holds nothing needed any more."""
+        if buf is not None and len(self.spare) < 2 * WINDOW_UNITS:
+            self.spare.append(buf)
+
+    def release(self) -> None:
+        """Close the task pipes: an idle worker reads the end of its tasks and exits."""
+        for _pid, writer, _reader in self.procs:
+            writer.close()
 
     def close(self, *, kill: bool) -> None:
-        for pid, writer, _reader in self.procs:
-            writer.close()  # an idle worker reads the end of its tasks and exits
+        """Stop the workers (at once when `kill`, else once their tasks are done) and reap
+        them."""
+        self.release()
+        for pid, _writer, _reader in self.procs:
             if kill:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
@@ -412,7 +484,7 @@ class _Workers:
 
 def _widen(fd: int) -> None:
     """Make a result pipe hold a unit's ids (Linux: up to 1 MiB, where allowed), so a worker
-    writes its result and goes on to its next unit while the main process tokenizes one."""
+    writes its result and goes on to its next unit while the main process is busy writing."""
     try:
         import fcntl
 
@@ -424,18 +496,39 @@ def _widen(fd: int) -> None:
 RESULT_PIPE = 1 << 20
 
 
-def _serve(task_r: int, res_w: int) -> None:  # pragma: no cover - runs in the workers
+RESULT = struct.Struct("<QQ")  # a result's header: bytes of its marshal part, of its ids
+
+
+def _serve(  # pragma: no cover - runs in the workers
+    tok: pi.Tokenizer, fd: int, start: int, task_r: int, res_w: int
+) -> None:
     tasks = open(task_r, "rb", buffering=0)  # noqa: SIM115 - the worker exits with it
-    results = open(res_w, "wb", buffering=0)  # noqa: SIM115
     while True:
         data = _read_frame(tasks)
         if data is None:
             return
+        ids = b""
         try:
-            result: tuple[Any, ...] = _work(marshal.loads(data))
+            result: tuple[Any, ...] = _run(tok, fd, start, marshal.loads(data))
+            if result[0] == "split":  # the ids go raw, after the rest
+                ids = result[2]
+                result = (result[0], result[1], result[3])
         except Exception as exc:
             result = ("error", f"{type(exc).__name__}: {exc}")
-        _write_frame(results, marshal.dumps(result))
+        meta = marshal.dumps(result)
+        _write_all(res_w, [RESULT.pack(len(meta), len(ids)), meta, ids])
+
+
+def _write_all(fd: int, parts: list[bytes]) -> None:
+    """Write `parts` in order (one system call when the pipe takes them all)."""
+    views = [memoryview(p) for p in parts if p]
+    while views:
+        n = os.writev(fd, views)
+        while views and n >= len(views[0]):
+            n -= len(views[0])
+            views.pop(0)
+        if n:
+            views[0] = views[0][n:]
 
 
 def _write_frame(out: Any, payload: bytes) -> None:
@@ -454,14 +547,20 @@ def _read_frame(inp: Any) -> bytes | None:
 
 def _read_exactly(inp: Any, size: int) -> bytes | None:
     buf = bytearray(size)
-    view = memoryview(buf)
+    if _read_into(inp, memoryview(buf)) < size:
+        return None
+    return bytes(buf)
+
+
+def _read_into(inp: Any, view: memoryview) -> int:
+    """Fill `view` from `inp`; the bytes read (fewer only at the end of the input)."""
     got = 0
-    while got < size:
+    while got < len(view):
         n = inp.readinto(view[got:])
         if not n:
-            return None
+            break
         got += n
-    return bytes(buf)
+    return got
 
 
 def _chain(a: Any, b: Any, rest: Iterator[Any]) -> Iterator[Any]:

@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies
 
 from matrixctl import _pi_kernel
 from matrixctl.errors import FormatError
-from matrixctl.tokenizers import pi_jobs
+from matrixctl.tokenizers import pi, pi_jobs
 from matrixctl.tokenizing import encode_file
 from tests.helpers.cli import run_cli
 from tests.tokenizers.test_pi_kernel import BYTES, longest_match
@@ -152,26 +152,159 @@ def test_jobs_on_a_pipe_with_units_larger_than_a_pipe_buffer() -> None:
         assert many.stdout == one.stdout
 
 
-@pytest.mark.parametrize("ready", [False, True])
-def test_the_main_process_tokenizes_while_it_waits(
-    tmp_path: Path, tiny_units: None, monkeypatch: pytest.MonkeyPatch, ready: bool
+@pytest.mark.parametrize("slow", [0, 1, 4])
+def test_results_are_taken_as_they_come_and_yielded_in_order(
+    tmp_path: Path, tiny_units: None, monkeypatch: pytest.MonkeyPatch, slow: int
 ) -> None:
-    """Decision (pi_jobs): the main process tokenizes its own units out of order while a
-    worker's result has not come (`ready` False: always, so it runs ahead as far as it may;
-    True: never), and yields every result in input order: the bytes of one process."""
-    calls: list[bool] = []
+    """Decision (tok18jobs, pi_jobs): the workers tokenize every unit and the main process
+    reads their results as they come, keeping those whose turn has not come. The worker that
+    has unit `slow` holds it until the main process has read more than DEPTH results of the
+    other worker (the forked workers inherit the patched `_run`): read in input order only,
+    they would never come, and the run would wait 30 s for nothing. The ids are yielded in
+    input order: the bytes of one process."""
+    import os
+    import time
 
-    def fake_ready(self: object, worker: int) -> bool:
-        calls.append(ready)
-        return ready
-
-    monkeypatch.setattr(pi_jobs._Workers, "ready", fake_ready)
     src = tmp_path / "in.txt"
-    src.write_bytes(TEXTS["mixed"].encode())
+    src.write_bytes(TEXTS["mixed"].encode() * 5)
     one = _encode(str(src), tmp_path / "one.mxt", 1, None)
-    for jobs in (2, 3):
-        assert _encode(str(src), tmp_path / f"{jobs}.mxt", jobs, None) == one
-    assert calls  # the main process had units of its own while a worker's was due
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        slow_offset = list(pi_jobs._file_units(fd, 0, src.stat().st_size))[slow][0]
+    finally:
+        os.close(fd)
+    mark, go = tmp_path / "slow", tmp_path / "go"
+    run = pi_jobs._run
+
+    def slow_run(tok: object, fd: int, start: int, unit: pi_jobs.Unit) -> tuple[object, ...]:
+        if unit[0] == slow_offset:
+            (tmp_path / "slow.tmp").write_text(str(os.getpid()))
+            (tmp_path / "slow.tmp").rename(mark)
+            deadline = time.monotonic() + 30
+            while not go.exists() and time.monotonic() < deadline:
+                time.sleep(0.005)
+        return run(tok, fd, start, unit)  # type: ignore[arg-type]
+
+    others: list[int] = []
+    receive = pi_jobs._Workers.receive
+
+    def counted(self: pi_jobs._Workers, worker: int) -> tuple[tuple[object, ...], object]:
+        got = receive(self, worker)
+        if mark.exists() and int(mark.read_text()) != self.procs[worker][0]:
+            others.append(worker)
+            if len(others) > pi_jobs.DEPTH:
+                go.touch()
+        return got
+
+    monkeypatch.setattr(pi_jobs, "_run", slow_run)
+    monkeypatch.setattr(pi_jobs._Workers, "receive", counted)
+    assert _encode(str(src), tmp_path / "two.mxt", 2, None) == one
+    assert go.exists()
+
+
+@pytest.mark.parametrize("pipe", [False, True])
+def test_a_worker_that_dies_is_an_error_and_no_output(
+    tmp_path: Path, tiny_units: None, monkeypatch: pytest.MonkeyPatch, pipe: bool
+) -> None:
+    """A worker that dies on a unit (killed, out of memory) is one error naming it, for a file
+    (the workers read it) and for a stream (the units carry their bytes); no output is left
+    and no worker outlives the run."""
+    import io
+    import os
+
+    run = pi_jobs._run
+
+    def dying(tok: object, fd: int, start: int, unit: pi_jobs.Unit) -> tuple[object, ...]:
+        if unit[0] > 0:
+            os._exit(9)
+        return run(tok, fd, start, unit)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pi_jobs, "_run", dying)
+    data = TEXTS["english"].encode()
+    src = tmp_path / "in.txt"
+    src.write_bytes(data)
+    before = set(_children(os.getpid()))
+    tok = pi.Tokenizer(pi.load_symbol_map(pi.default_map_path())[0])
+    with pytest.raises(RuntimeError, match=r"encoding worker [12] ended"):
+        if pipe:
+            parts = pi_jobs.encode(tok, io.BytesIO(data), "<stdin>", 2)
+        else:
+            fd = os.open(src, os.O_RDONLY)
+            parts = pi_jobs.encode(tok, None, str(src), 2, fd=fd)
+        try:
+            list(parts)
+        finally:
+            parts.close()
+            if not pipe:
+                os.close(fd)
+    assert set(_children(os.getpid())) <= before
+    with pytest.raises(RuntimeError, match="encoding worker"):
+        _encode(str(src), tmp_path / "out.mxt", 2, None)
+    assert not (tmp_path / "out.mxt").exists()
+
+
+def test_no_more_workers_than_units(
+    tmp_path: Path, tiny_units: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--jobs 16` on an input of a few units forks a worker per unit, no more (each worker
+    gets a unit as it is forked), and writes the bytes of one process."""
+    import os
+
+    forks: list[int] = []
+    fork = pi_jobs._Workers.fork
+
+    def counted(self: pi_jobs._Workers) -> None:
+        forks.append(1)
+        fork(self)
+
+    monkeypatch.setattr(pi_jobs._Workers, "fork", counted)
+    src = tmp_path / "in.txt"
+    src.write_bytes(TEXTS["english"].encode())
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        units = len(list(pi_jobs._file_units(fd, 0, src.stat().st_size)))
+    finally:
+        os.close(fd)
+    assert 2 < units < 16
+    one = _encode(str(src), tmp_path / "one.mxt", 1, None)
+    assert _encode(str(src), tmp_path / "many.mxt", 16, None) == one
+    assert len(forks) == units
+
+
+def test_workers_are_reaped_after_the_commit(
+    tmp_path: Path, tiny_units: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decision (tok18jobs, pi_jobs.Encoding): once the last result is read the workers are
+    told to exit (their task pipes closed), and they are reaped only after the output is
+    committed, so their exit overlaps with the commit; none is left after the run."""
+    import os
+
+    from matrixctl import io as mio
+
+    order: list[str] = []
+    for cls, name in ((mio.AtomicFile, "commit"), (pi_jobs._Workers, "release")):
+        orig = getattr(cls, name)
+
+        def logged(self: object, *a: object, _orig: object = orig, _name: str = name) -> object:
+            order.append(_name)
+            return _orig(self, *a)  # type: ignore[operator]
+
+        monkeypatch.setattr(cls, name, logged)
+    close = pi_jobs._Workers.close
+
+    def logged_close(self: pi_jobs._Workers, *, kill: bool) -> None:
+        order.append("reap" if self.procs else "closed")
+        close(self, kill=kill)
+
+    monkeypatch.setattr(pi_jobs._Workers, "close", logged_close)
+    src = tmp_path / "in.txt"
+    src.write_bytes(TEXTS["english"].encode())
+    before = set(_children(os.getpid()))
+    one = _encode(str(src), tmp_path / "one.mxt", 1, None)
+    order.clear()
+    assert _encode(str(src), tmp_path / "two.mxt", 2, None) == one
+    assert order[:3] == ["release", "commit", "reap"]
+    assert set(_children(os.getpid())) <= before
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
@@ -237,12 +370,10 @@ def test_invalid_utf8_is_reported_as_one_process_reports_it(
 def test_a_one_unit_input_is_encoded_without_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import multiprocessing
-
     def no_fork(*args: object) -> None:
         raise AssertionError("forked for a one-line input")
 
-    monkeypatch.setattr(multiprocessing, "get_context", no_fork)
+    monkeypatch.setattr(pi_jobs._Workers, "fork", no_fork)
     src = tmp_path / "line.txt"
     src.write_bytes(b"one line\n")
     assert _encode(str(src), tmp_path / "a.mxt", 4, None) == _encode(

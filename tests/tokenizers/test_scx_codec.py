@@ -182,6 +182,79 @@ def test_encode_file_names_a_file_that_shrank(tmp_path: Any) -> None:
     assert info.value.errno == errno.EIO and info.value.filename == str(path)
 
 
+def test_encode_file_ranges_tile_the_file_and_end_in_smaller_tasks() -> None:
+    """Decision (tok18jobs, encoder._ranges): the tasks of `encode_file` tile the whole bundles
+    in order, TASK_BYTES each, and the last TAIL tasks' worth per thread are cut four times
+    finer (whole bundles), so the threads end within a small task of each other."""
+    bb, step, jobs = 48, 48 * 1000, 2
+    for whole in (0, bb, 7 * bb, step, 10 * step + 5 * bb, 3 * step):
+        ranges = list(scx_encoder._ranges(whole, step, bb, jobs))
+        ends = np.cumsum([0] + [n for _, n in ranges]).tolist()
+        assert [at for at, _ in ranges] == ends[:-1]
+        assert sum(n for _, n in ranges) == whole and all(n % bb == 0 and n for _, n in ranges)
+        tail = scx_encoder.TAIL * jobs * step
+        assert all(n == step for at, n in ranges if whole - at > tail)
+        assert all(n <= step // 4 for at, n in ranges if whole - at <= tail)
+
+
+def test_encode_file_threads_stop_with_the_caller_and_raise_in_order(tmp_path: Any) -> None:
+    """Decision (tok18jobs, encoder._Threads): a caller that stops early leaves no thread
+    behind (tasks not yet started are dropped, running ones end); a task's exception is raised
+    where its tokens were due, after the tokens of the tasks before it."""
+    import threading
+
+    tok = TOKENIZERS["SCXQ4"]
+    path = tmp_path / "in.bin"
+    path.write_bytes(b"the " * 3_000_000)
+    before = threading.active_count()
+    with open(path, "rb") as fp:
+        parts = api.encode_file(tok, fp, jobs=2)
+        next(parts)
+        next(parts)
+        parts.close()
+    assert threading.active_count() == before
+    calls: list[int] = []
+
+    def work(i: int) -> int:
+        calls.append(i)
+        if i == 3:
+            raise ValueError("task 3")
+        return i
+
+    with scx_encoder._Threads(2) as pool:
+        done = [pool.submit(work, i) for i in range(6)]
+        assert [d.result() for d in done[:3]] == [0, 1, 2]
+        with pytest.raises(ValueError, match="task 3"):
+            done[3].result()
+        assert done[4].result() == 4
+    assert threading.active_count() == before
+
+
+def test_encode_file_imports_no_concurrent_futures(tmp_path: Any) -> None:
+    """Decision (tok18jobs): `encode_file --jobs 2` runs on its own small pool; importing
+    `concurrent.futures` (and `logging` with it) cost 5-10 ms on the thread nothing shares."""
+    import subprocess
+    import sys
+
+    from tests.helpers.cli import ROOT
+
+    path = tmp_path / "in.bin"
+    path.write_bytes(b"the " * 100_000)
+    code = (
+        "import sys\n"
+        "from matrixctl.tokenizers.scx import api, registry\n"
+        f"tok = api.Tokenizer.unchecked(registry.from_source({SOURCES['SCXQ2']!r}))\n"
+        f"with open({str(path)!r}, 'rb') as fp:\n"
+        "    n = sum(a.size for a in api.encode_file(tok, fp, jobs=2))\n"
+        "assert n > 100_000\n"
+        "print(sorted(m for m in ('concurrent.futures', 'logging') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
 def test_feeds_longer_than_a_window_decode_like_one_feed() -> None:
     """The decoder joins what a feed leaves over with the next feed's first window only: feeds
     of a window and a bit give the same bytes, and the same error at the same token."""

@@ -297,32 +297,58 @@ def test_threads_share_a_codec() -> None:
     assert codec.decode(codec.encode(big, 0, False, 4)) == (big, 4000 * 40)
 
 
-def test_encode_buffer_gives_encode_tokens_in_kept_memory() -> None:
-    """Decision (tok18, docs/formats/scx.md): `encode_buffer` writes `encode`'s tokens into a
-    block of its Codec's pool, read-only through the buffer protocol; a block whose last view
+def test_encode_blocks_gives_encode_tokens_in_kept_memory() -> None:
+    """Decision (tok18, docs/formats/scx.md): `encode_blocks` writes `encode`'s tokens into
+    blocks of its Codec's pool, read-only through the buffer protocol; a block whose last view
     is gone serves the next call (the same memory: no fresh pages), a block still viewed is
     never reused, and a larger request gets a larger block."""
     codec = make(2, 4, {0x400: b"ab", 0x401: b"\x00\x00"})
     rng = np.random.default_rng(3)
     data = rng.integers(0, 3, 8 * 5000, dtype=np.uint8).tobytes()
     for first, debug, chunk, shard in ((0, False, 4, 0), (7, True, 3, 5)):
-        buf = codec.encode_buffer(data, first, debug, chunk, shard)
+        (buf,) = codec.encode_blocks(data, first, debug, chunk, shard, 0)
         assert bytes(memoryview(buf)) == codec.encode(data, first, debug, chunk, shard)
         assert len(buf) == len(codec.encode(data, first, debug, chunk, shard))
         assert memoryview(buf).readonly
-    kept = np.frombuffer(codec.encode_buffer(data, 0, False, 4), dtype="<u2")
+    kept = np.frombuffer(codec.encode_blocks(data, 0, False, 4, 0, 0)[0], dtype="<u2")
     want = kept.copy()
     address = kept.__array_interface__["data"][0]
     for _ in range(3):  # `kept` still views its block: the calls get others
-        other = np.frombuffer(codec.encode_buffer(data[::-1], 0, False, 4), dtype="<u2")
+        other = np.frombuffer(codec.encode_blocks(data[::-1], 0, False, 4, 0, 0)[0], dtype="<u2")
         assert other.__array_interface__["data"][0] != address
         del other
     assert np.array_equal(kept, want)
     del kept
-    again = np.frombuffer(codec.encode_buffer(data[:800], 0, False, 4), dtype="<u2")
+    again = np.frombuffer(codec.encode_blocks(data[:800], 0, False, 4, 0, 0)[0], dtype="<u2")
     assert again.__array_interface__["data"][0] == address  # the freed block, reused
     assert bytes(again) == codec.encode(data[:800], 0, False, 4)
-    bigger = codec.encode_buffer(data * 3, 0, False, 4)
+    (bigger,) = codec.encode_blocks(data * 3, 0, False, 4, 0, 0)
     assert bytes(memoryview(bigger)) == codec.encode(data * 3, 0, False, 4)
     with pytest.raises(ValueError):
-        codec.encode_buffer(b"abc", 0, False, 1)  # not a whole bundle
+        codec.encode_blocks(b"abc", 0, False, 1, 0, 0)  # not a whole bundle
+    with pytest.raises(ValueError):
+        codec.encode_blocks(data, 0, False, 1, 0, -1)
+    assert [len(b) for b in codec.encode_blocks(b"", 0, False, 1, 0, 0)] == [0]
+    assert codec.encode_blocks(b"", 0, False, 1, 0, 3) == []
+
+
+@pytest.mark.parametrize("block", [1, 3, 7, 4999, 5000, 5001, 10**9])
+@pytest.mark.parametrize(("first", "debug", "chunk", "shard"), [(0, False, 4, 0), (7, True, 3, 5)])
+def test_encode_blocks_cut_where_asked_and_join_to_encode(
+    block: int, first: int, debug: bool, chunk: int, shard: int
+) -> None:
+    """Decision (tok18jobs, docs/formats/scx.md): one `encode_blocks` call makes every block of
+    a range (the GIL released once): a block per `block_bundles` bundles, the last one shorter,
+    each the tokens `encode` gives for its bundles (shard and chunk markers counted from the
+    range's first bundle), so the blocks joined are `encode`'s tokens for the whole range."""
+    codec = make(2, 4, {0x400: b"ab", 0x401: b"\x00\x00"})
+    rng = np.random.default_rng(4)
+    data = rng.integers(0, 3, 8 * 5000, dtype=np.uint8).tobytes()
+    blocks = codec.encode_blocks(data, first, debug, chunk, shard, block)
+    step = min(block, 5000)
+    assert len(blocks) == -(-5000 // step)
+    for i, buf in enumerate(blocks):
+        part = data[8 * step * i : 8 * step * (i + 1)]
+        assert bytes(memoryview(buf)) == codec.encode(part, first + step * i, debug, chunk, shard)
+    joined = b"".join(bytes(memoryview(buf)) for buf in blocks)
+    assert joined == codec.encode(data, first, debug, chunk, shard)

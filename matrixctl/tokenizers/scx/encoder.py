@@ -84,21 +84,21 @@ class Encoder:
 
     def tokens_for(self, data: np.ndarray, first_bundle: int) -> list[np.ndarray]:
         """Tokens of whole bundles starting at bundle `first_bundle` of the stream, with the
-        SHARD_START / SHARD_END markers among them: one kernel call (framing included, the GIL
-        released) per block of `self.block` bytes. A pure function of its arguments and the
-        config, so blocks may be encoded in any order (or in parallel) and joined."""
+        SHARD_START / SHARD_END markers among them, in arrays of a block (`self.block` bytes)
+        each: one kernel call (framing included, the GIL released once for all the blocks). A
+        pure function of its arguments and the config, so ranges may be encoded in any order
+        (or in parallel) and joined."""
         tok = self.tok
-        bb = tok.bundle_bytes
-        return [
-            tok.codec.bundle_tokens(
-                data[start : start + self.block],
-                first_bundle + start // bb,
-                self.debug,
-                tok.chunk_bundles,
-                tok.shard_bundles,
-            )
-            for start in range(0, data.size, self.block)
-        ]
+        if not data.size:
+            return []
+        return tok.codec.bundle_blocks(
+            data,
+            first_bundle,
+            self.debug,
+            tok.chunk_bundles,
+            tok.shard_bundles,
+            self.block // tok.bundle_bytes,
+        )
 
     def finish(self) -> list[np.ndarray]:
         """The last (padded) bundle, the closing SHARD_END, STREAM_END and the byte count."""
@@ -150,15 +150,13 @@ def encode_chunks(
     padding: list[int] | None = None,
 ) -> Iterator[np.ndarray]:
     """Encode a stream of byte chunks; with `jobs` > 1, every chunk is cut into `jobs` parts
-    (whole blocks of BLOCK_BYTES) that the threads of a pool encode (the compiled kernel makes
-    a block's tokens, shard markers included, with the GIL released; a thread holds it only
-    between blocks), and the token arrays are joined in input order: the same tokens as
+    (whole blocks of BLOCK_BYTES) that `jobs` threads encode (the compiled kernel makes a
+    part's tokens, shard markers included, with the GIL released; a thread holds it only
+    between parts), and the token arrays are joined in input order: the same tokens as
     `jobs` = 1. While the threads encode one chunk, the main thread reads the next; it waits
     for a chunk's parts before it reads the chunk after, so no more chunks are alive than with
     one thread (more live read buffers cost page faults). `warnings` and `padding` (the
     PAD-BYTEs that complete the last bundle) are filled in at the end."""
-    from concurrent.futures import Future, ThreadPoolExecutor
-
     import numpy as np
 
     enc = Encoder(tok, strict_alignment=strict_alignment, emit_debug_markers=emit_debug_markers)
@@ -172,8 +170,8 @@ def encode_chunks(
         enc._started = True
         yield np.array([scx_tokens.TOK_CONFIG, *tok.h_tok], dtype="<u2")
         carry = b""
-        running: list[Future[list[np.ndarray]]] = []  # the parts of the chunk being encoded
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
+        running: list[_Call] = []  # the parts of the chunk being encoded
+        with _Threads(jobs) as pool:
             for piece in chunks:
                 # bytes are immutable, so a chunk that is bytes is used as it is (no copy)
                 data = piece if isinstance(piece, bytes) else bytes(piece)
@@ -207,13 +205,95 @@ def encode_chunks(
             padding.append(enc.pad_bytes)
 
 
+class _Call:
+    """A call handed to `_Threads`: its result or exception once `done` is released."""
+
+    __slots__ = ("args", "done", "error", "fn", "value")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], lock: Any) -> None:
+        self.fn = fn
+        self.args = args
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.done = lock  # held until the call has run
+        lock.acquire()
+
+    def result(self) -> Any:
+        """The call's value (waiting for it), or its exception raised here."""
+        self.done.acquire()
+        self.done.release()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class _Threads:
+    """`jobs` threads that run the calls handed to them (`submit`) in the order given; the
+    caller takes each call's result in the order it likes (`_Call.result`). A call is a lock
+    that its thread releases when the call is done: lighter than `concurrent.futures`, whose
+    import (with `logging`'s) took 5-10 ms of a 0.2 s two-thread encode, on the one thread
+    nothing shares, and whose futures hand over through a Python condition. Leaving the
+    `with` block stops the threads: calls not yet started are dropped, running ones end."""
+
+    def __init__(self, jobs: int) -> None:
+        import threading
+        from queue import SimpleQueue
+
+        self._lock = threading.Lock
+        self._todo: SimpleQueue[_Call | None] = SimpleQueue()
+        self._stop = False
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"matrixctl-scx-{i}", daemon=True)
+            for i in range(jobs)
+        ]
+        try:
+            for thread in self._threads:
+                thread.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> _Call:
+        call = _Call(fn, args, self._lock())
+        self._todo.put(call)
+        return call
+
+    def _serve(self) -> None:
+        while True:
+            call = self._todo.get()
+            if call is None:
+                return
+            if not self._stop:
+                try:
+                    call.value = call.fn(*call.args)
+                except BaseException as exc:  # raised where the caller takes the result
+                    call.error = exc
+            call.done.release()
+
+    def close(self) -> None:
+        self._stop = True
+        for _ in self._threads:
+            self._todo.put(None)
+        for thread in self._threads:
+            if thread.ident is not None:
+                thread.join()
+
+    def __enter__(self) -> _Threads:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 READ_BYTES = 4 << 20  # bytes per read of `encode_file`
-# Bytes per task of `encode_file`'s threads (8 blocks), and tasks per thread handed out ahead of
-# the one whose tokens are yielded next: the threads have work for a few milliseconds when the
-# main thread is slow to come back, and the blocks alive stay within what the kernel's pool of
-# output blocks keeps (POOL_SLOTS in _scx_kernel.c).
-TASK_BYTES = 2 << 20
-AHEAD = 4
+# Bytes per task of `encode_file`'s threads (4 blocks, one kernel call), and tasks per thread
+# handed out ahead of the one whose tokens are yielded next: the threads have work for a few
+# milliseconds when the main thread is slow to come back. Every block alive at once is a block
+# of the kernel's pool that was fresh memory once (page faults: with 2 MiB tasks, four ahead,
+# two threads made 8,000-9,000 faults on 256 MiB against 3,500 for one thread; now ~4,600).
+TASK_BYTES = 1 << 20
+AHEAD = 3
+TAIL = 2  # the last TAIL tasks per thread are cut four times finer (`_ranges`)
 
 
 def encode_file(
@@ -256,7 +336,8 @@ def encode_file(
     try:
         if fd is not None:
             yield from _encode_ranges(enc, fp, fd, jobs, tick)
-        for chunk in _read_chunks(fp, tick, fresh=False):
+        # after the ranges, little is left (a short last bundle): no 4 MiB read buffer for it
+        for chunk in _read_chunks(fp, tick, fresh=fd is not None):
             yield from enc.feed(chunk)
         yield from enc.finish()
     finally:
@@ -311,7 +392,6 @@ def _encode_ranges(
     import os
     import threading
     from collections import deque
-    from concurrent.futures import Future, ThreadPoolExecutor
 
     import numpy as np
 
@@ -323,45 +403,54 @@ def _encode_ranges(
     enc._started = True
     yield np.array([scx_tokens.TOK_CONFIG, *tok.h_tok], dtype="<u2")
     step = max(1, TASK_BYTES // bb) * bb
-    local = threading.local()
     name = fp.name if isinstance(getattr(fp, "name", None), str) else None  # for the error
 
-    def task(offset: int, size: int) -> list[np.ndarray]:
-        buf = getattr(local, "buf", None)
-        if buf is None:
-            buf = local.buf = bytearray(step)  # this thread's, for all its tasks
-        with memoryview(buf) as view:
-            got = 0
-            while got < size:
-                n = os.preadv(fd, [view[got:size]], start + offset + got)
-                if n <= 0:
-                    at = start + offset + got
-                    why = f"the input ended at byte {at}, before its size"
-                    raise OSError(errno.EIO, why, name)
-                got += n
-        data = np.frombuffer(buf, dtype=np.uint8, count=size)
-        return enc.tokens_for(data, first + offset // bb)
+    with _Threads(jobs) as pool:
+        local = threading.local()
 
-    ranges = ((at, min(step, whole - at)) for at in range(0, whole, step))
-    ahead: deque[tuple[int, Future[list[np.ndarray]]]] = deque()
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        try:
-            for at, size in ranges:
-                ahead.append((size, pool.submit(task, at, size)))
-                if len(ahead) == AHEAD * jobs:
-                    break
-            while ahead:
-                size, done = ahead.popleft()
-                arrays = done.result()
-                for at, more in ranges:
-                    ahead.append((more, pool.submit(task, at, more)))
-                    break
-                if tick is not None:
-                    tick(size)
-                yield from arrays
-        finally:
-            for _size, left in ahead:
-                left.cancel()
+        def task(offset: int, size: int) -> list[np.ndarray]:
+            buf = getattr(local, "buf", None)
+            if buf is None:
+                buf = local.buf = bytearray(step)  # this thread's, for all its tasks
+            with memoryview(buf) as view:
+                got = 0
+                while got < size:
+                    n = os.preadv(fd, [view[got:size]], start + offset + got)
+                    if n <= 0:
+                        at = start + offset + got
+                        why = f"the input ended at byte {at}, before its size"
+                        raise OSError(errno.EIO, why, name)
+                    got += n
+            data = np.frombuffer(buf, dtype=np.uint8, count=size)
+            return enc.tokens_for(data, first + offset // bb)
+
+        ranges = _ranges(whole, step, bb, jobs)
+        ahead: deque[tuple[int, _Call]] = deque()
+        for at, size in ranges:
+            ahead.append((size, pool.submit(task, at, size)))
+            if len(ahead) == AHEAD * jobs:
+                break
+        while ahead:
+            size, done = ahead.popleft()
+            arrays = done.result()
+            for at, more in ranges:
+                ahead.append((more, pool.submit(task, at, more)))
+                break
+            if tick is not None:
+                tick(size)
+            yield from arrays
     enc.bytes_in += whole
     enc.bundles += whole // bb
     fp.seek(start + whole)
+
+
+def _ranges(whole: int, step: int, bundle: int, jobs: int) -> Iterator[tuple[int, int]]:
+    """(offset, size) of the tasks that cover `whole` bytes: `step` bytes each, and a quarter
+    of that (whole bundles) in the last `TAIL` tasks' worth per thread, so the threads end
+    within a small task of each other, not a whole one."""
+    small = max(bundle, step // 4 // bundle * bundle)
+    at = 0
+    while at < whole:
+        size = min(step if whole - at > TAIL * jobs * step else small, whole - at)
+        yield at, size
+        at += size

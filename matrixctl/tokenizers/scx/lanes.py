@@ -104,13 +104,26 @@ class LaneCodec:
         `data` holds a multiple of N*W bytes. With `shard_bundles`, SHARD_START comes before
         every bundle j with j % shard_bundles == 0 and SHARD_END after every bundle j with
         (j + 1) % shard_bundles == 0; 0: no shard markers."""
+        return self.bundle_blocks(data, first_bundle, debug, chunk_bundles, shard_bundles, 0)[0]
+
+    def bundle_blocks(
+        self,
+        data: np.ndarray,
+        first_bundle: int,
+        debug: bool,
+        chunk_bundles: int,
+        shard_bundles: int,
+        block_bundles: int,
+    ) -> list[np.ndarray]:
+        """`bundle_tokens` cut after every `block_bundles` bundles (0: one array), all made in
+        one kernel call (the GIL released once)."""
         import numpy as np
 
-        # A pooled block, written in place and reused once the array is gone (encode_buffer)
-        raw: Any = self.kernel.encode_buffer(
-            data, first_bundle, debug, chunk_bundles, shard_bundles
+        # Pooled blocks, written in place and reused once their arrays are gone (encode_blocks)
+        blocks: list[Any] = self.kernel.encode_blocks(
+            data, first_bundle, debug, chunk_bundles, shard_bundles, block_bundles
         )
-        return np.frombuffer(raw, dtype="<u2")
+        return [np.frombuffer(raw, dtype="<u2") for raw in blocks]
 
     def partial_bundle(self, tail: bytes, debug: bool, chunk_mark: bool) -> list[int]:
         """Tokens of the final, short bundle: whole lanes, then PAD_LANE and the partial lane."""
