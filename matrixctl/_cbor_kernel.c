@@ -21,6 +21,8 @@
 
 #define MAX_DEPTH_CEILING 1024 /* C recursion: a caller asking for deeper nesting is refused */
 #define PREALLOC_MAX 4096      /* arrays longer than this grow as items arrive */
+#define CACHE_SLOTS 256        /* short ASCII texts of one decode, shared: a manifest repeats */
+#define CACHE_MAX 32           /* its keys ("dtype", "offset", ...) and many values ("f32") */
 
 typedef struct {
     const unsigned char *data;
@@ -30,6 +32,7 @@ typedef struct {
     PyObject *max_items_obj; /* for the message, as the caller wrote it */
     int max_depth;
     PyObject *error; /* cbor.CborError */
+    PyObject *texts[CACHE_SLOTS];
 } Dec;
 
 /* Errors ---------------------------------------------------------------------------------- */
@@ -112,8 +115,29 @@ static PyObject *negative(uint64_t arg) {
  * pos + where Python's strict decoder stopped, with its reason. */
 static PyObject *text(Dec *d, Py_ssize_t pos, Py_ssize_t n) {
     const unsigned char *p = d->data + pos;
+    PyObject **slot = NULL;
+    if (n <= CACHE_MAX) {
+        /* One str object for each short ASCII text, however often it occurs: fewer objects to
+         * allocate, and dict lookups reuse the cached hash. */
+        uint32_t h = 2166136261u;
+        for (Py_ssize_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
+        slot = &d->texts[(h ^ (h >> 16)) & (CACHE_SLOTS - 1)];
+        PyObject *hit = *slot;
+        if (hit != NULL && PyUnicode_GET_LENGTH(hit) == n &&
+            memcmp(PyUnicode_1BYTE_DATA(hit), p, (size_t)n) == 0) {
+            Py_INCREF(hit);
+            return hit;
+        }
+    }
     PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, "strict");
-    if (s != NULL || !PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return s;
+    if (s != NULL) {
+        if (slot != NULL && PyUnicode_IS_ASCII(s)) {
+            Py_INCREF(s);
+            Py_XSETREF(*slot, s);
+        }
+        return s;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
@@ -716,8 +740,10 @@ static PyObject *run(PyObject *args, const char *format, int deterministic) {
     d.max_items_obj = max_items;
     d.max_depth = max_depth;
     d.error = error;
+    memset(d.texts, 0, sizeof d.texts);
     Py_ssize_t pos = 0;
     PyObject *value = deterministic ? det_value(&d, 0, 0, &pos) : v1_value(&d, 0, 0, &pos);
+    for (int i = 0; i < CACHE_SLOTS; i++) Py_XDECREF(d.texts[i]);
     if (value != NULL && pos != d.end) {
         Py_CLEAR(value);
         fail(&d, "trailing",

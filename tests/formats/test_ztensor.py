@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import struct
 from pathlib import Path
 
@@ -313,6 +314,38 @@ def test_sparse_rules(tmp_path: Path) -> None:
     worse = dict(good)
     worse["o"] = (good["o"][0], {**good["o"][1], "coords": ({"dtype": "f32"}, bytes(16))})
     assert ztensor.ZT_COMPONENT_DTYPE in codes_of(report_of(tmp_path, blob_file(worse), "w.zt"))
+
+
+def test_index_dtype_findings_follow_the_manifest_order(tmp_path: Path) -> None:
+    """Same file, same report: the index components' findings come in the manifest's order
+    (they came in the order of a set of role names, which changes with the hash seed)."""
+    import subprocess
+    import sys
+
+    for roles in (("indptr", "indices"), ("indices", "indptr")):
+        comps = {"values": ({"dtype": "f32"}, bytes(8))}
+        comps.update(
+            {role: ({"dtype": "f32"}, bytes(8 if role == "indices" else 12)) for role in roles}
+        )
+        path = tmp_path / f"{roles[0]}.zt"
+        path.write_bytes(blob_file({"c": ({"shape": [2, 3], "format": "sparse_csr"}, comps)}))
+        script = (
+            "import sys; from matrixctl.validate.engine import examine; "
+            "r = examine(sys.argv[1], scan=False)[0]; "
+            "print([f.field for f in r.findings if f.code == 'ZT_COMPONENT_DTYPE'])"
+        )
+        outs = {
+            subprocess.run(
+                [sys.executable, "-c", script, str(path)],
+                env={**os.environ, "PYTHONHASHSEED": str(seed)},
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            for seed in range(6)
+        }
+        want = [f"objects/c/components/{role}/dtype" for role in roles]
+        assert outs == {f"{want}\n"}
 
 
 def test_quantized_group_sizes(tmp_path: Path) -> None:
