@@ -850,6 +850,20 @@ def _zstd_pieces(
         )
 
 
+def partial_element(obj: ZtObject, comp: ZtComponent, total: int) -> FormatError | None:
+    """The error for a zstd component that decodes to `total` bytes, not a whole number of
+    its dtype's elements (None when it is whole)."""
+    if total % comp.itemsize == 0:
+        return None
+    return FormatError(
+        ZT_ZSTD_SIZE,
+        f"{obj.name}/{comp.role}: decodes to {total:,} bytes, not a whole number of "
+        f"{comp.dtype} elements",
+        offset=comp.offset,
+        field=comp.field,
+    )
+
+
 def _check_digest(comp: ZtComponent, digester: Digester) -> None:
     got = digester.text()
     if comp.digest is not None and not same_digest(comp.digest, got):
@@ -924,7 +938,13 @@ class ZtSource(TensorSource):
         obj = self.zt.objects[info.name]
         comp = obj.components[role]
         if comp.encoding != "raw":
-            return super().array(info, role, verify=verify)
+            import numpy as np
+
+            data = b"".join(bytes(p) for p in self.stream(info, role))
+            error = partial_element(obj, comp, len(data))
+            if error is not None:  # only the scan rules see it before: refused, not cut
+                raise error
+            return np.frombuffer(data, dtype=np.dtype(DTYPES[comp.dtype].storage))
         if comp.digest and verify:
             stored = stream_component(self.src.buf, obj, comp)
             assert isinstance(stored, StoredBytes)  # raw

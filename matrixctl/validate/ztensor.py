@@ -605,14 +605,9 @@ def check_zstd(s: ZtSubject) -> Iterator[Finding]:
                 total = 0
                 for piece in _decoded_chunks(s, o, c):
                     total += len(piece)
-                if not exact and total % c.itemsize:
-                    yield finding(
-                        ztensor.ZT_ZSTD_SIZE,
-                        f"{o.name}/{c.role}: decodes to {total:,} bytes, not a whole number of "
-                        f"{c.dtype} elements",
-                        offset=c.offset,
-                        field=c.field,
-                    )
+                partial = None if exact else ztensor.partial_element(o, c, total)
+                if partial is not None:
+                    yield from_error(partial)
             except FormatError as err:
                 yield from_error(err)
 

@@ -348,6 +348,40 @@ def test_index_dtype_findings_follow_the_manifest_order(tmp_path: Path) -> None:
         assert outs == {f"{want}\n"}
 
 
+def test_zstd_component_of_partial_elements_is_refused_on_read(tmp_path: Path) -> None:
+    """Opening runs the structural rules only; a sparse zstd component whose bytes decode to
+    a partial element (found by verify's scan) is refused with the scan rule's error when it
+    is read, not handed to numpy (which raised ValueError)."""
+    from matrixctl.convert.tensors import open_source
+
+    coords = zstandard.ZstdCompressor().compress(bytes(7))
+    data = blob_file(
+        {
+            "o": (
+                {"shape": [4], "format": "sparse_coo"},
+                {
+                    "values": ({"dtype": "f32"}, bytes(4)),
+                    "coords": ({"dtype": "i32", "encoding": "zstd"}, coords),
+                },
+            )
+        }
+    )
+    path = tmp_path / "p.zt"
+    path.write_bytes(data)
+    message = "o/coords: decodes to 7 bytes, not a whole number of i32 elements"
+    report = examine(str(path), scan=True)[0]
+    assert [(f.code, f.message) for f in report.findings if f.code == ztensor.ZT_ZSTD_SIZE] == [
+        (ztensor.ZT_ZSTD_SIZE, message)
+    ]
+    with open_source(str(path)) as src:
+        (info,) = src.tensors()
+        assert src.array(info, "values").tolist() == [0.0]
+        with pytest.raises(FormatError) as err:
+            src.array(info, "coords")
+    assert (err.value.code, err.value.message) == (ztensor.ZT_ZSTD_SIZE, message)
+    assert err.value.field == "objects/o/components/coords"
+
+
 def test_quantized_group_sizes(tmp_path: Path) -> None:
     """Decision: the spec requires packed_weight, scales and zeros but defines no attribute;
     when `bits` and `group_size` are present (as in its example) the component sizes are
