@@ -44,6 +44,7 @@ class ZtSubject:
             elif ztensor.HEADER_SIZE <= offset <= data_end:
                 self.readable.add((c.obj, c.role))
         self.spans.sort(key=_by_span)  # stable: components in file order on a tie
+        self.quantized = [o for o in parsed.objects.values() if o.layout == "quantized_group"]
 
     def _in_bounds(self, c: ztensor.ZtComponent) -> bool:
         if c.length == 0:
@@ -177,7 +178,8 @@ def check_schema(s: ZtSubject) -> Iterator[Finding]:
             offset=at,
             field="attributes",
         )
-    for o in f.objects.values():
+    # A NUL in any name is a NUL in their concatenation: one test for the whole map.
+    for o in f.objects.values() if "" in f.objects or "\x00" in "".join(f.objects) else ():
         if o.name == "" or "\x00" in o.name:
             yield finding(
                 ztensor.ZT_NAME,
@@ -426,8 +428,8 @@ def check_digest_format(s: ZtSubject) -> Iterator[Finding]:
 
 @rule(FMT, "quantized_group sizes")
 def check_quantized(s: ZtSubject) -> Iterator[Finding]:
-    for o in s.zt.objects.values():
-        if o.layout != "quantized_group" or not s.object_ok(o):
+    for o in s.quantized:
+        if not s.object_ok(o):
             continue
         bits = o.attributes.get("bits")
         group = o.attributes.get("group_size")
@@ -474,10 +476,12 @@ ZT_QUANT_GGML = codes.define(
 @rule(FMT, "ggml quantized blocks")
 def check_ggml_blocks(s: ZtSubject) -> Iterator[Finding]:
     """quantized_group objects holding raw ggml blocks (docs/formats/ztensor.md decision 20)."""
+    if not s.quantized:
+        return
     from matrixctl.formats.gguf import GGML_BY_NAME
 
-    for o in s.zt.objects.values():
-        if o.layout != "quantized_group" or o.attributes.get("quantization") != "ggml":
+    for o in s.quantized:
+        if o.attributes.get("quantization") != "ggml":
             continue
         if any(r not in o.components for r in ztensor.LAYOUTS[o.layout]):
             continue  # the layout rule reports it
