@@ -10,8 +10,7 @@ import mmap
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies
 
 from matrixctl import cbor
 
@@ -326,15 +325,16 @@ def test_long_arrays_and_maps(tmp_path: Path) -> None:
         view.release()
 
 
-JSONISH = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**64), max_value=2**64 - 1)
-    | st.floats(allow_nan=False)
-    | st.text(max_size=20)
-    | st.binary(max_size=20),
+JSONISH = strategies.recursive(
+    strategies.none()
+    | strategies.booleans()
+    | strategies.integers(min_value=-(2**64), max_value=2**64 - 1)
+    | strategies.floats(allow_nan=False)
+    | strategies.text(max_size=20)
+    | strategies.binary(max_size=20),
     lambda inner: (
-        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5)
+        strategies.lists(inner, max_size=5)
+        | strategies.dictionaries(strategies.text(max_size=8), inner, max_size=5)
     ),
     max_leaves=30,
 )
@@ -350,7 +350,7 @@ def test_round_trips_through_the_encoder(value: object) -> None:
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.binary(max_size=64))
+@given(strategies.binary(max_size=64))
 def test_any_bytes_give_a_value_or_a_cbor_error(data: bytes) -> None:
     for loads in (cbor.loads, cbor.loads_deterministic):
         try:
