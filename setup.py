@@ -1,6 +1,6 @@
 """Builds the C kernels of the π and SCX tokenizers (matrixctl/_pi_kernel.c, _scx_kernel.c)
-and the CRC-32C of the zTensor digests (matrixctl/_crc_kernel.c); everything else is
-pyproject.toml.
+the CRC-32C of the zTensor digests (matrixctl/_crc_kernel.c) and the strict CBOR decoders of
+the zTensor manifests (matrixctl/_cbor_kernel.c); everything else is pyproject.toml.
 
 The kernels use only the CPython C API and the C standard library, so the machine's C compiler
 is the one requirement (`pip install -e .` builds them). docs/benchmarks.md says why they are C.
@@ -23,6 +23,11 @@ setup(
         Extension(
             "matrixctl._crc_kernel",
             sources=["matrixctl/_crc_kernel.c"],
+            extra_compile_args=["-O2", "-std=gnu11"],
+        ),
+        Extension(
+            "matrixctl._cbor_kernel",
+            sources=["matrixctl/_cbor_kernel.c"],
             extra_compile_args=["-O2", "-std=gnu11"],
         ),
     ]

@@ -13,6 +13,9 @@ runs in one child for writes and verifies. The page cache is warm; nothing is dr
 - read: file -> the tensor as a numpy array, touching one byte per 4 KiB page. ztensor:
   `np.from_dlpack(src[name])`; matrixctl: `open_source(path)` and `array(info)` (digest not
   checked on the read path in either tool).
+- read, in turn (raw): PAIRS rounds of one ztensor 2.1.2 read then one matrixctl read of the
+  same file, fresh processes as above; the medians of the times and of the per-round ratios
+  (two reads a few milliseconds apart see the same load of a shared machine).
 - verify: matrixctl's verify (every rule, digests over the decoded bytes) called as a library
   (`engine.examine(path, scan=True)`) and as the command in-process (`main(["verify", ...])`,
   typer's parsing included), against a bare XXH3-64 pass over the file's bytes through a fresh
@@ -24,6 +27,7 @@ runs in one child for writes and verifies. The page cache is warm; nothing is dr
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / ".venv" / "ztensor2"
 REPEATS = 5
+PAIRS = 15  # the paired raw read rows: ztensor 2.1.2 then matrixctl, in turn
 MiB = 1 << 20
 
 
@@ -147,11 +152,12 @@ def run_one(tool: str, op: str, path: str, size: int) -> float:
     return time.perf_counter() - t
 
 
-def child(tool: str, op: str, path: str, size: int) -> float:
+def child(tool: str, op: str, path: str, size: int, runs: int | None = None) -> float:
     env = dict(os.environ)
     if tool == "ztensor 2.1.2":
         env["PYTHONPATH"] = str(REF)
-    runs = REPEATS if op == "read" else 1
+    if runs is None:
+        runs = REPEATS if op == "read" else 1
     best = float("inf")
     for _ in range(runs):
         out = subprocess.run(
@@ -203,6 +209,22 @@ def main(argv: list[str]) -> int:
                 rows.append(
                     f"| {enc} | read | {tool} | {secs:.4f} | {mib / secs:,.0f} | {ratio:.2f}x ztensor 2.1.2 |"
                 )
+            if enc == "raw":
+                theirs, ours, ratios = [], [], []
+                for _ in range(PAIRS):
+                    theirs.append(child("ztensor 2.1.2", "read", ref_path, size, runs=1))
+                    ours.append(child("matrixctl", "read", ref_path, size, runs=1))
+                    ratios.append(theirs[-1] / ours[-1])
+                for tool, times in (("ztensor 2.1.2", theirs), ("matrixctl", ours)):
+                    secs = statistics.median(times)
+                    note = (
+                        f"{statistics.median(ratios):.2f}x ztensor 2.1.2 (median of the per-round ratios)"
+                        if tool == "matrixctl"
+                        else "median"
+                    )
+                    rows.append(
+                        f"| {enc} | read, {PAIRS} rounds in turn | {tool} | {secs:.4f} | {mib / secs:,.0f} | {note} |"
+                    )
             verifies = {
                 tool: child(tool, "verify", ref_path, size)
                 for tool in ("bare XXH3-64", "matrixctl (library)", "matrixctl", "ztensor 2.1.2")

@@ -52,12 +52,14 @@ def cbor_target() -> Callable[[bytes], None]:
     from matrixctl.errors import MatrixError
 
     def target(data: bytes) -> None:
-        try:
-            cbor.loads(data)
-        except cbor.CborError:
-            pass  # the decoder's typed error
-        except MatrixError:
-            pass
+        for loads in (cbor.loads, cbor.loads_deterministic):  # zTensor v1, zTensor 2
+            try:
+                loads(data)
+            except cbor.CborError as err:  # the decoders' typed error, inside the input
+                if not 0 <= err.offset <= len(data):
+                    raise AssertionError(f"offset {err.offset} outside the input") from None
+            except MatrixError:
+                pass
 
     return target
 

@@ -6,6 +6,7 @@ blob: digests, zstd decoding under the shape's cap, padding bytes, bool bytes, s
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,9 +30,21 @@ class ZtSubject:
         self.buf = src.buf
         # Components whose bytes can be read as declared: inside the data region, aligned.
         self.readable: set[tuple[str, str]] = set()
-        for c in parsed.components():
-            if self._in_bounds(c) and c.offset % ztensor.ALIGNMENT == 0:
+        # Those of them that hold bytes, by (offset, end), for the overlap and gap rules.
+        self.spans: list[ztensor.ZtComponent] = []
+        data_end = parsed.manifest_offset
+        for c in parsed.parts:
+            offset = c.offset
+            if offset % ztensor.ALIGNMENT:
+                continue
+            if c.length:
+                if offset >= ztensor.HEADER_SIZE and offset + c.length <= data_end:
+                    self.readable.add((c.obj, c.role))
+                    self.spans.append(c)
+            elif ztensor.HEADER_SIZE <= offset <= data_end:
                 self.readable.add((c.obj, c.role))
+        self.spans.sort(key=_by_span)  # stable: components in file order on a tie
+        self.quantized = [o for o in parsed.objects.values() if o.layout == "quantized_group"]
 
     def _in_bounds(self, c: ztensor.ZtComponent) -> bool:
         if c.length == 0:
@@ -49,6 +62,9 @@ class ZtSubject:
         if required is None or any(r not in o.components for r in required):
             return False
         return all(self.sound(c) for c in o.components.values())
+
+
+_by_span = operator.attrgetter("offset", "length")
 
 
 def load(src: Source) -> ZtSubject:
@@ -162,7 +178,8 @@ def check_schema(s: ZtSubject) -> Iterator[Finding]:
             offset=at,
             field="attributes",
         )
-    for o in f.objects.values():
+    # A NUL in any name is a NUL in their concatenation: one test for the whole map.
+    for o in f.objects.values() if "" in f.objects or "\x00" in "".join(f.objects) else ():
         if o.name == "" or "\x00" in o.name:
             yield finding(
                 ztensor.ZT_NAME,
@@ -185,6 +202,8 @@ def check_schema(s: ZtSubject) -> Iterator[Finding]:
 def check_layouts(s: ZtSubject) -> Iterator[Finding]:
     at = s.zt.manifest_offset
     for o in s.zt.objects.values():
+        if o.layout == "dense" and len(o.components) == 1 and "data" in o.components:
+            continue  # the whole layout, nothing missing, extra or indexed
         required = ztensor.LAYOUTS.get(o.layout)
         if required is None:
             yield finding(
@@ -211,8 +230,9 @@ def check_layouts(s: ZtSubject) -> Iterator[Finding]:
                     offset=at,
                     field=f"{o.field}/components/{role}",
                 )
-        for role in ztensor.INDEX_ROLES & set(o.components):
-            c = o.components[role]
+        for role, c in o.components.items():  # in the manifest's order
+            if role not in ztensor.INDEX_ROLES:
+                continue
             if o.layout.startswith("sparse") and DTYPES[c.dtype].kind not in ("int", "uint"):
                 yield finding(
                     ztensor.ZT_COMPONENT_DTYPE,
@@ -232,7 +252,7 @@ def check_layouts(s: ZtSubject) -> Iterator[Finding]:
 @rule(FMT, "offsets: alignment and bounds")
 def check_bounds(s: ZtSubject) -> Iterator[Finding]:
     f = s.zt
-    for c in f.components():
+    for c in f.parts:
         if c.offset % ztensor.ALIGNMENT:
             yield finding(
                 ztensor.ZT_ALIGN,
@@ -240,6 +260,8 @@ def check_bounds(s: ZtSubject) -> Iterator[Finding]:
                 offset=c.offset,
                 field=f"{c.field}/offset",
             )
+        elif (c.obj, c.role) in s.readable:
+            continue  # aligned and inside the data region
         if c.end > f.size:
             yield finding(
                 ztensor.ZT_BOUNDS,
@@ -261,22 +283,20 @@ def check_bounds(s: ZtSubject) -> Iterator[Finding]:
 
 @rule(FMT, "no overlapping components, no unreferenced gaps")
 def check_overlaps(s: ZtSubject) -> Iterator[Finding]:
-    comps = sorted(
-        (c for c in s.zt.components() if c.length and (c.obj, c.role) in s.readable),
-        key=lambda c: (c.offset, c.end),
-    )
     prev: ztensor.ZtComponent | None = None
-    for c in comps:
-        if prev is not None and c.offset < prev.end:
+    prev_end = 0
+    for c in s.spans:
+        end = c.offset + c.length
+        if prev is not None and c.offset < prev_end:
             yield finding(
                 ztensor.ZT_OVERLAP,
-                f"{c.obj}/{c.role} (bytes {c.offset:,}..{c.end:,}) overlaps {prev.obj}/{prev.role} "
-                f"(bytes {prev.offset:,}..{prev.end:,})",
+                f"{c.obj}/{c.role} (bytes {c.offset:,}..{end:,}) overlaps {prev.obj}/{prev.role} "
+                f"(bytes {prev.offset:,}..{prev_end:,})",
                 offset=c.offset,
                 field=f"{c.field}/offset",
             )
-        if prev is None or c.end > prev.end:
-            prev = c
+        if prev is None or end > prev_end:
+            prev, prev_end = c, end
     for start, end in gaps(s):
         if end - start >= ztensor.ALIGNMENT:
             yield finding(
@@ -289,14 +309,12 @@ def check_overlaps(s: ZtSubject) -> Iterator[Finding]:
 
 def gaps(s: ZtSubject) -> list[tuple[int, int]]:
     """Byte ranges of the data region covered by no readable component."""
-    spans = sorted(
-        (c.offset, c.end) for c in s.zt.components() if c.length and (c.obj, c.role) in s.readable
-    )
     out = []
     pos = ztensor.HEADER_SIZE
-    for start, end in spans:
-        if start > pos:
-            out.append((pos, start))
+    for c in s.spans:
+        if c.offset > pos:
+            out.append((pos, c.offset))
+        end = c.offset + c.length
         pos = max(pos, end)
     if s.zt.manifest_offset > pos:
         out.append((pos, s.zt.manifest_offset))
@@ -308,6 +326,8 @@ def check_lengths(s: ZtSubject) -> Iterator[Finding]:
     for o in s.zt.objects.values():
         for c in o.components.values():
             if c.encoding == "raw":
+                if o.layout == "dense" and c.length == o.count * c.itemsize:
+                    continue  # a whole number of elements, exactly the shape's (decoded_cap)
                 yield from _raw_length(s, o, c)
             elif (c.obj, c.role) in s.readable:
                 yield from _zstd_length(s, o, c)
@@ -371,10 +391,13 @@ def _zstd_length(s: ZtSubject, o: ztensor.ZtObject, c: ztensor.ZtComponent) -> I
 @rule(FMT, "digest strings")
 def check_digest_format(s: ZtSubject) -> Iterator[Finding]:
     missing = 0
-    for c in s.zt.components():
+    well_formed = ztensor.KNOWN_DIGEST.fullmatch
+    for c in s.zt.parts:
         if c.digest is None:
             missing += 1
             continue
+        if well_formed(c.digest):
+            continue  # parse_digest would give (algorithm, value)
         try:
             known = ztensor.parse_digest(c.digest)
         except ValueError as exc:
@@ -397,7 +420,7 @@ def check_digest_format(s: ZtSubject) -> Iterator[Finding]:
     if missing:
         yield finding(
             ztensor.ZT_NO_DIGEST,
-            f"{missing} of {len(s.zt.components())} components carry no digest",
+            f"{missing} of {len(s.zt.parts)} components carry no digest",
             offset=s.zt.manifest_offset,
             field="digest",
         )
@@ -405,8 +428,8 @@ def check_digest_format(s: ZtSubject) -> Iterator[Finding]:
 
 @rule(FMT, "quantized_group sizes")
 def check_quantized(s: ZtSubject) -> Iterator[Finding]:
-    for o in s.zt.objects.values():
-        if o.layout != "quantized_group" or not s.object_ok(o):
+    for o in s.quantized:
+        if not s.object_ok(o):
             continue
         bits = o.attributes.get("bits")
         group = o.attributes.get("group_size")
@@ -453,10 +476,12 @@ ZT_QUANT_GGML = codes.define(
 @rule(FMT, "ggml quantized blocks")
 def check_ggml_blocks(s: ZtSubject) -> Iterator[Finding]:
     """quantized_group objects holding raw ggml blocks (docs/formats/ztensor.md decision 20)."""
+    if not s.quantized:
+        return
     from matrixctl.formats.gguf import GGML_BY_NAME
 
-    for o in s.zt.objects.values():
-        if o.layout != "quantized_group" or o.attributes.get("quantization") != "ggml":
+    for o in s.quantized:
+        if o.attributes.get("quantization") != "ggml":
             continue
         if any(r not in o.components for r in ztensor.LAYOUTS[o.layout]):
             continue  # the layout rule reports it
@@ -584,14 +609,9 @@ def check_zstd(s: ZtSubject) -> Iterator[Finding]:
                 total = 0
                 for piece in _decoded_chunks(s, o, c):
                     total += len(piece)
-                if not exact and total % c.itemsize:
-                    yield finding(
-                        ztensor.ZT_ZSTD_SIZE,
-                        f"{o.name}/{c.role}: decodes to {total:,} bytes, not a whole number of "
-                        f"{c.dtype} elements",
-                        offset=c.offset,
-                        field=c.field,
-                    )
+                partial = None if exact else ztensor.partial_element(o, c, total)
+                if partial is not None:
+                    yield from_error(partial)
             except FormatError as err:
                 yield from_error(err)
 

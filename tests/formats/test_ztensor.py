@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import struct
 from pathlib import Path
 
@@ -313,6 +314,72 @@ def test_sparse_rules(tmp_path: Path) -> None:
     worse = dict(good)
     worse["o"] = (good["o"][0], {**good["o"][1], "coords": ({"dtype": "f32"}, bytes(16))})
     assert ztensor.ZT_COMPONENT_DTYPE in codes_of(report_of(tmp_path, blob_file(worse), "w.zt"))
+
+
+def test_index_dtype_findings_follow_the_manifest_order(tmp_path: Path) -> None:
+    """Same file, same report: the index components' findings come in the manifest's order
+    (they came in the order of a set of role names, which changes with the hash seed)."""
+    import subprocess
+    import sys
+
+    for roles in (("indptr", "indices"), ("indices", "indptr")):
+        comps = {"values": ({"dtype": "f32"}, bytes(8))}
+        comps.update(
+            {role: ({"dtype": "f32"}, bytes(8 if role == "indices" else 12)) for role in roles}
+        )
+        path = tmp_path / f"{roles[0]}.zt"
+        path.write_bytes(blob_file({"c": ({"shape": [2, 3], "format": "sparse_csr"}, comps)}))
+        script = (
+            "import sys; from matrixctl.validate.engine import examine; "
+            "r = examine(sys.argv[1], scan=False)[0]; "
+            "print([f.field for f in r.findings if f.code == 'ZT_COMPONENT_DTYPE'])"
+        )
+        outs = {
+            subprocess.run(
+                [sys.executable, "-c", script, str(path)],
+                env={**os.environ, "PYTHONHASHSEED": str(seed)},
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            for seed in range(6)
+        }
+        want = [f"objects/c/components/{role}/dtype" for role in roles]
+        assert outs == {f"{want}\n"}
+
+
+def test_zstd_component_of_partial_elements_is_refused_on_read(tmp_path: Path) -> None:
+    """Opening runs the structural rules only; a sparse zstd component whose bytes decode to
+    a partial element (found by verify's scan) is refused with the scan rule's error when it
+    is read, not handed to numpy (which raised ValueError)."""
+    from matrixctl.convert.tensors import open_source
+
+    coords = zstandard.ZstdCompressor().compress(bytes(7))
+    data = blob_file(
+        {
+            "o": (
+                {"shape": [4], "format": "sparse_coo"},
+                {
+                    "values": ({"dtype": "f32"}, bytes(4)),
+                    "coords": ({"dtype": "i32", "encoding": "zstd"}, coords),
+                },
+            )
+        }
+    )
+    path = tmp_path / "p.zt"
+    path.write_bytes(data)
+    message = "o/coords: decodes to 7 bytes, not a whole number of i32 elements"
+    report = examine(str(path), scan=True)[0]
+    assert [(f.code, f.message) for f in report.findings if f.code == ztensor.ZT_ZSTD_SIZE] == [
+        (ztensor.ZT_ZSTD_SIZE, message)
+    ]
+    with open_source(str(path)) as src:
+        (info,) = src.tensors()
+        assert src.array(info, "values").tolist() == [0.0]
+        with pytest.raises(FormatError) as err:
+            src.array(info, "coords")
+    assert (err.value.code, err.value.message) == (ztensor.ZT_ZSTD_SIZE, message)
+    assert err.value.field == "objects/o/components/coords"
 
 
 def test_quantized_group_sizes(tmp_path: Path) -> None:
