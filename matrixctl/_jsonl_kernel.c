@@ -60,18 +60,26 @@ static inline const uint8_t *skip_ws(const uint8_t *p, const uint8_t *end) {
     return p;
 }
 
+/* The value of a hex digit, -1 for any other byte. */
+static const int8_t HEX[256] = {
+    ['0'] = 0 + 1, ['1'] = 1 + 1, ['2'] = 2 + 1, ['3'] = 3 + 1, ['4'] = 4 + 1, ['5'] = 5 + 1,
+    ['6'] = 6 + 1, ['7'] = 7 + 1, ['8'] = 8 + 1, ['9'] = 9 + 1, ['a'] = 10 + 1, ['b'] = 11 + 1,
+    ['c'] = 12 + 1, ['d'] = 13 + 1, ['e'] = 14 + 1, ['f'] = 15 + 1, ['A'] = 10 + 1,
+    ['B'] = 11 + 1, ['C'] = 12 + 1, ['D'] = 13 + 1, ['E'] = 14 + 1, ['F'] = 15 + 1,
+}; /* stored plus one, so that the zero of every other entry means "not a digit" */
+
 static inline int hex4(const uint8_t *p, uint32_t *out) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) {
-        uint32_t c = p[i], d;
-        if (c >= '0' && c <= '9') d = c - '0';
-        else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') d = (c | 0x20) - 'a' + 10;
-        else return 0;
-        v = v << 4 | d;
-    }
-    *out = v;
+    int a = HEX[p[0]] - 1, b = HEX[p[1]] - 1, c = HEX[p[2]] - 1, d = HEX[p[3]] - 1;
+    if ((a | b | c | d) < 0) return 0;
+    *out = (uint32_t)(a << 12 | b << 8 | c << 4 | d);
     return 1;
 }
+
+/* What each one-character escape stands for (\uXXXX apart), 0 for an invalid escape. */
+static const uint8_t ESCAPE[256] = {
+    ['"'] = '"', ['\\'] = '\\', ['/'] = '/', ['b'] = '\b', ['f'] = '\f', ['n'] = '\n',
+    ['r'] = '\r', ['t'] = '\t',
+};
 
 /* The length of the well-formed UTF-8 sequence at p (p[0] >= 0x80), 0 when it is not one. */
 static inline int utf8_len(const uint8_t *p, const uint8_t *end) {
@@ -128,13 +136,13 @@ static int scan_string(Scan *s, const uint8_t **pp, int out) {
     s->escaped = 0;
     for (;;) {
 #if defined(__SSE2__)
-        const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
-        const __m128i space = _mm_set1_epi8(0x20);
-        while (end - p >= 16) {
-            __m128i v = _mm_loadu_si128((const __m128i *)p);
+        if (end - p >= 16) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)p);
             /* signed: < 0x20 is a control character or a byte >= 0x80 */
-            __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
-                                     _mm_cmplt_epi8(v, space));
+            const __m128i m = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                             _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
             unsigned mask = (unsigned)_mm_movemask_epi8(m);
             if (out) _mm_storeu_si128((__m128i *)w, v);
             if (mask == 0) {
@@ -145,48 +153,35 @@ static int scan_string(Scan *s, const uint8_t **pp, int out) {
             unsigned k = (unsigned)__builtin_ctz(mask);
             p += k;
             w += k;
-            break;
-        }
+        } else
 #endif
-        while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') {
-            if (out) *w = *p;
-            w++;
-            p++;
+        {
+            while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') {
+                if (out) *w = *p;
+                w++;
+                p++;
+            }
+            if (p >= end) return -1; /* the string does not end in these bytes */
         }
-        if (p >= end) return -1; /* the string does not end in these bytes */
         uint8_t c = *p;
         if (c == '"') {
             *pp = p + 1;
             if (out) s->w = w;
             return 0;
         }
-        if (c < 0x20) return -1;
-        if (c >= 0x80) {
-            int n = utf8_len(p, end);
-            if (!n) return -1;
-            if (out) {
-                memcpy(w, p, (size_t)n);
-                s->high = 1;
+        if (c == '\\') {
+            s->escaped = 1;
+            if (end - p < 2) return -1;
+            uint8_t e = ESCAPE[p[1]];
+            if (e) {
+                p += 2;
+                if (!out) continue;
+                if (e == '\n' && w > s->w0 && w[-1] == '\r') w[-1] = '\n';
+                else *w++ = e;
+                continue;
             }
-            w += n;
-            p += n;
-            continue;
-        }
-        /* a backslash */
-        s->escaped = 1;
-        if (end - p < 2) return -1;
-        uint32_t cp;
-        switch (p[1]) {
-        case '"': cp = '"'; break;
-        case '\\': cp = '\\'; break;
-        case '/': cp = '/'; break;
-        case 'b': cp = '\b'; break;
-        case 'f': cp = '\f'; break;
-        case 'n': cp = '\n'; break;
-        case 'r': cp = '\r'; break;
-        case 't': cp = '\t'; break;
-        case 'u':
-            if (end - p < 6 || !hex4(p + 2, &cp)) return -1;
+            uint32_t cp;
+            if (p[1] != 'u' || end - p < 6 || !hex4(p + 2, &cp)) return -1;
             if (cp >= 0xDC00 && cp <= 0xDFFF) return -1; /* a lone low surrogate */
             if (cp >= 0xD800 && cp <= 0xDBFF) {
                 uint32_t lo;
@@ -196,13 +191,19 @@ static int scan_string(Scan *s, const uint8_t **pp, int out) {
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                 p += 6;
             }
-            p += 4;
-            break;
-        default:
-            return -1;
+            p += 6;
+            if (out) w = put(s, w, cp);
+            continue;
         }
-        p += 2;
-        if (out) w = put(s, w, cp);
+        if (c < 0x20) return -1;
+        int n = utf8_len(p, end); /* a byte >= 0x80 */
+        if (!n) return -1;
+        if (out) {
+            memcpy(w, p, (size_t)n);
+            s->high = 1;
+        }
+        w += n;
+        p += n;
     }
 }
 

@@ -974,7 +974,10 @@ class TextBuffer:
 
         if len(self.data) >= size:
             return self.data
-        out = mmap.mmap(-1, size + size // 4)  # pieces vary a little in size: grown once
+        # Private: a worker forked after the buffer was made writes its own copy of the pages
+        # (an anonymous mapping is shared by default). A little larger than asked: the pieces
+        # vary in size, it grows once or twice.
+        out = mmap.mmap(-1, size + size // 4, flags=mmap.MAP_PRIVATE)
         if size <= self.KEEP:
             self.data = out
         return out

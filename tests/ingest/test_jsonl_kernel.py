@@ -9,6 +9,7 @@ and mutated lines; and each reason to leave a line is pinned by a unit test."""
 
 from __future__ import annotations
 
+import os
 import struct
 import unicodedata
 from functools import partial
@@ -217,6 +218,29 @@ def test_rows_cover_the_buffer_and_the_text_buffer_is_reused() -> None:
         _jsonl_kernel.texts(data, 0, len(data), b"text", BIG, bytearray(len(data)))
     with pytest.raises(ValueError, match="inside the buffer"):
         _jsonl_kernel.texts(data, 0, len(data) + 1, b"text", BIG, bytearray(len(data) + 32))
+
+
+def test_a_forked_worker_writes_its_own_copy_of_the_text_buffer() -> None:
+    """`--jobs N` forks its workers after a `--jobs 1` run in the same process may have made
+    this thread's buffer: each must write its own copy (an anonymous mapping is shared by
+    default, and two workers' texts got mixed)."""
+    buffer = extract.TextBuffer()
+    opts = extract.Options()
+    assert [
+        bytes(t)
+        for _, t in extract.jsonl_texts(
+            b'{"text": "parent"}', "f", opts, extract.Counters(), into=buffer
+        )
+    ] == [b"parent"]
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        for _ in extract.jsonl_texts(
+            b'{"text": "child!"}', "f", opts, extract.Counters(), into=buffer
+        ):
+            pass
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert bytes(buffer.data[:6]) == b"parent"
 
 
 # Generated lines: the kernel against orjson, jsonl_texts against the line reader ------------------
