@@ -17,8 +17,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies
 
 from matrixctl import _jsonl_kernel
 from matrixctl.ingest import extract
@@ -300,95 +299,106 @@ RAW_BAD = [
 ]
 LIT_OK = [b"true", b"false", b"null"]
 LIT_BAD = [b"tru", b"nul", b"True", b"NaN", b"-Infinity"]
-PLAIN = st.text(
-    alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E, blacklist_characters='"\\'),
+PLAIN = strategies.text(
+    alphabet=strategies.characters(
+        min_codepoint=0x20, max_codepoint=0x7E, blacklist_characters='"\\'
+    ),
     max_size=20,
 ).map(str.encode)
 
 
-def pick(ok: bool, good: list[bytes], bad: list[bytes]) -> st.SearchStrategy[bytes]:
-    return st.sampled_from(good if ok else good + bad)
+def pick(ok: bool, good: list[bytes], bad: list[bytes]) -> strategies.SearchStrategy[bytes]:
+    return strategies.sampled_from(good if ok else good + bad)
 
 
-def string(ok: bool) -> st.SearchStrategy[bytes]:
-    part = st.one_of(PLAIN, PLAIN, pick(ok, ESC_OK, ESC_BAD), pick(ok, RAW_OK, RAW_BAD))
-    return st.lists(part, max_size=6).map(lambda parts: b'"' + b"".join(parts) + b'"')
+def string(ok: bool) -> strategies.SearchStrategy[bytes]:
+    part = strategies.one_of(PLAIN, PLAIN, pick(ok, ESC_OK, ESC_BAD), pick(ok, RAW_OK, RAW_BAD))
+    return strategies.lists(part, max_size=6).map(lambda parts: b'"' + b"".join(parts) + b'"')
 
 
-def digits(most: int) -> st.SearchStrategy[str]:
-    return st.text(alphabet="0123456789", min_size=1, max_size=most)
+def digits(most: int) -> strategies.SearchStrategy[str]:
+    return strategies.text(alphabet="0123456789", min_size=1, max_size=most)
 
 
-def number(ok: bool) -> st.SearchStrategy[bytes]:
+def number(ok: bool) -> strategies.SearchStrategy[bytes]:
     """JSON's number grammar within the kernel's bounds (ok), or any digits and signs."""
     if ok:
-        integer = st.one_of(
-            st.just("0"),
-            st.tuples(
-                st.sampled_from("123456789"), digits(39).filter(lambda d: len(d) < 40) | st.just("")
+        integer = strategies.one_of(
+            strategies.just("0"),
+            strategies.tuples(
+                strategies.sampled_from("123456789"),
+                digits(39).filter(lambda d: len(d) < 40) | strategies.just(""),
             ).map("".join),
         )
-        frac = st.one_of(st.just(""), digits(40).map(lambda d: "." + d))
-        exp = st.one_of(
-            st.just(""),
-            st.tuples(
-                st.sampled_from("eE"), st.sampled_from(["", "+", "-"]), st.integers(0, 200).map(str)
+        frac = strategies.one_of(strategies.just(""), digits(40).map(lambda d: "." + d))
+        exp = strategies.one_of(
+            strategies.just(""),
+            strategies.tuples(
+                strategies.sampled_from("eE"),
+                strategies.sampled_from(["", "+", "-"]),
+                strategies.integers(0, 200).map(str),
             ).map("".join),
         )
-        return st.tuples(st.sampled_from(["", "-"]), integer, frac, exp).map(
+        return strategies.tuples(strategies.sampled_from(["", "-"]), integer, frac, exp).map(
             lambda t: "".join(t).encode()
         )
-    return st.one_of(
-        st.integers(-(2**80), 2**80).map(lambda n: str(n).encode()),
-        st.floats(allow_nan=True, allow_infinity=True).map(lambda f: repr(f).encode()),
-        st.tuples(
-            st.sampled_from(["", "-", "+"]),
+    return strategies.one_of(
+        strategies.integers(-(2**80), 2**80).map(lambda n: str(n).encode()),
+        strategies.floats(allow_nan=True, allow_infinity=True).map(lambda f: repr(f).encode()),
+        strategies.tuples(
+            strategies.sampled_from(["", "-", "+"]),
             digits(45),
-            st.one_of(st.just(""), digits(45).map(lambda d: "." + d), st.just(".")),
-            st.one_of(
-                st.just(""),
-                st.tuples(
-                    st.sampled_from("eE"),
-                    st.sampled_from(["", "+", "-"]),
-                    st.text(alphabet="0123456789", max_size=4),
+            strategies.one_of(
+                strategies.just(""), digits(45).map(lambda d: "." + d), strategies.just(".")
+            ),
+            strategies.one_of(
+                strategies.just(""),
+                strategies.tuples(
+                    strategies.sampled_from("eE"),
+                    strategies.sampled_from(["", "+", "-"]),
+                    strategies.text(alphabet="0123456789", max_size=4),
                 ).map("".join),
             ),
         ).map(lambda t: "".join(t).encode()),
     )
 
 
-def key(ok: bool) -> st.SearchStrategy[bytes]:
+def key(ok: bool) -> strategies.SearchStrategy[bytes]:
     fixed = [b'"text"', b'"id"', b'"t"', b'"text "', b'"other"', b'"\xc3\xa9"']
-    return st.one_of(pick(ok, fixed, [b'"te\\u0078t"', b'"\\n"']), string(ok))
+    return strategies.one_of(pick(ok, fixed, [b'"te\\u0078t"', b'"\\n"']), string(ok))
 
 
-def value(ok: bool) -> st.SearchStrategy[bytes]:
+def value(ok: bool) -> strategies.SearchStrategy[bytes]:
     ws = pick(ok, WS_OK, WS_BAD)
 
-    def container(inner: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
-        array = st.tuples(st.lists(inner, max_size=4), ws).map(
+    def container(inner: strategies.SearchStrategy[bytes]) -> strategies.SearchStrategy[bytes]:
+        array = strategies.tuples(strategies.lists(inner, max_size=4), ws).map(
             lambda t: b"[" + t[1] + (b"," + t[1]).join(t[0]) + t[1] + b"]"
         )
-        obj = st.tuples(st.lists(st.tuples(key(ok), inner), max_size=4), ws).map(
+        obj = strategies.tuples(
+            strategies.lists(strategies.tuples(key(ok), inner), max_size=4), ws
+        ).map(
             lambda t: b"{" + (b"," + t[1]).join(k + t[1] + b":" + t[1] + v for k, v in t[0]) + b"}"
         )
-        return st.one_of(array, obj)
+        return strategies.one_of(array, obj)
 
-    scalar = st.one_of(string(ok), number(ok), pick(ok, LIT_OK, LIT_BAD))
-    return st.recursive(scalar, container, max_leaves=10)
+    scalar = strategies.one_of(string(ok), number(ok), pick(ok, LIT_OK, LIT_BAD))
+    return strategies.recursive(scalar, container, max_leaves=10)
 
 
-def deep(ok: bool) -> st.SearchStrategy[bytes]:
-    return st.tuples(st.integers(58, 64) if ok else st.integers(60, 70), value(ok)).map(
-        lambda t: b"[" * t[0] + t[1] + b"]" * t[0]
-    )
+def deep(ok: bool) -> strategies.SearchStrategy[bytes]:
+    return strategies.tuples(
+        strategies.integers(58, 64) if ok else strategies.integers(60, 70), value(ok)
+    ).map(lambda t: b"[" * t[0] + t[1] + b"]" * t[0])
 
 
 # Built once: a strategy made inside a draw is built again for every example.
 PARTS = {
     ok: {
         "string": string(ok),
-        "member": st.tuples(key(ok), st.one_of(string(ok), string(ok), value(ok), deep(ok))),
+        "member": strategies.tuples(
+            key(ok), strategies.one_of(string(ok), string(ok), value(ok), deep(ok))
+        ),
         "ws": pick(ok, WS_OK, WS_BAD),
         "head": pick(ok, WS_OK, [b"\xef\xbb\xbf", b","]),
         "tail": pick(ok, WS_OK, [b" x", b"\x0c", b"}", b","]),
@@ -397,35 +407,39 @@ PARTS = {
 }
 
 
-@st.composite
-def record(draw: st.DrawFn, ok: bool) -> bytes:
+@strategies.composite
+def record(draw: strategies.DrawFn, ok: bool) -> bytes:
     part = PARTS[ok]
-    members = draw(st.lists(part["member"], max_size=5))
+    members = draw(strategies.lists(part["member"], max_size=5))
     if ok:  # the field once, as a string, at the top level
         members = [m for m in members if m[0] != b'"text"']
-        members.insert(draw(st.integers(0, len(members))), (b'"text"', draw(part["string"])))
-    elif draw(st.booleans()):
-        members.insert(draw(st.integers(0, len(members))), (b'"text"', draw(part["string"])))
+        members.insert(
+            draw(strategies.integers(0, len(members))), (b'"text"', draw(part["string"]))
+        )
+    elif draw(strategies.booleans()):
+        members.insert(
+            draw(strategies.integers(0, len(members))), (b'"text"', draw(part["string"]))
+        )
     ws = draw(part["ws"])
     body = b"{" + ws + (b"," + ws).join(k + ws + b":" + ws + v for k, v in members) + ws + b"}"
     return draw(part["head"]) + body + draw(part["tail"])
 
 
-@st.composite
-def mutated(draw: st.DrawFn) -> bytes:
+@strategies.composite
+def mutated(draw: strategies.DrawFn) -> bytes:
     line = bytearray(draw(record(True)))
-    for _ in range(draw(st.integers(1, 3))):
+    for _ in range(draw(strategies.integers(1, 3))):
         if not line:
             break
-        at = draw(st.integers(0, len(line) - 1))
-        action = draw(st.sampled_from(["flip", "drop", "insert", "cut"]))
+        at = draw(strategies.integers(0, len(line) - 1))
+        action = draw(strategies.sampled_from(["flip", "drop", "insert", "cut"]))
         if action == "flip":
-            line[at] = draw(st.integers(0, 255))
+            line[at] = draw(strategies.integers(0, 255))
         elif action == "drop":
             del line[at]
         elif action == "insert":
             line[at:at] = draw(
-                st.sampled_from(
+                strategies.sampled_from(
                     [b'"', b"\\", b"{", b"}", b"[", b",", b":", b"\n", b"\xff", b"\x00", b" "]
                 )
             )
@@ -434,7 +448,7 @@ def mutated(draw: st.DrawFn) -> bytes:
     return bytes(line)
 
 
-LINE = st.one_of(
+LINE = strategies.one_of(
     record(True),
     record(True),
     record(True),
@@ -442,10 +456,12 @@ LINE = st.one_of(
     record(False),
     mutated(),
     value(False),
-    st.sampled_from([b"", b"  ", b"\t\r"]),
+    strategies.sampled_from([b"", b"  ", b"\t\r"]),
 )
-LINES = st.tuples(
-    st.lists(LINE, min_size=1, max_size=8), st.sampled_from([b"\n", b"\r\n"]), st.booleans()
+LINES = strategies.tuples(
+    strategies.lists(LINE, min_size=1, max_size=8),
+    strategies.sampled_from([b"\n", b"\r\n"]),
+    strategies.booleans(),
 ).map(lambda t: t[1].join(t[0]) + (t[1] if t[2] else b""))
 
 
@@ -458,11 +474,11 @@ def test_every_line_the_kernel_takes_is_orjson_s_with_the_same_text(data: bytes)
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     data=LINES,
-    missing=st.sampled_from(["skip", "error"]),
-    encoding=st.sampled_from(["error", "replace", "skip-file"]),
-    field=st.sampled_from(["text", "id", "te\\u0078t"]),
-    limit=st.sampled_from([BIG, 40]),
-    start=st.sampled_from([0, 7]),
+    missing=strategies.sampled_from(["skip", "error"]),
+    encoding=strategies.sampled_from(["error", "replace", "skip-file"]),
+    field=strategies.sampled_from(["text", "id", "te\\u0078t"]),
+    limit=strategies.sampled_from([BIG, 40]),
+    start=strategies.sampled_from([0, 7]),
 )
 def test_jsonl_texts_gives_what_the_line_reader_gives(
     data: bytes, missing: str, encoding: str, field: str, limit: int, start: int
@@ -477,21 +493,21 @@ def test_jsonl_texts_gives_what_the_line_reader_gives(
 
 # Normalization of UTF-8 texts -----------------------------------------------------------------
 
-CHARS = st.one_of(
-    st.characters(max_codepoint=0x7F),
-    st.sampled_from(
+CHARS = strategies.one_of(
+    strategies.characters(max_codepoint=0x7F),
+    strategies.sampled_from(
         "\u00a0\u00e9e\u0301\u0301\u0327\ufb01\u2460\u1100\u1161\u11a8\uac00\u3000\uff21"
         "\u212b\u041a\u00c5\u1e9b\u0323\u4e2d\U0001f980\u2028\ufffe\u0f73\u0344"
     ),
-    st.characters(blacklist_categories=("Cs",)),
+    strategies.characters(blacklist_categories=("Cs",)),
 )
 
 
 @settings(max_examples=600, deadline=None)
 @given(
-    text=st.text(alphabet=CHARS, max_size=200),
-    form=st.sampled_from(["nfkc", "nfc", "nfkd", "nfd"]),
-    gap=st.sampled_from([1, 2, 5, pi.NORMALIZE_GAP]),
+    text=strategies.text(alphabet=CHARS, max_size=200),
+    form=strategies.sampled_from(["nfkc", "nfc", "nfkd", "nfd"]),
+    gap=strategies.sampled_from([1, 2, 5, pi.NORMALIZE_GAP]),
 )
 def test_normalize_utf8_is_pi_normalize_encoded(text: str, form: str, gap: int) -> None:
     func = partial(unicodedata.normalize, form.upper())
