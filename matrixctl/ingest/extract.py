@@ -21,6 +21,7 @@ import codecs
 import hashlib
 import json
 import re
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -955,6 +956,33 @@ def jsonl_texts_stream(
             yield line_no, value
 
 
+class TextBuffer:
+    """Where `jsonl_texts` writes the texts it yields, reused from call to call: the texts
+    are views into it, valid until it is given to `jsonl_texts` again. A buffer for each
+    piece cost page faults for every text byte (the pages of a freed buffer went back to the
+    system, a quarter of the extractor's time); an anonymous mapping is neither zeroed nor
+    touched before the extractor writes into it. A buffer larger than KEEP is not kept (a
+    piece with one huge line)."""
+
+    KEEP = 32 << 20
+
+    def __init__(self) -> None:
+        self.data: Any = bytearray()
+
+    def at_least(self, size: int) -> Any:
+        import mmap
+
+        if len(self.data) >= size:
+            return self.data
+        # Private: a worker forked after the buffer was made writes its own copy of the pages
+        # (an anonymous mapping is shared by default). A little larger than asked: the pieces
+        # vary in size, it grows once or twice.
+        out = mmap.mmap(-1, size + size // 4, flags=mmap.MAP_PRIVATE)
+        if size <= self.KEEP:
+            self.data = out
+        return out
+
+
 def jsonl_texts(
     data: bytes | bytearray,
     name: str,
@@ -963,29 +991,41 @@ def jsonl_texts(
     line_no: int = 0,
     offset: int = 0,
     size: int = -1,
-) -> Iterator[tuple[int, str]]:
+    into: TextBuffer | None = None,
+) -> Iterator[tuple[int, str | memoryview]]:
     """`jsonl_texts_stream` over the first `size` bytes (default: all) of a buffer that holds
-    whole lines: a work unit's bytes. Each line is parsed where it lies (a memoryview slice),
-    without a copy; the same texts, line numbers, offsets and errors as the stream reader."""
+    whole lines: a work unit's bytes; the same texts, line numbers, offsets, counts and errors.
+
+    The lines are scanned by the compiled extractor first (`_jsonl_kernel.texts`, GIL
+    released): a record that orjson takes with a string text field gives its text unescaped
+    to UTF-8 with CRLF as LF, as a memoryview of those bytes in `into` (or in a buffer of
+    this call's own), without a dict or a string per record. Every line the extractor leaves
+    (an error, a record without the text field, a line too long, anything it is not sure
+    of) goes the way of the line reader and gives a str: orjson on a slice of the buffer (no
+    copy), then the standard library."""
+    from matrixctl import _jsonl_kernel
+
     first_line = line_no
     errors = "replace" if opts.encoding_errors == "replace" else "strict"
     fast = _fast_loads()
     refused = (ValueError, RecursionError)
-    view = memoryview(data)
     end = len(data) if size < 0 else size
-    find = data.find
     limit = opts.max_doc
-    pos = 0
+    key = opts.text_field.encode("utf-8", "surrogatepass")  # a lone surrogate never matches
+    out = bytearray(end + 16) if into is None else into.at_least(end + 16)
+    rows = _jsonl_kernel.texts(data, 0, end, key, limit, out)
+    texts = memoryview(out)
+    view = memoryview(data)
     try:
-        while pos < end:
+        for pos, stop, off, n, kind in struct.iter_unpack("5q", rows):
             line_no += 1
-            nl = find(b"\n", pos, end)
-            stop = end if nl < 0 else nl + 1
-            if stop - pos - (nl >= 0) > limit:
+            if kind:  # 1: ASCII, 2: other UTF-8
+                yield line_no, texts[off : off + n]
+                continue
+            if stop - pos - (data[stop - 1] == 10) > limit:
                 raise _line_too_long(name, opts, line_no, offset + pos)
             start = offset + pos
             first = pos
-            pos = stop
             if start == 0 and data.startswith(b"\xef\xbb\xbf"):  # the file's first line
                 first += 3
                 start += 3

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -308,24 +309,38 @@ TEXT_BATCH = 4 << 20  # bytes of prepared text matched by one kernel call (_enco
 
 def _encode_texts(
     tok: pi.Tokenizer,
-    texts: Iterator[tuple[int, str | bytes]],
+    texts: Iterator[tuple[int, str | bytes | memoryview]],
     acc: _Acc,
     result: FileResult,
     eos_id: int | None,
 ) -> None:
     """Documents of one text each (JSON Lines records, Parquet and Arrow rows) into `acc` and
     `result`: the same ids, end-of-document tokens, records and counts as `_encode_doc` gives
-    document by document. Each text is prepared as `Tokenizer.prepare` does (ASCII as it is:
-    normalization never changes it, and only wordpiece marking rewrites text); the prepared
+    document by document. Each text is prepared as `Tokenizer.prepare` does; the prepared
     documents are matched about TEXT_BATCH bytes at a time by one kernel call, which writes
-    every batch's ids at the tokenizer's width into one buffer (`Trie.match_docs`). A text
-    given as bytes is ASCII already without CRLF (a column's cell, see columnar.texts)."""
+    every batch's ids at the tokenizer's width into one buffer (`Trie.match_docs`).
+
+    A text given as bytes or a memoryview is UTF-8 without CRLF (a column's ASCII cell, see
+    columnar.texts; a JSON Lines record's text, see extract.jsonl_texts). Unless the map's
+    marking rewrites text (wordpiece), it is prepared where it lies: ASCII as it is
+    (normalization never changes it), other text by `_jsonl_kernel.normalize_utf8`, which
+    normalizes only the runs `pi.normalize` normalizes and returns the same bytes when they
+    are already normalized (no string of the whole text, no re-encoding)."""
+    import unicodedata
+    from functools import partial
+
     import numpy as np
 
+    from matrixctl import _jsonl_kernel
+
     plain = tok.marking is None or tok.marking.scheme != "wordpiece"
+    form: Any = tok.map.normalization.upper()  # as pi.normalize calls it
+    normalize = None if form == "NONE" else partial(unicodedata.normalize, form)
+    normalize_utf8 = _jsonl_kernel.normalize_utf8
+    gap = pi.NORMALIZE_GAP
     prefix = tok.prefix
     extra = 0 if eos_id is None else 1
-    batch: list[bytes] = []
+    batch: list[bytes | memoryview] = []
     items: list[int] = []
     size = 0
 
@@ -345,11 +360,16 @@ def _encode_texts(
         batch.clear()
         items.clear()
 
+    data: bytes | memoryview
     for item, text in texts:
         if isinstance(text, str):
             data = text.encode() if plain and text.isascii() else tok.prepare(text)
+        elif not plain:
+            data = tok.prepare(str(text, "utf-8"))
+        elif normalize is not None:
+            data = normalize_utf8(text, gap, normalize)
         else:
-            data = text if plain else tok.prepare(text.decode("ascii"))
+            data = text
         if not data:
             result.empty_documents += 1
             continue
@@ -485,7 +505,7 @@ def _tokenize(
     eos = None if state.eos_id is None else np.array([state.eos_id], dtype=state.tok.dtype)
     # Documents of one text each go through `_encode_texts` (batches, one kernel call each);
     # the others (text, Markdown, HTML, JSON) through `_encode_doc`, piece by piece.
-    texts: Iterator[tuple[int, str | bytes]] | None = None
+    texts: Iterator[tuple[int, str | bytes | memoryview]] | None = None
     docs: Iterator[extract.Doc] = iter(())
     if piece is not None and piece.kind == "parquet":
         from matrixctl.ingest import columnar
@@ -513,6 +533,7 @@ def _tokenize(
             max(0, piece.first_line),  # -1: counted here from 0, the writer adds the base
             piece.start,
             piece.data_size,
+            _text_buffer(),
         )
     elif kind in extract.COLUMNAR:
         from matrixctl.ingest import columnar
@@ -550,6 +571,18 @@ def _tokenize(
     acc.close(result)
     result.skipped_records = counters.skipped_records
     result.lines = counters.lines
+
+
+_TEXT_BUFFERS = threading.local()
+
+
+def _text_buffer() -> extract.TextBuffer:
+    """This thread's buffer for the texts of JSON Lines pieces (`extract.jsonl_texts`): a
+    piece's texts are matched before `_tokenize` returns, so the next piece reuses it."""
+    buffer: extract.TextBuffer | None = getattr(_TEXT_BUFFERS, "buffer", None)
+    if buffer is None:
+        buffer = _TEXT_BUFFERS.buffer = extract.TextBuffer()
+    return buffer
 
 
 def _read_range(sf: SourceFile, start: int, length: int) -> bytes:

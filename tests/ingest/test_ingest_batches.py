@@ -23,11 +23,15 @@ BOM = b"\xef\xbb\xbf"
 
 
 def outcome(gen: Any) -> tuple[list[Any], Any, Any]:
-    """What an extractor gives: its items, or the error it raises (code, message, offset)."""
+    """What an extractor gives: its items, or the error it raises (code, message, offset). A
+    text given as UTF-8 bytes (`jsonl_texts`) is compared as the str it stands for."""
     got: list[Any] = []
     try:
         for item in gen:
-            got.append(item)
+            if isinstance(item, tuple) and isinstance(item[1], (bytes, memoryview)):
+                got.append((item[0], str(item[1], "utf-8")))
+            else:
+                got.append(item)
     except FormatError as err:
         return got, (err.code, err.message, err.offset, err.field), None
     except extract.SkipFile as skip:
@@ -324,6 +328,13 @@ def test_batches_give_what_each_document_alone_gives(
     # An ASCII text handed over as bytes (a Parquet cell) is the same document.
     mixed = [t.encode() if t.isascii() else t for t in TEXTS]
     assert batched(tok, mixed, eos_id) == want
+    # Every text handed over as UTF-8 (a JSON Lines record's, extract.jsonl_texts) too.
+    utf8 = memoryview(b"".join(t.encode() for t in TEXTS))
+    views, at = [], 0
+    for t in TEXTS:
+        views.append(utf8[at : at + len(t.encode())])
+        at += len(t.encode())
+    assert batched(tok, views, eos_id) == want
     assert want[4] >= 1  # empty documents are counted, not recorded
 
 
