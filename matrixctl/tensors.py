@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl import codes, crc
@@ -34,6 +33,7 @@ from matrixctl.io import (
     mapped_fd,
     started_writeback,
 )
+from matrixctl.records import FrozenRecord
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,19 +49,32 @@ TENSOR_SIZE = codes.define(
 )
 
 
-@dataclass(frozen=True)
-class DType:
-    """One element type. `storage` is a little-endian numpy dtype string holding the bytes;
-    `numeric` is False where numpy has no such type (bf16, float8): their bytes travel as
-    unsigned integers of the same width and only a cast needs `ml_dtypes`."""
+class DType(FrozenRecord):
+    """One element type. `kind` is "float", "complex", "int", "uint" or "bool"; `storage` is a
+    little-endian numpy dtype string holding the bytes; `numeric` is False where numpy has no
+    such type (bf16, float8): their bytes travel as unsigned integers of the same width and only
+    a cast needs `ml_dtypes`."""
 
+    __slots__ = ("itemsize", "kind", "ml_dtypes", "name", "numeric", "safetensors", "storage")
     name: str
     itemsize: int
-    kind: str  # "float", "complex", "int", "uint", "bool"
+    kind: str
     storage: str
-    numeric: bool = True
-    ml_dtypes: str | None = None
-    safetensors: str | None = None
+    numeric: bool
+    ml_dtypes: str | None
+    safetensors: str | None
+
+    def __init__(
+        self,
+        name: str,
+        itemsize: int,
+        kind: str,
+        storage: str,
+        numeric: bool = True,
+        ml_dtypes: str | None = None,
+        safetensors: str | None = None,
+    ) -> None:
+        self._init(name, itemsize, kind, storage, numeric, ml_dtypes, safetensors)
 
     @property
     def bits(self) -> int:
@@ -145,21 +158,24 @@ def element_count(shape: tuple[int, ...] | list[int]) -> int:
     return n
 
 
-@dataclass(frozen=True)
-class Component:
-    """One stored part of a non-dense tensor (sparse indices, quantized scales, ...)."""
+class Component(FrozenRecord):
+    """One stored part of a non-dense tensor (sparse indices, quantized scales, ...); `count`
+    is in elements."""
 
+    __slots__ = ("count", "dtype", "role")
     role: str
     dtype: str
-    count: int  # elements
+    count: int
+
+    def __init__(self, role: str, dtype: str, count: int) -> None:
+        self._init(role, dtype, count)
 
     @property
     def nbytes(self) -> int:
         return self.count * DTYPES[self.dtype].itemsize
 
 
-@dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(FrozenRecord):
     """A tensor as its container describes it.
 
     For `dense` the data is one component `data` of `dtype` with `element_count(shape)`
@@ -167,12 +183,24 @@ class TensorInfo:
     the dtype of the values (`values` for sparse, `packed_weight` for quantized_group).
     """
 
+    __slots__ = ("attributes", "components", "dtype", "layout", "name", "shape")
     name: str
     dtype: str
     shape: tuple[int, ...]
-    layout: str = "dense"
-    components: tuple[Component, ...] = ()
-    attributes: Mapping[str, Any] = field(default_factory=dict)
+    layout: str
+    components: tuple[Component, ...]
+    attributes: Mapping[str, Any]
+
+    def __init__(
+        self,
+        name: str,
+        dtype: str,
+        shape: tuple[int, ...],
+        layout: str = "dense",
+        components: tuple[Component, ...] = (),
+        attributes: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._init(name, dtype, shape, layout, components, {} if attributes is None else attributes)
 
     @property
     def count(self) -> int:

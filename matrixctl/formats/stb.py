@@ -29,13 +29,13 @@ import os
 import re
 import struct
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl import codes, crc
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.findings import Problem
+from matrixctl.records import FrozenRecord, Record
 from matrixctl.tensors import (
     DTYPES,
     Outputs,
@@ -184,8 +184,16 @@ def align(n: int, to: int = ALIGNMENT) -> int:
 # Structures ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Header:
+class Header(FrozenRecord):
+    __slots__ = (
+        "data_offset",
+        "file_size",
+        "flags",
+        "reserved0",
+        "reserved1",
+        "tensor_count",
+        "version",
+    )
     version: int
     flags: int
     tensor_count: int
@@ -193,6 +201,18 @@ class Header:
     reserved1: int
     data_offset: int
     file_size: int
+
+    def __init__(
+        self,
+        version: int,
+        flags: int,
+        tensor_count: int,
+        reserved0: int,
+        reserved1: int,
+        data_offset: int,
+        file_size: int,
+    ) -> None:
+        self._init(version, flags, tensor_count, reserved0, reserved1, data_offset, file_size)
 
     @classmethod
     def parse(cls, raw: bytes) -> Header:
@@ -211,16 +231,37 @@ class Header:
         )
 
 
-@dataclass
-class Entry:
-    index: int  # position in the table
-    tensor_id: int
-    dtype_code: int
-    rank: int
-    layout_code: int
-    offset: int
-    size_bytes: int
-    dims: tuple[int, int, int]
+class Entry(Record):
+    __slots__ = (
+        "dims",
+        "dtype_code",
+        "index",
+        "layout_code",
+        "offset",
+        "rank",
+        "size_bytes",
+        "tensor_id",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        tensor_id: int,
+        dtype_code: int,
+        rank: int,
+        layout_code: int,
+        offset: int,
+        size_bytes: int,
+        dims: tuple[int, int, int],
+    ) -> None:
+        self.index = index  # position in the table
+        self.tensor_id = tensor_id
+        self.dtype_code = dtype_code
+        self.rank = rank
+        self.layout_code = layout_code
+        self.offset = offset
+        self.size_bytes = size_bytes
+        self.dims = dims
 
     @classmethod
     def parse(cls, index: int, raw: bytes, at: int) -> Entry:
@@ -262,13 +303,22 @@ class Entry:
         return tuple(self.dims[: self.rank]) if self.rank <= DIRECT_RANK else None
 
 
-@dataclass
-class StbFile:
-    size: int
-    header: Header
-    entries: list[Entry] = field(default_factory=list)
-    sound: set[int] = field(default_factory=set)  # entry indices whose bytes can be read
-    problems: list[Problem] = field(default_factory=list)
+class StbFile(Record):
+    __slots__ = ("entries", "header", "problems", "size", "sound")
+
+    def __init__(
+        self,
+        size: int,
+        header: Header,
+        entries: list[Entry] | None = None,
+        sound: set[int] | None = None,
+        problems: list[Problem] | None = None,
+    ) -> None:
+        self.size = size
+        self.header = header
+        self.entries: list[Entry] = [] if entries is None else entries
+        self.sound: set[int] = set() if sound is None else sound  # entries that can be read
+        self.problems: list[Problem] = [] if problems is None else problems
 
     @property
     def table_end(self) -> int:
@@ -508,34 +558,64 @@ def glyph_unreachable(f: StbFile) -> list[int]:
 # The sidecar --------------------------------------------------------------------------------
 
 
-@dataclass
-class SideTensor:
-    name: str
-    bin_file_id: int
-    tensor_id: int
-    dtype: str  # spec name: float32 ...
-    rank: int
-    shape: tuple[int, ...]
-    layout: str
-    shape_id: int | None = None
+class SideTensor(Record):
+    __slots__ = ("bin_file_id", "dtype", "layout", "name", "rank", "shape", "shape_id", "tensor_id")
+
+    def __init__(
+        self,
+        name: str,
+        bin_file_id: int,
+        tensor_id: int,
+        dtype: str,
+        rank: int,
+        shape: tuple[int, ...],
+        layout: str,
+        shape_id: int | None = None,
+    ) -> None:
+        self.name = name
+        self.bin_file_id = bin_file_id
+        self.tensor_id = tensor_id
+        self.dtype = dtype  # spec name: float32 ...
+        self.rank = rank
+        self.shape = shape
+        self.layout = layout
+        self.shape_id = shape_id
 
 
-@dataclass
-class BinFile:
-    bin_file_id: int
-    path: str  # relative to the sidecar's folder
-    mmap_required: bool
-    tensor_count: int
-    file_size: int
-    crc32: int
+class BinFile(Record):
+    __slots__ = ("bin_file_id", "crc32", "file_size", "mmap_required", "path", "tensor_count")
+
+    def __init__(
+        self,
+        bin_file_id: int,
+        path: str,
+        mmap_required: bool,
+        tensor_count: int,
+        file_size: int,
+        crc32: int,
+    ) -> None:
+        self.bin_file_id = bin_file_id
+        self.path = path  # relative to the sidecar's folder
+        self.mmap_required = mmap_required
+        self.tensor_count = tensor_count
+        self.file_size = file_size
+        self.crc32 = crc32
 
 
-@dataclass
-class Sidecar:
-    bin_files: list[BinFile]
-    tensors: list[SideTensor]
-    shape_table: list[tuple[int, ...]]
-    metadata: dict[str, Any]
+class Sidecar(Record):
+    __slots__ = ("bin_files", "metadata", "shape_table", "tensors")
+
+    def __init__(
+        self,
+        bin_files: list[BinFile],
+        tensors: list[SideTensor],
+        shape_table: list[tuple[int, ...]],
+        metadata: dict[str, Any],
+    ) -> None:
+        self.bin_files = bin_files
+        self.tensors = tensors
+        self.shape_table = shape_table
+        self.metadata = metadata
 
 
 def sidecar_problem(message: str, where: str | None = None) -> FormatError:
@@ -692,12 +772,14 @@ def _row_major(entry: Entry, buf: Any, shape: tuple[int, ...]) -> Iterator[Any]:
     yield out.reshape(-1).view(np.uint8)
 
 
-@dataclass
-class _Member:
-    name: str
-    shape: tuple[int, ...]
-    entry: Entry
-    source: Source
+class _Member(Record):
+    __slots__ = ("entry", "name", "shape", "source")
+
+    def __init__(self, name: str, shape: tuple[int, ...], entry: Entry, source: Source) -> None:
+        self.name = name
+        self.shape = shape
+        self.entry = entry
+        self.source = source
 
 
 class _StbReader(TensorSource):
@@ -853,24 +935,39 @@ def part_path(path: str, k: int) -> str:
     return f"{stem}.{k}{ext}"
 
 
-@dataclass
-class _Planned:
-    info: TensorInfo
-    bin_file_id: int
-    tensor_id: int
-    offset: int
-    shape_id: int | None
+class _Planned(Record):
+    __slots__ = ("bin_file_id", "info", "offset", "shape_id", "tensor_id")
+
+    def __init__(
+        self, info: TensorInfo, bin_file_id: int, tensor_id: int, offset: int, shape_id: int | None
+    ) -> None:
+        self.info = info
+        self.bin_file_id = bin_file_id
+        self.tensor_id = tensor_id
+        self.offset = offset
+        self.shape_id = shape_id
 
 
-@dataclass
-class _PartFile:
-    path: str
-    fp: BinaryIO
-    tensors: list[_Planned]
-    data_offset: int
-    file_size: int
-    crc: int = 0
-    pos: int = 0
+class _PartFile(Record):
+    __slots__ = ("crc", "data_offset", "file_size", "fp", "path", "pos", "tensors")
+
+    def __init__(
+        self,
+        path: str,
+        fp: BinaryIO,
+        tensors: list[_Planned],
+        data_offset: int,
+        file_size: int,
+        crc: int = 0,
+        pos: int = 0,
+    ) -> None:
+        self.path = path
+        self.fp = fp
+        self.tensors = tensors
+        self.data_offset = data_offset
+        self.file_size = file_size
+        self.crc = crc
+        self.pos = pos
 
 
 class StbSink(TensorSink):

@@ -23,6 +23,10 @@ sys.stderr.write("LOADED:" + ",".join(loaded) + "\\n")
 raise SystemExit(code)
 """
 WATCH = ("typer", "click", "rich", "numpy", "matrixctl.cli.app", "matrixctl.cli.convert")
+# The modules on the path of these outputs define records (matrixctl.records), not dataclasses:
+# dataclasses compiles each class's methods at import and imports inspect. The zTensor codec
+# (matrixctl/formats/ztensor.py) still uses dataclasses.
+NO_DATACLASSES = ("dataclasses", "inspect")
 
 
 def safetensors_bytes(tensors: dict[str, list[float]]) -> bytes:
@@ -63,11 +67,12 @@ def test_convert_of_stored_bytes_imports_neither_typer_nor_rich_nor_numpy(
     src = tmp_path / "in.safetensors"
     src.write_bytes(safetensors_bytes({"w": [1.0, 2.0, 3.0, 4.0]}))
     extra = [*EMBD_META, "--meta=model_name=m"] if out.endswith(".weights") else []
+    watch = WATCH if out.endswith(".zt") else (*WATCH, *NO_DATACLASSES)
     proc = subprocess.run(
         [
             sys.executable,
             "-c",
-            PROBE.format(watch=WATCH),
+            PROBE.format(watch=watch),
             "convert",
             str(src),
             str(tmp_path / out),
@@ -195,3 +200,28 @@ def test_fast_path_and_typer_give_the_same_outputs_errors_and_exit_codes(
         assert (parse_convert(["convert", *words]) is not None) == (words in fast_cases), words
         full, fast = _both_paths(monkeypatch, words, out)
         assert fast == full, words
+
+
+def test_console_convert_ends_without_teardown_and_keeps_its_outputs(tmp_path: Path) -> None:
+    """`python -m matrixctl convert` (the console command) leaves the process by `exit_now`
+    once the command is done: stdout (a --json document, or the output itself for `-`) and
+    stderr are flushed first, and the exit code is the command's."""
+    src = tmp_path / "in.safetensors"
+    src.write_bytes(safetensors_bytes({"a.w": [1.0, 2.5], "b.w": [3.0, -4.0, 0.5]}))
+
+    def run(*words: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [sys.executable, "-m", "matrixctl", "convert", *words],
+            capture_output=True,
+            cwd=ROOT,
+            check=False,
+        )
+
+    done = run("--json", str(src), str(tmp_path / "o.zt"))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tensors"] == 2
+    piped = run(str(src), "-", "--to", "st", "-q")
+    assert piped.returncode == 0 and piped.stdout == src.read_bytes()
+    failed = run(str(tmp_path / "missing.safetensors"), str(tmp_path / "p.zt"))
+    assert failed.returncode == 2 and b"IO_NOT_FOUND" in failed.stderr
+    assert not (tmp_path / "p.zt").exists()

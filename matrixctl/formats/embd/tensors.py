@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from matrixctl import crc
@@ -58,6 +57,7 @@ from matrixctl.formats.embd.model import (
     model_problems,
 )
 from matrixctl.formats.embd.parse import checksums
+from matrixctl.records import Record
 from matrixctl.tensors import (
     Outputs,
     PartStreams,
@@ -421,14 +421,24 @@ def build_metadata(
     return ordered, notes
 
 
-@dataclass
-class Layout:
-    metadata: tuple[int, bytes]
-    vocab: tuple[int, bytes] | None
-    index: tuple[int, bytes]
-    data_offset: int
-    offsets: list[int]  # relative
-    data_size: int
+class Layout(Record):
+    __slots__ = ("data_offset", "data_size", "index", "metadata", "offsets", "vocab")
+
+    def __init__(
+        self,
+        metadata: tuple[int, bytes],
+        vocab: tuple[int, bytes] | None,
+        index: tuple[int, bytes],
+        data_offset: int,
+        offsets: list[int],
+        data_size: int,
+    ) -> None:
+        self.metadata = metadata
+        self.vocab = vocab
+        self.index = index
+        self.data_offset = data_offset
+        self.offsets = offsets  # relative
+        self.data_size = data_size
 
     @property
     def total(self) -> int:
