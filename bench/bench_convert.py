@@ -3,12 +3,20 @@
     .venv/bin/python bench/bench_convert.py              # full run (~5 min), markdown on stdout
     .venv/bin/python bench/bench_convert.py --quick      # 16 MiB workloads, a smoke test
     .venv/bin/python bench/bench_convert.py --only safetensors:ztensor   # one pair
+    .venv/bin/python bench/bench_convert.py --editable   # time the development install instead
 
 Workloads (float32, random values): "4 x 64 MiB" (a 256 MiB model of a few big tensors),
 "300 x 256 KiB" (75 MiB in hundreds of small tensors), and "1 x 256 MiB" for the pairs with
 .npy, which holds one tensor. The inputs are written once per workload (safetensors by the
 safetensors package, the others by `matrixctl convert` from it); the page cache is warm and
 nothing is dropped from it.
+
+What is timed is an installed copy, as a user has it: a wheel of this tree, built and
+installed (bytecode compiled, as pip does) into a scratch virtual environment whose
+site-packages reaches the running environment's for the dependencies (a path line). The
+development install (`pip install -e`, `--editable`) adds the import hook setuptools installs
+for an editable project: about 50 M instructions of start-up (pathlib, urllib and the
+finder's own work) that no installed copy pays.
 
 Each row times whole processes, start-up included: `python -m matrixctl convert IN OUT`
 (which writes a temporary file, fsyncs it and renames it: the output is on disk when it
@@ -32,6 +40,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "out"  # gitignored: the inputs and outputs are big
 REPEATS = 5
 MiB = 1 << 20
 EXT = {
@@ -74,7 +83,8 @@ def workloads(quick: bool) -> dict[str, tuple[list[tuple[str, int]], tuple[str, 
 def run(args: list[str]) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the process and its children) of one command."""
     t = time.perf_counter()
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # Not from the source tree: `python -m` puts the working folder first on the path.
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=OUT)
     assert proc.stderr is not None
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -84,8 +94,58 @@ def run(args: list[str]) -> tuple[float, float]:
     return wall, usage.ru_utime + usage.ru_stime
 
 
+PYTHON = sys.executable  # the interpreter that runs matrixctl (installed_python replaces it)
+
+
+def installed_python(where: Path) -> str:
+    """The interpreter of a scratch virtual environment under `where` holding matrixctl
+    installed from a wheel of this tree (built with pip, C kernels included); the running
+    environment's site-packages is on its path for the dependencies. Its `.pth` files are not
+    read from there, so the editable install's import hook stays out."""
+    import sysconfig
+    import venv
+
+    wheels = where / "wheel"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--quiet",
+            "-w",
+            str(wheels),
+            str(ROOT),
+        ],
+        check=True,
+    )
+    env = where / "venv"
+    venv.create(env, with_pip=False, clear=True)
+    python = str(env / "bin" / "python")
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    Path(purelib, "_matrixctl_bench_deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    (wheel,) = wheels.glob("matrixctl-*.whl")
+    install = ["install", "--no-deps", "--quiet", "--force-reinstall", str(wheel)]
+    subprocess.run([sys.executable, "-m", "pip", "--python", python, *install], check=True)
+    found = subprocess.run(
+        [python, "-c", "import matrixctl; print(matrixctl.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=OUT,
+    ).stdout
+    assert found.startswith(str(env)), found
+    return python
+
+
 def convert_cmd(src: str, dst: str, dst_fmt: str) -> list[str]:
-    cmd = [sys.executable, "-m", "matrixctl", "convert", src, dst]
+    cmd = [PYTHON, "-m", "matrixctl", "convert", src, dst]
     return cmd + (EMBD_META if dst_fmt == "embd" else [])
 
 
@@ -128,6 +188,7 @@ def measure(src: str, dst: str, dst_fmt: str, tmp: Path) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
+    global PYTHON
     quick = "--quick" in argv
     only = argv[argv.index("--only") + 1] if "--only" in argv else None
     rows = [
@@ -135,8 +196,13 @@ def main(argv: list[str]) -> int:
         "vs cp + sync: wall, CPU | vs cp: wall, CPU |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    out = ROOT / "bench" / "out"  # gitignored: the inputs and outputs are big
+    out = OUT
     out.mkdir(exist_ok=True)
+    if "--editable" in argv:
+        sys.stderr.write(f"timing the development install ({sys.executable})\n")
+    else:
+        PYTHON = installed_python(out / "installed")
+        sys.stderr.write(f"timing an installed wheel ({PYTHON})\n")
     with tempfile.TemporaryDirectory(dir=out) as name:
         tmp = Path(name)
         for label, (spec, formats) in workloads(quick).items():
@@ -157,6 +223,8 @@ def main(argv: list[str]) -> int:
                     sys.stderr.write(rows[-1] + "\n")
             for path in tmp.iterdir():
                 path.unlink()
+    what = "the development install" if "--editable" in argv else "an installed wheel"
+    print(f"convert timed from {what}\n")
     print("\n".join(rows))
     return 0
 
