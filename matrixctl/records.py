@@ -22,9 +22,10 @@ generating no code.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
-R = TypeVar("R", bound="Record")
+if TYPE_CHECKING:
+    from typing import Self
 
 
 class Record:
@@ -66,7 +67,7 @@ class Record:
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (self.__class__, self._values())
 
-    def replace(self: R, **changes: Any) -> R:
+    def replace(self, **changes: Any) -> Self:
         """A copy with `changes` (field name -> value), built by the class's `__init__`."""
         values = [changes.pop(name, getattr(self, name)) for name in self._record_fields]
         if changes:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import ROOT
+from tests.helpers.cli import ROOT, run_cli
 
 PROBE = """
 import sys
@@ -23,10 +23,9 @@ sys.stderr.write("LOADED:" + ",".join(loaded) + "\\n")
 raise SystemExit(code)
 """
 WATCH = ("typer", "click", "rich", "numpy", "matrixctl.cli.app", "matrixctl.cli.convert")
-# The modules on the path of these outputs define records (matrixctl.records), not dataclasses:
-# dataclasses compiles each class's methods at import and imports inspect. The zTensor codec
-# (matrixctl/formats/ztensor.py) still uses dataclasses.
-NO_DATACLASSES = ("dataclasses", "inspect")
+# The modules on a convert's path define records (matrixctl.records), not dataclasses, which
+# compile each class's methods at import and import inspect; GGUF's codec only for GGUF.
+NO_DATACLASSES = ("dataclasses", "inspect", "matrixctl.formats.gguf")
 
 
 def safetensors_bytes(tensors: dict[str, list[float]]) -> bytes:
@@ -67,7 +66,7 @@ def test_convert_of_stored_bytes_imports_neither_typer_nor_rich_nor_numpy(
     src = tmp_path / "in.safetensors"
     src.write_bytes(safetensors_bytes({"w": [1.0, 2.0, 3.0, 4.0]}))
     extra = [*EMBD_META, "--meta=model_name=m"] if out.endswith(".weights") else []
-    watch = WATCH if out.endswith(".zt") else (*WATCH, *NO_DATACLASSES)
+    watch = (*WATCH, *NO_DATACLASSES)
     proc = subprocess.run(
         [
             sys.executable,
@@ -85,6 +84,25 @@ def test_convert_of_stored_bytes_imports_neither_typer_nor_rich_nor_numpy(
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / out).stat().st_size > 16
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("LOADED:")][-1]
+    assert line == "LOADED:"
+
+
+@pytest.mark.parametrize("out", ["o.safetensors", "o.npz"])
+def test_convert_from_ztensor_imports_no_dataclasses(tmp_path: Path, out: str) -> None:
+    src = tmp_path / "in.safetensors"
+    src.write_bytes(safetensors_bytes({"w": [1.0, 2.0, 3.0, 4.0], "b": [0.5]}))
+    zt = tmp_path / "in.zt"
+    assert run_cli("convert", "-q", str(src), str(zt)).code == 0
+    probe = PROBE.format(watch=(*WATCH, *NO_DATACLASSES))
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, "convert", str(zt), str(tmp_path / out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
     line = [ln for ln in proc.stderr.splitlines() if ln.startswith("LOADED:")][-1]
     assert line == "LOADED:"
 
@@ -112,7 +130,6 @@ def _both_paths(
     """(exit code, stdout, stderr, output bytes) of `convert WORDS` by the full command line
     and by the fast path (or the full one again, when the fast path passes them on)."""
     from matrixctl.cli import app, convert_fast
-    from tests.helpers.cli import run_cli
 
     full = app.main
     results = []
