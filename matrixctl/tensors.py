@@ -377,11 +377,11 @@ class StoredBytes:
     the first byte is handed out or copied (a source's digest check: it may raise).
 
     `verify`, given with `check`, is the same check split in two, `(update, finish)` from a
-    fresh call: `copy_stream`, when it reads the bytes through its buffer for a sink that
-    checksums them, feeds each piece to `update` and calls `finish` (which raises as `check`
-    would) before it returns, instead of reading the bytes twice. The pieces have then reached
-    the sink's output before the check ends; every output is atomic, so an output of damaged
-    bytes never appears."""
+    fresh call: `copy_stream`, when it reads the bytes through its buffer (for a sink that
+    checksums them, or for zipfile's member writer), feeds each piece to `update` and calls
+    `finish` (which raises as `check` would) before it returns, instead of reading the bytes
+    twice. The pieces have then reached the sink's output before the check ends; every output
+    is atomic, so an output of damaged bytes never appears."""
 
     def __init__(
         self,
@@ -569,7 +569,7 @@ def _copy_read(
     early changed underneath: IO_CHANGED, as for the kernel copy."""
     import os
 
-    verify = stream.take_verify() if update is not None else None
+    verify = stream.take_verify()
     if verify is None:
         stream.start()
     buf = _read_buffer()

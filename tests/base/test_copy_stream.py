@@ -291,6 +291,34 @@ def test_a_checksummed_copy_checks_the_source_in_the_same_pass(
     assert calls == ["finish"]
 
 
+@pytest.mark.parametrize("digest_ok", [True, False])
+def test_a_copy_into_a_member_writer_checks_the_source_in_the_same_pass(
+    tmp_path: Path, digest_ok: bool
+) -> None:
+    """Stored bytes with a source check going to a writer that checksums them itself
+    (zipfile's member writer, `write_copies`; no `update`): read once through the buffer too,
+    the check fed as the bytes go by (a .zt into .npz read its source twice)."""
+    calls: list[str] = []
+    with mapped(tmp_path) as src:
+        stream = _verified(src, digest_ok, calls)
+        written: list[bytes] = []
+
+        class Member:  # not a plain file: copy_stream cannot copy inside the kernel
+            def write(self, piece: object) -> int:
+                written.append(bytes(piece))  # type: ignore[call-overload]
+                return len(written[-1])
+
+        run = lambda: copy_stream(  # noqa: E731
+            Member(), stream, len(DATA), where="t", code=CODE, write_copies=True
+        )
+        if digest_ok:
+            assert run() == len(DATA) and b"".join(written) == DATA
+        else:
+            with pytest.raises(FormatError):
+                run()
+    assert calls == ["finish"]
+
+
 def test_the_kernel_copy_still_checks_the_source_first(tmp_path: Path) -> None:
     calls: list[str] = []
     with mapped(tmp_path) as src, pytest.raises(FormatError):
