@@ -4,6 +4,7 @@
     .venv/bin/python bench/bench_convert.py --quick      # 16 MiB workloads, a smoke test
     .venv/bin/python bench/bench_convert.py --only safetensors:ztensor   # one pair
     .venv/bin/python bench/bench_convert.py --editable   # time the development install instead
+    .venv/bin/python bench/bench_convert.py --workload 300 --floor   # one workload, with its floor
 
 Workloads (float32, random values): "4 x 64 MiB" (a 256 MiB model of a few big tensors),
 "300 x 256 KiB" (75 MiB in hundreds of small tensors), and "1 x 256 MiB" for the pairs with
@@ -27,6 +28,12 @@ each ratio is the median of the per-round ratios (anchor time / convert time: 0.
 convert takes twice as long as the anchor). Wall time and CPU time (user + system of the
 process and its children, from os.wait4) are both given: on a machine other jobs share, the
 CPU ratio is the steadier one.
+
+`--floor` adds a third command to each round: the least a Python process can do for the
+same result, `python -c` importing every module the convert imported (listed by a probe run of
+the same convert) and then copying the input into a temporary file inside the kernel
+(copy_file_range), fsyncing it, renaming it over an output and fsyncing the folder, as the
+convert's atomic output does; no parsing, no checks, no per-tensor work.
 """
 
 from __future__ import annotations
@@ -165,17 +172,51 @@ def prepare(tmp: Path, spec: list[tuple[str, int]], formats: tuple[str, ...]) ->
     return inputs
 
 
-def measure(src: str, dst: str, dst_fmt: str, tmp: Path) -> dict[str, float]:
+PROBE = "import sys\nfrom matrixctl.cli.entry import main\nmain(sys.argv[1:])\nprint(*sys.modules)"
+FLOOR = """
+import os, sys
+src, dst, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+for name in names:
+    __import__(name)
+tmp = dst + ".tmp"
+fin = os.open(src, os.O_RDONLY)
+out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+size, done = os.fstat(fin).st_size, 0
+while done < size:
+    done += os.copy_file_range(fin, out, size - done, done)
+os.fsync(out)
+os.close(out)
+os.replace(tmp, dst)
+folder = os.open(os.path.dirname(dst), os.O_RDONLY)
+os.fsync(folder)
+os._exit(0)
+"""
+
+
+def floor_cmd(conv: list[str], src: str, tmp: Path) -> list[str]:
+    """The floor of `conv` (see --floor): its interpreter importing what it imports, then a
+    kernel copy of `src` with the atomic output's fsyncs."""
+    probe = subprocess.run(
+        [PYTHON, "-c", PROBE, *conv[3:]], capture_output=True, text=True, check=True, cwd=OUT
+    )
+    names = [n for n in probe.stdout.split() if n != "__main__"]
+    return [PYTHON, "-c", FLOOR, src, str(tmp / "floor.out"), *names]
+
+
+def measure(src: str, dst: str, dst_fmt: str, tmp: Path, floor: bool = False) -> dict[str, float]:
     copy = str(tmp / "copy.bin")
     conv = convert_cmd(src, dst, dst_fmt)
     synced = ["sh", "-c", 'cp "$1" "$2" && sync "$2"', "sh", src, copy]
     bare = ["cp", src, copy]
-    rounds: list[tuple[tuple[float, float], ...]] = []
+    commands = [conv, synced, bare]
+    if floor:
+        commands.append(floor_cmd(conv, src, tmp))
+    rounds: list[list[tuple[float, float]]] = []
     run(conv)  # warm-up: imports cached, output folder primed
     for _ in range(REPEATS):
-        rounds.append((run(conv), run(synced), run(bare)))
+        rounds.append([run(cmd) for cmd in commands])
     med = statistics.median
-    return {
+    got = {
         "wall": med(r[0][0] for r in rounds),
         "cpu": med(r[0][1] for r in rounds),
         "sync_wall": med(r[1][0] for r in rounds),
@@ -185,16 +226,23 @@ def measure(src: str, dst: str, dst_fmt: str, tmp: Path) -> dict[str, float]:
         "sync_cpu_ratio": med(r[1][1] / r[0][1] for r in rounds),
         "cp_cpu_ratio": med(r[2][1] / r[0][1] for r in rounds),
     }
+    if floor:
+        got["floor_wall"] = med(r[3][0] for r in rounds)
+        got["floor_ratio"] = med(r[1][0] / r[3][0] for r in rounds)
+    return got
 
 
 def main(argv: list[str]) -> int:
     global PYTHON
     quick = "--quick" in argv
     only = argv[argv.index("--only") + 1] if "--only" in argv else None
+    workload = argv[argv.index("--workload") + 1] if "--workload" in argv else ""
+    floor = "--floor" in argv
     rows = [
         "| workload | convert | convert wall (s) | cp + sync wall (s) | cp wall (s) | "
-        "vs cp + sync: wall, CPU | vs cp: wall, CPU |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "vs cp + sync: wall, CPU | vs cp: wall, CPU |"
+        + (" floor wall (s) | floor vs cp + sync: wall |" if floor else ""),
+        "| --- | --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if floor else ""),
     ]
     out = OUT
     out.mkdir(exist_ok=True)
@@ -206,6 +254,8 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(dir=out) as name:
         tmp = Path(name)
         for label, (spec, formats) in workloads(quick).items():
+            if not label.startswith(workload):
+                continue
             inputs = prepare(tmp, spec, formats)
             for s in formats:
                 for d in formats:
@@ -213,12 +263,13 @@ def main(argv: list[str]) -> int:
                         continue
                     if "npy" in formats and "npy" not in (s, d):
                         continue  # the one-tensor workload is for the .npy pairs
-                    m = measure(inputs[s], str(tmp / f"out{EXT[d]}"), d, tmp)
+                    m = measure(inputs[s], str(tmp / f"out{EXT[d]}"), d, tmp, floor)
                     rows.append(
                         f"| {label} | {s} -> {d} | {m['wall']:.3f} | {m['sync_wall']:.3f} | "
                         f"{m['cp_wall']:.3f} | {m['sync_ratio']:.2f}x, "
                         f"{m['sync_cpu_ratio']:.2f}x | {m['cp_ratio']:.2f}x, "
                         f"{m['cp_cpu_ratio']:.2f}x |"
+                        + (f" {m['floor_wall']:.3f} | {m['floor_ratio']:.2f}x |" if floor else "")
                     )
                     sys.stderr.write(rows[-1] + "\n")
             for path in tmp.iterdir():
