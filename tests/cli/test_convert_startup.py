@@ -242,3 +242,33 @@ def test_console_convert_ends_without_teardown_and_keeps_its_outputs(tmp_path: P
     failed = run(str(tmp_path / "missing.safetensors"), str(tmp_path / "p.zt"))
     assert failed.returncode == 2 and b"IO_NOT_FOUND" in failed.stderr
     assert not (tmp_path / "p.zt").exists()
+
+
+def test_a_convert_leaves_no_cyclic_garbage(tmp_path: Path) -> None:
+    """The console convert runs with the cyclic garbage collector off (cli/entry.py): every
+    object a conversion makes is freed by its reference count, for each container pair."""
+    import gc
+
+    src = tmp_path / "in.safetensors"
+    src.write_bytes(safetensors_bytes({f"t{i}": [float(i)] * 8 for i in range(20)}))
+    meta = [*EMBD_META, "--meta=model_name=m"]
+    inputs = {"safetensors": src}
+    for ext in ("zt", "npz", "stb", "weights"):
+        inputs[ext] = tmp_path / f"in.{ext}"
+        extra = meta if ext == "weights" else []
+        assert run_cli("convert", "-q", str(src), str(inputs[ext]), *extra).code == 0
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        for s, path in inputs.items():
+            for ext in ("safetensors", "zt", "npz", "stb", "weights"):
+                if ext == s:
+                    continue
+                extra = meta if ext == "weights" else []
+                done = run_cli("convert", "-q", str(path), str(tmp_path / f"o.{ext}"), *extra)
+                assert done.code == 0, done.stderr
+                assert gc.collect() == 0, (s, ext)
+    finally:
+        if was:
+            gc.enable()
