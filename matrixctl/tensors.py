@@ -19,8 +19,10 @@ numpy is imported inside functions only.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl import codes, crc
@@ -261,6 +263,10 @@ class TensorSource(ABC):
 
     def release(self, info: TensorInfo) -> None:  # noqa: B027 - optional hook
         """Done with `info`: a mapped source drops its pages from memory here."""
+
+    def finish_checks(self) -> None:  # noqa: B027 - optional hook
+        """Settle the checks left to the copy (`FileCheck`, `deferred_checks`); raises the
+        source's error for a damaged file. A conversion calls it before committing."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the input."""
@@ -641,12 +647,124 @@ def read_pieces(buf: Any, start: int, length: int, chunk: int = CHUNK_BYTES) -> 
         _READ_BUFFERS.append(mine)
 
 
-def crc_range(buf: Any, start: int, end: int, chunk: int = 8 << 20) -> int:
-    """CRC-32 of `buf[start:end]` (`read_pieces`: no page faults on a mapped file)."""
-    value = 0
+def crc_range(buf: Any, start: int, end: int, chunk: int = 8 << 20, value: int = 0) -> int:
+    """CRC-32 of `buf[start:end]` (`read_pieces`: no page faults on a mapped file), continuing
+    from `value`."""
     for piece in read_pieces(buf, start, end - start, chunk):
         value = crc.crc32(piece, value)
     return value
+
+
+_DEFERRED: ContextVar[bool] = ContextVar("deferred_checks", default=False)
+
+
+@contextlib.contextmanager
+def deferred_checks() -> Iterator[None]:
+    """Sources opened inside the block let their whole-file checks (`FileCheck`) run on the
+    bytes a conversion copies, finished by `TensorSource.finish_checks` before the output is
+    committed; elsewhere a source checks its file when it is opened."""
+    token = _DEFERRED.set(True)
+    try:
+        yield
+    finally:
+        _DEFERRED.reset(token)
+
+
+def _ignore(piece: Any) -> None:
+    return None
+
+
+def _nothing() -> None:
+    return None
+
+
+class FileCheck:
+    """A CRC-32 a source checks over `[start, end)` of its mapped file (an STB file's CRC in
+    its sidecar, EMBD's data checksum); `judge(value)` raises the source's error for a wrong
+    value. Computed one of two ways:
+
+    - `check()` reads the whole range (`crc_range`) the first time it is called. A source
+      calls it before it hands out a byte of the file (StoredBytes' `check`, array views), or
+      when it is opened outside `deferred_checks`.
+    - In a conversion (`deferred_checks`), from the bytes `copy_stream` reads anyway: each
+      tensor's stored bytes are `verify`-ed through `verifier`, which continues a running CRC
+      over the file in order (reading the few bytes between tensors: alignment, tables), and
+      `finish()`, called before the output is committed, reads only what no copy read (the
+      tail, or everything when tensors came out of file order or a copy went by the kernel).
+      The same value, the file read once instead of twice.
+    """
+
+    def __init__(self, buf: Any, start: int, end: int, judge: Callable[[int], None]) -> None:
+        self.buf = buf
+        self.start = start
+        self.end = end
+        self.judge = judge
+        self.value = 0
+        self.pos = start  # the running CRC covers [start, pos)
+        self.broken = False  # a range came out of order: finish() reads the whole range
+        self.done = False
+        self.error: BaseException | None = None
+        self.deferred = _DEFERRED.get()  # made inside deferred_checks: left to the copy
+
+    def opened(self) -> None:
+        """What a source does with its check when it opens its file: run it, unless the check
+        is left to the copy of a conversion."""
+        if not self.deferred:
+            self.check()
+
+    def _settle(self, value: int) -> None:
+        self.done = True
+        try:
+            self.judge(value)
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+        if not self.done:
+            self._settle(crc_range(self.buf, self.start, self.end))
+
+    def verifier(self, offset: int, length: int) -> tuple[Callable[[Any], Any], Callable[[], None]]:
+        """`(update, finish)` for the stored bytes `[offset, offset + length)` (StoredBytes'
+        `verify`): their pieces continue the running CRC when they start where it stands."""
+        if self.done or self.broken or offset < self.pos or offset + length > self.end:
+            self.broken = self.broken or not self.done
+            return _ignore, _nothing
+        if offset > self.pos:
+            self.value = crc_range(self.buf, self.pos, offset, value=self.value)
+        self.pos = offset
+        running = [self.value]
+
+        def update(piece: Any) -> None:
+            running[0] = crc.crc32(piece, running[0])
+
+        def finish() -> None:
+            self.value = running[0]
+            self.pos = offset + length
+
+        return update, finish
+
+    def stored(self, offset: int, length: int, chunk: int = CHUNK_BYTES) -> StoredBytes:
+        """The stored bytes `[offset, offset + length)` of the file, checked by this check:
+        first, or as they are copied (see the class)."""
+        if self.deferred and not self.done:
+            return StoredBytes(
+                self.buf, offset, length, chunk, self.check, lambda: self.verifier(offset, length)
+            )
+        return StoredBytes(self.buf, offset, length, chunk, self.check)
+
+    def finish(self) -> None:
+        """Settle the check (raising as `check` would) from what the copies read."""
+        if self.error is not None:
+            raise self.error
+        if self.done:
+            return
+        if self.broken or self.pos == self.start:
+            self.check()
+            return
+        self._settle(crc_range(self.buf, self.pos, self.end, value=self.value))
 
 
 def storage_array(buf: Any, dtype: str, offset: int = 0, nbytes: int | None = None) -> np.ndarray:

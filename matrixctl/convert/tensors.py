@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl import codes, tensors
 from matrixctl.convert import Result
-from matrixctl.errors import FormatError, UsageError
+from matrixctl.errors import FormatError, MatrixError, UsageError
 from matrixctl.io import STDIO, HashingWriter, atomic_output, output_set
 from matrixctl.opening import open_with_options
 from matrixctl.records import FrozenRecord, Record
@@ -430,9 +430,15 @@ def convert(
     sink_cls: type[TensorSink],
 ) -> Result:
     sink_options = prepare_sink_options(options, sink_cls, dst_fmt)
-    source = open_with_options(source_cls, src, options, src_fmt)
+    with tensors.deferred_checks():  # whole-file checks run on the copy (tensors.FileCheck)
+        source = open_with_options(source_cls, src, options, src_fmt)
     try:
         return _run(source, src, dst_path, options, sink_options, src_fmt, dst_fmt, sink_cls)
+    except MatrixError:
+        # The checks the open left to the copy come first, as when the open ran them: a
+        # damaged input is the error reported, whatever else failed (nothing was written).
+        source.finish_checks()
+        raise
     finally:
         source.close()
 
@@ -536,6 +542,7 @@ def _run(
                 raise err.with_path(src.name) from None
             source.release(item.src)
         summary = sink.finish()
+        source.finish_checks()  # checks left to the copy, before the outputs are committed
         if hashing is not None:
             hashing.close()
             if hashing.digest is not None:

@@ -38,6 +38,7 @@ from matrixctl.findings import Problem
 from matrixctl.records import FrozenRecord, Record
 from matrixctl.tensors import (
     DTYPES,
+    FileCheck,
     Outputs,
     PartStreams,
     TensorInfo,
@@ -773,13 +774,23 @@ def _row_major(entry: Entry, buf: Any, shape: tuple[int, ...]) -> Iterator[Any]:
 
 
 class _Member(Record):
-    __slots__ = ("entry", "name", "shape", "source")
+    """A tensor of an opened file; `check` is the file's CRC check (None without a sidecar)."""
 
-    def __init__(self, name: str, shape: tuple[int, ...], entry: Entry, source: Source) -> None:
+    __slots__ = ("check", "entry", "name", "shape", "source")
+
+    def __init__(
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        entry: Entry,
+        source: Source,
+        check: FileCheck | None = None,
+    ) -> None:
         self.name = name
         self.shape = shape
         self.entry = entry
         self.source = source
+        self.check = check
 
 
 class _StbReader(TensorSource):
@@ -789,8 +800,27 @@ class _StbReader(TensorSource):
         self.members: dict[str, _Member] = {}
         self.order: list[str] = []
         self.meta: dict[str, Any] = {}
+        self.checks: list[FileCheck] = []
 
-    def _add(self, name: str, shape: tuple[int, ...], entry: Entry, source: Source) -> None:
+    def _check(self, src: Source, entry: BinFile) -> FileCheck:
+        """The file's CRC check: run now, or left to the conversion's copy (`FileCheck`)."""
+        check = file_check(src, entry)
+        self.checks.append(check)
+        check.opened()
+        return check
+
+    def finish_checks(self) -> None:
+        for check in self.checks:
+            check.finish()
+
+    def _add(
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        entry: Entry,
+        source: Source,
+        check: FileCheck | None = None,
+    ) -> None:
         if entry.layout == "CHANNELS_LAST":
             raise FormatError(
                 STB_LAYOUT,
@@ -800,7 +830,7 @@ class _StbReader(TensorSource):
                 offset=entry.table_offset + 3,
                 field=f"{entry.field}.layout",
             )
-        self.members[name] = _Member(name, shape, entry, source)
+        self.members[name] = _Member(name, shape, entry, source, check)
         self.order.append(name)
 
     def tensors(self) -> list[TensorInfo]:
@@ -815,11 +845,17 @@ class _StbReader(TensorSource):
     def stream(self, info: TensorInfo, role: str = "data") -> Iterator[Any]:
         m = self.members[info.name]
         if m.entry.layout == "COL_MAJOR":
+            if m.check is not None:
+                m.check.check()
             return _row_major(m.entry, m.source.buf, m.shape)
+        if m.check is not None:
+            return m.check.stored(m.entry.offset, m.entry.size_bytes)
         return mapped_chunks(m.source.buf, m.entry.offset, m.entry.size_bytes)
 
     def array(self, info: TensorInfo, role: str = "data", *, verify: bool = True) -> Any:
         m = self.members[info.name]
+        if m.check is not None:
+            m.check.check()
         if m.entry.layout == "COL_MAJOR":
             return super().array(info, role, verify=verify)
         view = memoryview(m.source.buf)[m.entry.offset : m.entry.end]
@@ -830,19 +866,20 @@ class _StbReader(TensorSource):
         drop_pages(m.source.buf, m.entry.offset, m.entry.size_bytes)
 
 
-def check_crc(src: Source, entry: BinFile) -> None:
+def file_check(src: Source, entry: BinFile) -> FileCheck:
     """The file's CRC-32 against the sidecar's record (one pass, mapped pages dropped)."""
-    from matrixctl.tensors import crc_range
 
-    got = crc_range(src.buf, 0, src.size)
-    if got != entry.crc32:
-        raise FormatError(
-            STB_SIDECAR_FILE,
-            f"the sidecar records CRC-32 0x{entry.crc32:08x} for {entry.path}, the file's is "
-            f"0x{got:08x}: the file was changed or damaged",
-            path=src.name,
-            field=f"bin_files[{entry.bin_file_id}].crc32",
-        )
+    def judge(got: int) -> None:
+        if got != entry.crc32:
+            raise FormatError(
+                STB_SIDECAR_FILE,
+                f"the sidecar records CRC-32 0x{entry.crc32:08x} for {entry.path}, the file's "
+                f"is 0x{got:08x}: the file was changed or damaged",
+                path=src.name,
+                field=f"bin_files[{entry.bin_file_id}].crc32",
+            )
+
+    return FileCheck(src.buf, 0, src.size, judge)
 
 
 def _check_shape(entry: Entry, shape: tuple[int, ...], where: str, path: str) -> None:
@@ -868,6 +905,7 @@ class StbSource(_StbReader):
         self.stb: StbFile = checked.stb
         side_path = sidecar_for(src.path)
         named: dict[int, SideTensor] = {}
+        check = None
         if side_path is not None:
             side = read_sidecar(side_path)
             base = os.path.basename(src.path)
@@ -875,7 +913,7 @@ class StbSource(_StbReader):
                 (b.bin_file_id for b in side.bin_files if os.path.basename(b.path) == base), None
             )
             if fid is not None:
-                check_crc(src, side.bin_files[fid])
+                check = self._check(src, side.bin_files[fid])
                 named = {t.tensor_id: t for t in side.tensors if t.bin_file_id == fid}
                 if len(side.bin_files) == 1:
                     self.meta = dict(side.metadata)
@@ -897,7 +935,7 @@ class StbSource(_StbReader):
                         field=f"{e.field}.rank",
                     )
                 shape, name = shape_or_none, f"tensor_{e.tensor_id}"
-            self._add(name, shape, e, src)
+            self._add(name, shape, e, src, check)
 
 
 class StbSidecarSource(_StbReader):
@@ -911,14 +949,14 @@ class StbSidecarSource(_StbReader):
         self.subject = subject
         side: Sidecar = subject.sidecar
         self.meta = dict(side.metadata)
-        for opened in subject.files:
-            check_crc(opened.source, opened.entry)
+        checks = [self._check(opened.source, opened.entry) for opened in subject.files]
         for t in sorted(
             side.tensors,
             key=lambda t: (t.bin_file_id, subject.files[t.bin_file_id].by_id[t.tensor_id].offset),
         ):
             opened = subject.files[t.bin_file_id]
-            self._add(t.name, t.shape, opened.by_id[t.tensor_id], opened.source)
+            check = checks[t.bin_file_id]
+            self._add(t.name, t.shape, opened.by_id[t.tensor_id], opened.source, check)
 
     def close(self) -> None:
         self.subject.close()
