@@ -4,11 +4,11 @@
 module is imported (three `exec` calls a class, six a frozen one: about 0.6 M instructions
 each), and importing it imports `inspect` (with ast, dis and tokenize). On the path of a
 `matrixctl convert` of small tensors that was about a quarter of the whole process's CPU
-(docs/benchmarks.md, "convert: the whole process (conv18small)"). The classes of the modules
-that path imports are records instead: a record names its fields in `__slots__` and writes an
-`__init__` taking each of them as a positional parameter (the signature gives their order);
-this module gives it equality, `repr`, `replace`, copying and pickling from the field names,
-generating no code.
+(docs/benchmarks.md, "convert: the whole process (conv18small; provisional)"). The classes
+of the modules that path imports are records instead (docs/architecture.md, rule 13): a
+record names its fields in `__slots__` and writes an `__init__` taking each of them as a
+positional parameter (the signature gives their order); this module gives it equality,
+`repr`, `replace`, copying and pickling from the field names, generating no code.
 
     class Component(FrozenRecord):
         __slots__ = ("role", "dtype", "count")
