@@ -502,11 +502,11 @@ def copy_stream(
       (a writer that counts or writes on a helper thread); `piece_done()` runs after each.
     - Stored bytes the sink checksums, or that go to a writer other than a plain file which
       is done with a piece when its `write` returns (`write_copies=True`: zipfile's member
-      writer), are read with `pread` into one reused buffer, checksummed there and written
-      from it: two copies through a buffer that stays in the cache, where writing from the
-      mapping took a page fault per page and cost 1-5x as much CPU, varying from run to run
-      (docs/benchmarks.md, "convert and zTensor reads"). Not with `write` (it may queue the
-      piece to a helper thread that reads it later).
+      writer), are read with `pread` into one reused buffer (READ_BUFFER_BYTES, 1 MiB),
+      checksummed there and written from it: two copies through a buffer that stays in the
+      core's cache, where writing from the mapping took a page fault per page and cost 1-5x as
+      much CPU, varying from run to run (docs/benchmarks.md, "convert and zTensor reads"). Not
+      with `write` (it may queue the piece to a helper thread that reads it later).
     """
     out_fd = plain_fileno(fp)
     if isinstance(stream, StoredBytes) and stream.fresh and stream.length == nbytes:
@@ -548,19 +548,26 @@ def copy_stream(
     return got
 
 
+# The buffer stored bytes are read into (`pread`) and written or checksummed from: small
+# enough to stay in a core's L2 cache between the read and the write. With 8 MiB pieces the
+# write's copy into the page cache read the buffer back from L3 or memory and allocated the
+# output's page cache in 2 MiB folios: 256 MiB into STB or zTensor took 250-500 ms of system
+# time against 100-135 ms with 1 MiB (docs/benchmarks.md, "convert: the whole process
+# (conv18small; provisional)").
+READ_BUFFER_BYTES = 1 << 20
 _READ_BUFFERS: list[memoryview] = []  # reused by _copy_read, one per copy at a time
 
 
 def _read_buffer() -> memoryview:
-    """A reused CHUNK_BYTES buffer, or a new one: anonymous memory the kernel hands out zeroed
-    page by page as it is first written, so a copy of small tensors touches a few pages of it,
-    not all 8 MiB (a bytearray is zeroed whole when made: 2,048 page faults)."""
+    """A reused READ_BUFFER_BYTES buffer, or a new one: anonymous memory the kernel hands out
+    zeroed page by page as it is first written, so a copy of small tensors touches a few pages
+    of it (a bytearray is zeroed whole when made)."""
     try:
         return _READ_BUFFERS.pop()
     except IndexError:
         import mmap
 
-        return memoryview(mmap.mmap(-1, CHUNK_BYTES))
+        return memoryview(mmap.mmap(-1, READ_BUFFER_BYTES))
 
 
 def _copy_read(
