@@ -549,11 +549,10 @@ def copy_stream(
 
 
 # The buffer stored bytes are read into (`pread`) and written or checksummed from: small
-# enough to stay in a core's L2 cache between the read and the write. With 8 MiB pieces the
-# write's copy into the page cache read the buffer back from L3 or memory and allocated the
-# output's page cache in 2 MiB folios: 256 MiB into STB or zTensor took 250-500 ms of system
-# time against 100-135 ms with 1 MiB (docs/benchmarks.md, "convert: the whole process
-# (conv18small; provisional)").
+# enough to stay in a core's L2 cache (1 MiB here) between the read and the write. With 8 MiB
+# pieces the write's copy into the page cache (copy_folio_from_iter_atomic) took 54 % of a
+# 256 MiB convert into STB (perf), 12 % with 1 MiB pieces: 250-500 ms of system time against
+# 100-135 ms (docs/benchmarks.md, "convert: the whole process (conv18small; provisional)").
 READ_BUFFER_BYTES = 1 << 20
 _READ_BUFFERS: list[memoryview] = []  # reused by _copy_read, one per copy at a time
 
