@@ -407,6 +407,11 @@ class StoredBytes:
         self._verify = verify
         self._pieces: Iterator[memoryview] | None = None
 
+    @property
+    def checks_as_read(self) -> bool:
+        """A check is left that can run on the bytes as they are read (`verify`)."""
+        return self._check is not None and self._verify is not None
+
     def take_verify(self) -> tuple[Callable[[Any], Any], Callable[[], None]] | None:
         """`(update, finish)` of the check, which then no longer runs by itself; None when
         there is no check left to run or it cannot be split."""
@@ -492,8 +497,12 @@ def copy_stream(
     `code` naming `where` (reading stops one piece past `nbytes`).
 
     - Stored bytes (`StoredBytes`, untouched) going to a plain file with no checksum to compute
-      are copied inside the kernel (`io.copy_file_range_all`: no page faults, no copy through
-      Python), and `fp` is left positioned after them.
+      (neither the sink's nor a source's) are copied inside the kernel
+      (`io.copy_file_range_all`: no page faults, no copy through Python), and `fp` is left
+      positioned after them. Stored bytes whose source check can run as they are read
+      (`StoredBytes.verify`) go through the buffer instead (below): one read of the source,
+      where the check and then the kernel's copy read it twice (74 against 45 ms of system
+      time for an STB file of 75 MB into safetensors).
     - Otherwise each piece goes whole to one write, `update(piece)` (the destination's
       checksum) running just before it (it faults a mapped source in from user space, in
       batches). Whole pieces, not small slices: the page cache keeps a file written in large
@@ -511,7 +520,8 @@ def copy_stream(
     out_fd = plain_fileno(fp)
     if isinstance(stream, StoredBytes) and stream.fresh and stream.length == nbytes:
         src_fd = mapped_fd(stream.buf)
-        if src_fd is not None and update is None and out_fd is not None:
+        kernel = update is None and out_fd is not None and not stream.checks_as_read
+        if src_fd is not None and kernel:
             import os
 
             stream.start()

@@ -319,9 +319,34 @@ def test_a_copy_into_a_member_writer_checks_the_source_in_the_same_pass(
     assert calls == ["finish"]
 
 
-def test_the_kernel_copy_still_checks_the_source_first(tmp_path: Path) -> None:
+@pytest.mark.parametrize("digest_ok", [True, False])
+def test_a_checked_source_is_read_once_where_the_kernel_could_copy_it(
+    tmp_path: Path, digest_ok: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stored bytes with a source check that can run as they are read, going to a plain file
+    with no checksum of its own: read once through the buffer, the check fed on the way, not
+    checked first and then copied by the kernel (two reads of the source)."""
+    kernel: list[int] = []
+    monkeypatch.setattr(os, "copy_file_range", lambda *args: kernel.append(1) or 0)
+    calls: list[str] = []
+    with mapped(tmp_path) as src:
+        stream = _verified(src, digest_ok, calls)
+        if digest_ok:
+            data, got = copy_to(tmp_path, stream, len(DATA))
+            assert data == b"head" + DATA + b"tail" and got == len(DATA)
+        else:
+            with pytest.raises(FormatError):
+                copy_to(tmp_path, stream, len(DATA))
+    assert calls == ["finish"] and not kernel
+
+
+def test_the_kernel_copy_checks_a_source_first_when_the_check_cannot_be_split(
+    tmp_path: Path,
+) -> None:
     calls: list[str] = []
     with mapped(tmp_path) as src, pytest.raises(FormatError):
-        copy_to(tmp_path, _verified(src, False, calls), len(DATA))
+        whole = _verified(src, False, calls)
+        stream = StoredBytes(src.buf, 0, len(DATA), 1 << 16, whole._check)  # no verify
+        copy_to(tmp_path, stream, len(DATA))
     assert calls == ["check", "finish"]
     assert (tmp_path / "out.bin").read_bytes() == b"head"

@@ -121,11 +121,12 @@ def test_the_damaged_file_is_the_error_reported_whatever_else_fails(
 
 
 @pytest.mark.parametrize("ext", ["stb", "weights"])
-def test_a_checksumming_sink_reads_the_source_once(
+def test_a_conversion_reads_the_source_once(
     tmp_path: Path, ext: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Into a sink that reads the bytes anyway, the file's CRC is computed from the copy's
-    pieces: what is read besides them is the headers, tables and padding between tensors."""
+    """The file's CRC is computed from the copy's pieces, into every sink (one that checksums
+    what it writes, and safetensors, whose stored bytes then go through the copy's buffer
+    instead of the kernel): what is read besides them is the headers, tables and padding."""
     src = inputs(tmp_path)[ext]
     read: list[int] = []
     real = tensors.crc_range
@@ -136,13 +137,10 @@ def test_a_checksumming_sink_reads_the_source_once(
 
     monkeypatch.setattr(tensors, "crc_range", spy)
     data = src.stat().st_size - data_offset(src)
-    for out in ("o.zt", "o.npz"):
+    for out in outs_for(ext):
         read.clear()
         assert convert(src, tmp_path / out)[0] == 0
         assert 0 < sum(read) < data_offset(src) + 1024 < data, (out, read)
-    read.clear()
-    assert convert(src, tmp_path / "o.safetensors")[0] == 0  # a kernel copy: read first
-    assert sum(read) >= data - 64  # (EMBD: all but the footer)
 
 
 def test_outside_a_conversion_the_file_is_checked_when_opened(tmp_path: Path) -> None:
