@@ -520,8 +520,8 @@ def copy_stream(
     out_fd = plain_fileno(fp)
     if isinstance(stream, StoredBytes) and stream.fresh and stream.length == nbytes:
         src_fd = mapped_fd(stream.buf)
-        kernel = update is None and out_fd is not None and not stream.checks_as_read
-        if src_fd is not None and kernel:
+        kernel = update is None and not stream.checks_as_read
+        if src_fd is not None and out_fd is not None and kernel:
             import os
 
             stream.start()
