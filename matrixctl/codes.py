@@ -8,8 +8,9 @@ with `define`, next to the code that raises them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+
+from matrixctl.records import FrozenRecord
 
 
 class Severity(StrEnum):
@@ -20,12 +21,15 @@ class Severity(StrEnum):
     INFO = "info"
 
 
-@dataclass(frozen=True)
-class CodeInfo:
+class CodeInfo(FrozenRecord):
+    __slots__ = ("code", "group", "severity", "summary")
     code: str
     summary: str
     group: str
     severity: Severity
+
+    def __init__(self, code: str, summary: str, group: str, severity: Severity) -> None:
+        self._init(code, summary, group, severity)
 
 
 CODES: dict[str, CodeInfo] = {}

@@ -9,7 +9,6 @@ bad value and the SCX and ingest writers took a negative one).
 
 from __future__ import annotations
 
-import datetime
 import os
 
 from matrixctl.errors import UsageError
@@ -30,6 +29,8 @@ def source_date_text() -> str | None:
     seconds = source_date_epoch()
     if seconds is None:
         return None
+    import datetime  # only when the variable is set (start-up time)
+
     try:
         when = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
     except (ValueError, OverflowError, OSError):

@@ -4,20 +4,30 @@ the report of one file."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from matrixctl.codes import Severity, severity_of
 from matrixctl.errors import MatrixError
+from matrixctl.records import FrozenRecord, Record
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(FrozenRecord):
+    __slots__ = ("code", "field", "message", "offset", "severity")
     code: str
     severity: Severity
     message: str
-    offset: int | None = None
-    field: str | None = None
+    offset: int | None
+    field: str | None
+
+    def __init__(
+        self,
+        code: str,
+        severity: Severity,
+        message: str,
+        offset: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        self._init(code, severity, message, offset, field)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -45,17 +55,27 @@ def from_error(err: MatrixError) -> Finding:
     return Finding(err.code, Severity.ERROR, err.message, err.offset, err.field)
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(FrozenRecord):
     """One problem a codec's lenient parser found and read past (every format's parser records
     this one type). The format's handler in `matrixctl/validate/` reports it as a `Finding`;
     `rule` names the rule that reports it when a codec splits its problems among several."""
 
+    __slots__ = ("code", "field", "message", "offset", "rule")
     code: str
     message: str
-    offset: int | None = None
-    field: str | None = None
-    rule: str | None = None
+    offset: int | None
+    field: str | None
+    rule: str | None
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        offset: int | None = None,
+        field: str | None = None,
+        rule: str | None = None,
+    ) -> None:
+        self._init(code, message, offset, field, rule)
 
     @property
     def severity(self) -> Severity:
@@ -77,18 +97,29 @@ def has_error(problems: Iterable[Problem], *rules: str) -> bool:
     return any(p.severity is Severity.ERROR and (not rules or p.rule in rules) for p in problems)
 
 
-@dataclass
-class FileReport:
-    """What was checked in one file and what was found."""
+class FileReport(Record):
+    """What was checked in one file and what was found. `suppressed` counts the findings that
+    only follow from a root cause (a truncated file): counted, not listed."""
 
-    path: str
-    format: str | None
-    findings: list[Finding] = field(default_factory=list)
-    checks: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    unreadable: bool = False
-    # Findings that only follow from a root cause (a truncated file): counted, not listed.
-    suppressed: int = 0
+    __slots__ = ("checks", "findings", "format", "path", "skipped", "suppressed", "unreadable")
+
+    def __init__(
+        self,
+        path: str,
+        format: str | None,
+        findings: list[Finding] | None = None,
+        checks: list[str] | None = None,
+        skipped: list[str] | None = None,
+        unreadable: bool = False,
+        suppressed: int = 0,
+    ) -> None:
+        self.path = path
+        self.format = format
+        self.findings: list[Finding] = [] if findings is None else findings
+        self.checks: list[str] = [] if checks is None else checks
+        self.skipped: list[str] = [] if skipped is None else skipped
+        self.unreadable = unreadable
+        self.suppressed = suppressed
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity is severity)

@@ -19,9 +19,10 @@ numpy is imported inside functions only.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl import codes, crc
@@ -34,6 +35,7 @@ from matrixctl.io import (
     mapped_fd,
     started_writeback,
 )
+from matrixctl.records import FrozenRecord
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,19 +51,32 @@ TENSOR_SIZE = codes.define(
 )
 
 
-@dataclass(frozen=True)
-class DType:
-    """One element type. `storage` is a little-endian numpy dtype string holding the bytes;
-    `numeric` is False where numpy has no such type (bf16, float8): their bytes travel as
-    unsigned integers of the same width and only a cast needs `ml_dtypes`."""
+class DType(FrozenRecord):
+    """One element type. `kind` is "float", "complex", "int", "uint" or "bool"; `storage` is a
+    little-endian numpy dtype string holding the bytes; `numeric` is False where numpy has no
+    such type (bf16, float8): their bytes travel as unsigned integers of the same width and only
+    a cast needs `ml_dtypes`."""
 
+    __slots__ = ("itemsize", "kind", "ml_dtypes", "name", "numeric", "safetensors", "storage")
     name: str
     itemsize: int
-    kind: str  # "float", "complex", "int", "uint", "bool"
+    kind: str
     storage: str
-    numeric: bool = True
-    ml_dtypes: str | None = None
-    safetensors: str | None = None
+    numeric: bool
+    ml_dtypes: str | None
+    safetensors: str | None
+
+    def __init__(
+        self,
+        name: str,
+        itemsize: int,
+        kind: str,
+        storage: str,
+        numeric: bool = True,
+        ml_dtypes: str | None = None,
+        safetensors: str | None = None,
+    ) -> None:
+        self._init(name, itemsize, kind, storage, numeric, ml_dtypes, safetensors)
 
     @property
     def bits(self) -> int:
@@ -145,21 +160,24 @@ def element_count(shape: tuple[int, ...] | list[int]) -> int:
     return n
 
 
-@dataclass(frozen=True)
-class Component:
-    """One stored part of a non-dense tensor (sparse indices, quantized scales, ...)."""
+class Component(FrozenRecord):
+    """One stored part of a non-dense tensor (sparse indices, quantized scales, ...); `count`
+    is in elements."""
 
+    __slots__ = ("count", "dtype", "role")
     role: str
     dtype: str
-    count: int  # elements
+    count: int
+
+    def __init__(self, role: str, dtype: str, count: int) -> None:
+        self._init(role, dtype, count)
 
     @property
     def nbytes(self) -> int:
         return self.count * DTYPES[self.dtype].itemsize
 
 
-@dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(FrozenRecord):
     """A tensor as its container describes it.
 
     For `dense` the data is one component `data` of `dtype` with `element_count(shape)`
@@ -167,12 +185,24 @@ class TensorInfo:
     the dtype of the values (`values` for sparse, `packed_weight` for quantized_group).
     """
 
+    __slots__ = ("attributes", "components", "dtype", "layout", "name", "shape")
     name: str
     dtype: str
     shape: tuple[int, ...]
-    layout: str = "dense"
-    components: tuple[Component, ...] = ()
-    attributes: Mapping[str, Any] = field(default_factory=dict)
+    layout: str
+    components: tuple[Component, ...]
+    attributes: Mapping[str, Any]
+
+    def __init__(
+        self,
+        name: str,
+        dtype: str,
+        shape: tuple[int, ...],
+        layout: str = "dense",
+        components: tuple[Component, ...] = (),
+        attributes: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._init(name, dtype, shape, layout, components, {} if attributes is None else attributes)
 
     @property
     def count(self) -> int:
@@ -233,6 +263,10 @@ class TensorSource(ABC):
 
     def release(self, info: TensorInfo) -> None:  # noqa: B027 - optional hook
         """Done with `info`: a mapped source drops its pages from memory here."""
+
+    def finish_checks(self) -> None:  # noqa: B027 - optional hook
+        """Settle the checks left to the copy (`FileCheck`, `deferred_checks`); raises the
+        source's error for a damaged file. A conversion calls it before committing."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the input."""
@@ -349,11 +383,11 @@ class StoredBytes:
     the first byte is handed out or copied (a source's digest check: it may raise).
 
     `verify`, given with `check`, is the same check split in two, `(update, finish)` from a
-    fresh call: `copy_stream`, when it reads the bytes through its buffer for a sink that
-    checksums them, feeds each piece to `update` and calls `finish` (which raises as `check`
-    would) before it returns, instead of reading the bytes twice. The pieces have then reached
-    the sink's output before the check ends; every output is atomic, so an output of damaged
-    bytes never appears."""
+    fresh call: `copy_stream`, when it reads the bytes through its buffer (for a sink that
+    checksums them, or for zipfile's member writer), feeds each piece to `update` and calls
+    `finish` (which raises as `check` would) before it returns, instead of reading the bytes
+    twice. The pieces have then reached the sink's output before the check ends; every output
+    is atomic, so an output of damaged bytes never appears."""
 
     def __init__(
         self,
@@ -372,6 +406,11 @@ class StoredBytes:
         self._check = check
         self._verify = verify
         self._pieces: Iterator[memoryview] | None = None
+
+    @property
+    def checks_as_read(self) -> bool:
+        """A check is left that can run on the bytes as they are read (`verify`)."""
+        return self._check is not None and self._verify is not None
 
     def take_verify(self) -> tuple[Callable[[Any], Any], Callable[[], None]] | None:
         """`(update, finish)` of the check, which then no longer runs by itself; None when
@@ -458,8 +497,12 @@ def copy_stream(
     `code` naming `where` (reading stops one piece past `nbytes`).
 
     - Stored bytes (`StoredBytes`, untouched) going to a plain file with no checksum to compute
-      are copied inside the kernel (`io.copy_file_range_all`: no page faults, no copy through
-      Python), and `fp` is left positioned after them.
+      (neither the sink's nor a source's) are copied inside the kernel
+      (`io.copy_file_range_all`: no page faults, no copy through Python), and `fp` is left
+      positioned after them. Stored bytes whose source check can run as they are read
+      (`StoredBytes.verify`) go through the buffer instead (below): one read of the source,
+      where the check and then the kernel's copy read it twice (74 against 45 ms of system
+      time for an STB file of 75 MB into safetensors).
     - Otherwise each piece goes whole to one write, `update(piece)` (the destination's
       checksum) running just before it (it faults a mapped source in from user space, in
       batches). Whole pieces, not small slices: the page cache keeps a file written in large
@@ -468,16 +511,17 @@ def copy_stream(
       (a writer that counts or writes on a helper thread); `piece_done()` runs after each.
     - Stored bytes the sink checksums, or that go to a writer other than a plain file which
       is done with a piece when its `write` returns (`write_copies=True`: zipfile's member
-      writer), are read with `pread` into one reused buffer, checksummed there and written
-      from it: two copies through a buffer that stays in the cache, where writing from the
-      mapping took a page fault per page and cost 1-5x as much CPU, varying from run to run
-      (docs/benchmarks.md, "convert and zTensor reads"). Not with `write` (it may queue the
-      piece to a helper thread that reads it later).
+      writer), are read with `pread` into one reused buffer (READ_BUFFER_BYTES, 1 MiB),
+      checksummed there and written from it: two copies through a buffer that stays in the
+      core's cache, where writing from the mapping took a page fault per page and cost 1-5x as
+      much CPU, varying from run to run (docs/benchmarks.md, "convert and zTensor reads"). Not
+      with `write` (it may queue the piece to a helper thread that reads it later).
     """
     out_fd = plain_fileno(fp)
     if isinstance(stream, StoredBytes) and stream.fresh and stream.length == nbytes:
         src_fd = mapped_fd(stream.buf)
-        if src_fd is not None and update is None and out_fd is not None:
+        kernel = update is None and not stream.checks_as_read
+        if src_fd is not None and out_fd is not None and kernel:
             import os
 
             stream.start()
@@ -514,7 +558,25 @@ def copy_stream(
     return got
 
 
+# The buffer stored bytes are read into (`pread`) and written or checksummed from: small
+# enough to stay in a core's L2 cache (1 MiB here) between the read and the write. With 8 MiB
+# pieces the write's copy into the page cache (copy_folio_from_iter_atomic) took 54 % of a
+# 256 MiB convert into STB (perf), 12 % with 1 MiB pieces: 250-500 ms of system time against
+# 100-135 ms (docs/benchmarks.md, "convert: the whole process (conv18small; provisional)").
+READ_BUFFER_BYTES = 1 << 20
 _READ_BUFFERS: list[memoryview] = []  # reused by _copy_read, one per copy at a time
+
+
+def _read_buffer() -> memoryview:
+    """A reused READ_BUFFER_BYTES buffer, or a new one: anonymous memory the kernel hands out
+    zeroed page by page as it is first written, so a copy of small tensors touches a few pages
+    of it (a bytearray is zeroed whole when made)."""
+    try:
+        return _READ_BUFFERS.pop()
+    except IndexError:
+        import mmap
+
+        return memoryview(mmap.mmap(-1, READ_BUFFER_BYTES))
 
 
 def _copy_read(
@@ -529,13 +591,10 @@ def _copy_read(
     early changed underneath: IO_CHANGED, as for the kernel copy."""
     import os
 
-    verify = stream.take_verify() if update is not None else None
+    verify = stream.take_verify()
     if verify is None:
         stream.start()
-    try:
-        buf = _READ_BUFFERS.pop()
-    except IndexError:
-        buf = memoryview(bytearray(CHUNK_BYTES))
+    buf = _read_buffer()
     try:
         step = min(stream.chunk, len(buf))
         done = 0
@@ -585,10 +644,7 @@ def read_pieces(buf: Any, start: int, length: int, chunk: int = CHUNK_BYTES) -> 
         return
     import os
 
-    try:
-        mine = _READ_BUFFERS.pop()
-    except IndexError:
-        mine = memoryview(bytearray(CHUNK_BYTES))
+    mine = _read_buffer()
     try:
         done = 0
         step = min(chunk, len(mine))
@@ -607,12 +663,124 @@ def read_pieces(buf: Any, start: int, length: int, chunk: int = CHUNK_BYTES) -> 
         _READ_BUFFERS.append(mine)
 
 
-def crc_range(buf: Any, start: int, end: int, chunk: int = 8 << 20) -> int:
-    """CRC-32 of `buf[start:end]` (`read_pieces`: no page faults on a mapped file)."""
-    value = 0
+def crc_range(buf: Any, start: int, end: int, chunk: int = 8 << 20, value: int = 0) -> int:
+    """CRC-32 of `buf[start:end]` (`read_pieces`: no page faults on a mapped file), continuing
+    from `value`."""
     for piece in read_pieces(buf, start, end - start, chunk):
         value = crc.crc32(piece, value)
     return value
+
+
+_DEFERRED: ContextVar[bool] = ContextVar("deferred_checks", default=False)
+
+
+@contextlib.contextmanager
+def deferred_checks() -> Iterator[None]:
+    """Sources opened inside the block let their whole-file checks (`FileCheck`) run on the
+    bytes a conversion copies, finished by `TensorSource.finish_checks` before the output is
+    committed; elsewhere a source checks its file when it is opened."""
+    token = _DEFERRED.set(True)
+    try:
+        yield
+    finally:
+        _DEFERRED.reset(token)
+
+
+def _ignore(piece: Any) -> None:
+    return None
+
+
+def _nothing() -> None:
+    return None
+
+
+class FileCheck:
+    """A CRC-32 a source checks over `[start, end)` of its mapped file (an STB file's CRC in
+    its sidecar, EMBD's data checksum); `judge(value)` raises the source's error for a wrong
+    value. Computed one of two ways:
+
+    - `check()` reads the whole range (`crc_range`) the first time it is called. A source
+      calls it before it hands out a byte of the file (StoredBytes' `check`, array views), or
+      when it is opened outside `deferred_checks`.
+    - In a conversion (`deferred_checks`), from the bytes `copy_stream` reads anyway: each
+      tensor's stored bytes are `verify`-ed through `verifier`, which continues a running CRC
+      over the file in order (reading the few bytes between tensors: alignment, tables), and
+      `finish()`, called before the output is committed, reads only what no copy read (the
+      tail, or everything when tensors came out of file order or a copy went by the kernel).
+      The same value, the file read once instead of twice.
+    """
+
+    def __init__(self, buf: Any, start: int, end: int, judge: Callable[[int], None]) -> None:
+        self.buf = buf
+        self.start = start
+        self.end = end
+        self.judge = judge
+        self.value = 0
+        self.pos = start  # the running CRC covers [start, pos)
+        self.broken = False  # a range came out of order: finish() reads the whole range
+        self.done = False
+        self.error: BaseException | None = None
+        self.deferred = _DEFERRED.get()  # made inside deferred_checks: left to the copy
+
+    def opened(self) -> None:
+        """What a source does with its check when it opens its file: run it, unless the check
+        is left to the copy of a conversion."""
+        if not self.deferred:
+            self.check()
+
+    def _settle(self, value: int) -> None:
+        self.done = True
+        try:
+            self.judge(value)
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+        if not self.done:
+            self._settle(crc_range(self.buf, self.start, self.end))
+
+    def verifier(self, offset: int, length: int) -> tuple[Callable[[Any], Any], Callable[[], None]]:
+        """`(update, finish)` for the stored bytes `[offset, offset + length)` (StoredBytes'
+        `verify`): their pieces continue the running CRC when they start where it stands."""
+        if self.done or self.broken or offset < self.pos or offset + length > self.end:
+            self.broken = self.broken or not self.done
+            return _ignore, _nothing
+        if offset > self.pos:
+            self.value = crc_range(self.buf, self.pos, offset, value=self.value)
+        self.pos = offset
+        running = [self.value]
+
+        def update(piece: Any) -> None:
+            running[0] = crc.crc32(piece, running[0])
+
+        def finish() -> None:
+            self.value = running[0]
+            self.pos = offset + length
+
+        return update, finish
+
+    def stored(self, offset: int, length: int, chunk: int = CHUNK_BYTES) -> StoredBytes:
+        """The stored bytes `[offset, offset + length)` of the file, checked by this check:
+        first, or as they are copied (see the class)."""
+        if self.deferred and not self.done:
+            return StoredBytes(
+                self.buf, offset, length, chunk, self.check, lambda: self.verifier(offset, length)
+            )
+        return StoredBytes(self.buf, offset, length, chunk, self.check)
+
+    def finish(self) -> None:
+        """Settle the check (raising as `check` would) from what the copies read."""
+        if self.error is not None:
+            raise self.error
+        if self.done:
+            return
+        if self.broken or self.pos == self.start:
+            self.check()
+            return
+        self._settle(crc_range(self.buf, self.pos, self.end, value=self.value))
 
 
 def storage_array(buf: Any, dtype: str, offset: int = 0, nbytes: int | None = None) -> np.ndarray:

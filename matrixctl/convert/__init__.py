@@ -19,12 +19,12 @@ import os
 import sys
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from matrixctl import codes
 from matrixctl.errors import UsageError
 from matrixctl.formats.registry import TENSOR_CONTAINERS, Container
+from matrixctl.records import FrozenRecord, Record
 
 if TYPE_CHECKING:
     from matrixctl.io import Source
@@ -34,23 +34,32 @@ CONVERT_UNSUPPORTED = codes.define(
 )
 
 
-@dataclass
-class Result:
+class Result(Record):
     """What a conversion did, for the command to report (never printed by the converter)."""
 
-    summary: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    __slots__ = ("notes", "summary")
+
+    def __init__(
+        self, summary: dict[str, Any] | None = None, notes: list[str] | None = None
+    ) -> None:
+        self.summary: dict[str, Any] = {} if summary is None else summary
+        self.notes: list[str] = [] if notes is None else notes
 
 
 ConvertFn = Callable[["Source", str, dict[str, Any]], Result]
 
 
-@dataclass(frozen=True)
-class Converter:
+class Converter(FrozenRecord):
+    """A converter from `src` to `dst`: `target` is "module:function"."""
+
+    __slots__ = ("dst", "options", "src", "target")
     src: str
     dst: str
-    target: str  # "module:function"
-    options: tuple[str, ...] = ()
+    target: str
+    options: tuple[str, ...]
+
+    def __init__(self, src: str, dst: str, target: str, options: tuple[str, ...] = ()) -> None:
+        self._init(src, dst, target, options)
 
     def load(self) -> ConvertFn:
         module, _, name = self.target.partition(":")
@@ -58,12 +67,23 @@ class Converter:
         return fn
 
 
-@dataclass(frozen=True)
 class TensorConverter(Converter):
     """Any tensor container to any other, through `matrixctl.convert.tensors`."""
 
-    source_cls: Any = None
-    sink_cls: Any = None
+    __slots__ = ("sink_cls", "source_cls")
+    source_cls: Any
+    sink_cls: Any
+
+    def __init__(
+        self,
+        src: str,
+        dst: str,
+        target: str,
+        options: tuple[str, ...] = (),
+        source_cls: Any = None,
+        sink_cls: Any = None,
+    ) -> None:
+        self._init(src, dst, target, options, source_cls, sink_cls)
 
     def load(self) -> ConvertFn:
         import functools

@@ -18,14 +18,14 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl import codes, tensors
 from matrixctl.convert import Result
-from matrixctl.errors import FormatError, UsageError
+from matrixctl.errors import FormatError, MatrixError, UsageError
 from matrixctl.io import STDIO, HashingWriter, atomic_output, output_set
 from matrixctl.opening import open_with_options
+from matrixctl.records import FrozenRecord, Record
 from matrixctl.tensors import (
     DTYPES,
     Outputs,
@@ -66,10 +66,15 @@ drop_pages = tensors.drop_pages  # re-exported for codecs written against this m
 # Options ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CastRule:
-    pattern: str | None  # None: every floating-point tensor
+class CastRule(FrozenRecord):
+    """`--dtype [PATTERN=]DTYPE`: `pattern` None casts every floating-point tensor."""
+
+    __slots__ = ("dtype", "pattern")
+    pattern: str | None
     dtype: str
+
+    def __init__(self, pattern: str | None, dtype: str) -> None:
+        self._init(pattern, dtype)
 
 
 def parse_casts(values: list[str] | None) -> list[CastRule]:
@@ -278,12 +283,18 @@ def densify(source: TensorSource, info: TensorInfo) -> np.ndarray:
 # The converter ------------------------------------------------------------------------------
 
 
-@dataclass
-class Planned:
-    src: TensorInfo  # as the source has it
-    out: TensorInfo  # as the sink receives it
-    cast: str | None = None
-    densify: bool = False
+class Planned(Record):
+    """One tensor to write: `src` as the source has it, `out` as the sink receives it."""
+
+    __slots__ = ("cast", "densify", "out", "src")
+
+    def __init__(
+        self, src: TensorInfo, out: TensorInfo, cast: str | None = None, densify: bool = False
+    ) -> None:
+        self.src = src
+        self.out = out
+        self.cast = cast
+        self.densify = densify
 
 
 def _refusal_hint(info: TensorInfo, sink: TensorSink) -> str:
@@ -339,9 +350,9 @@ def plan_tensors(
                 )
             item.cast = target
             comps = tuple(
-                replace(c, dtype=target) if c.role == "values" else c for c in item.out.components
+                c.replace(dtype=target) if c.role == "values" else c for c in item.out.components
             )
-            item.out = replace(item.out, dtype=target, components=comps)
+            item.out = item.out.replace(dtype=target, components=comps)
         skip = sink.leave_out(item.out)
         if skip is not None:
             if left_out is not None:
@@ -419,9 +430,15 @@ def convert(
     sink_cls: type[TensorSink],
 ) -> Result:
     sink_options = prepare_sink_options(options, sink_cls, dst_fmt)
-    source = open_with_options(source_cls, src, options, src_fmt)
+    with tensors.deferred_checks():  # whole-file checks run on the copy (tensors.FileCheck)
+        source = open_with_options(source_cls, src, options, src_fmt)
     try:
         return _run(source, src, dst_path, options, sink_options, src_fmt, dst_fmt, sink_cls)
+    except MatrixError:
+        # The checks the open left to the copy come first, as when the open ran them: a
+        # damaged input is the error reported, whatever else failed (nothing was written).
+        source.finish_checks()
+        raise
     finally:
         source.close()
 
@@ -525,6 +542,7 @@ def _run(
                 raise err.with_path(src.name) from None
             source.release(item.src)
         summary = sink.finish()
+        source.finish_checks()  # checks left to the copy, before the outputs are committed
         if hashing is not None:
             hashing.close()
             if hashing.digest is not None:

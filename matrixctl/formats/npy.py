@@ -20,7 +20,6 @@ with a fixed timestamp, so the same tensors give the same bytes.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import os
 import re
@@ -29,11 +28,11 @@ import threading
 import zipfile
 import zlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from matrixctl import codes, crc
 from matrixctl.errors import FormatError
+from matrixctl.records import FrozenRecord, Record
 from matrixctl.tensors import (
     CHUNK_BYTES,
     DTYPES,
@@ -112,15 +111,30 @@ NPZ_NON_NPY = codes.define(
 )
 
 
-@dataclass(frozen=True)
-class NpyHeader:
+class NpyHeader(FrozenRecord):
+    """A `.npy` header: `dtype` is the zTensor name, `data_offset` relative to the start of the
+    `.npy`."""
+
+    __slots__ = ("big_endian", "data_offset", "descr", "dtype", "fortran", "shape", "version")
     version: tuple[int, int]
-    dtype: str  # zTensor name
+    dtype: str
     descr: str
     big_endian: bool
     fortran: bool
     shape: tuple[int, ...]
-    data_offset: int  # relative to the start of the .npy
+    data_offset: int
+
+    def __init__(
+        self,
+        version: tuple[int, int],
+        dtype: str,
+        descr: str,
+        big_endian: bool,
+        fortran: bool,
+        shape: tuple[int, ...],
+        data_offset: int,
+    ) -> None:
+        self._init(version, dtype, descr, big_endian, fortran, shape, data_offset)
 
     @property
     def nbytes(self) -> int:
@@ -173,6 +187,8 @@ def parse_header(head: bytes, where: str = "header", base: int = 0) -> NpyHeader
         text = raw.decode("utf-8" if version == (3, 0) else "latin1")
         d = _canonical_header(text)
         if d is None:
+            import ast  # another spelling (not numpy's): rare, and ast costs start-up time
+
             d = ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError, UnicodeDecodeError) as exc:
         raise bad(f"header is not a Python dict literal ({type(exc).__name__})", start) from None
@@ -320,13 +336,25 @@ class _MapFile:
         return True
 
 
-@dataclass
-class NpzMember:
-    name: str  # tensor name (member name without .npy)
-    info: zipfile.ZipInfo
-    header: NpyHeader | None
-    data_offset: int | None  # absolute offset of a stored member's array data
-    problem: FormatError | None = None
+class NpzMember(Record):
+    """One member: `name` is the tensor's (the member's without .npy), `data_offset` the
+    absolute offset of a stored member's array data."""
+
+    __slots__ = ("data_offset", "header", "info", "name", "problem")
+
+    def __init__(
+        self,
+        name: str,
+        info: zipfile.ZipInfo,
+        header: NpyHeader | None,
+        data_offset: int | None,
+        problem: FormatError | None = None,
+    ) -> None:
+        self.name = name
+        self.info = info
+        self.header = header
+        self.data_offset = data_offset
+        self.problem = problem
 
     @property
     def stored(self) -> bool:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from matrixctl import codes
 from matrixctl.errors import InputError
 from matrixctl.formats import ingest_pack, pi_symbol_map
+from matrixctl.records import FrozenRecord
 
 if TYPE_CHECKING:
     from matrixctl.io import Source
@@ -59,17 +59,44 @@ def _is_hf_model_dir(path: str) -> bool:
     return is_model_dir(path)
 
 
-@dataclass(frozen=True)
-class Format:
+class Format(FrozenRecord):
+    """One format: `doc` names docs/formats/<doc>.md when it is not named after the format;
+    `holds`, for a folder format, the files that mark it (for error lines)."""
+
+    __slots__ = (
+        "directory",
+        "doc",
+        "extensions",
+        "handler",
+        "holds",
+        "magic",
+        "name",
+        "sniff",
+        "title",
+    )
     name: str
     title: str
     handler: str
-    magic: bytes | None = None
-    sniff: Callable[[bytes, int], bool] | None = None
-    directory: Callable[[str], bool] | None = None
-    extensions: tuple[str, ...] = ()
-    doc: str | None = None  # docs/formats/<doc>.md when it is not named after the format
-    holds: str | None = None  # a folder format: the files that mark it, for error lines
+    magic: bytes | None
+    sniff: Callable[[bytes, int], bool] | None
+    directory: Callable[[str], bool] | None
+    extensions: tuple[str, ...]
+    doc: str | None
+    holds: str | None
+
+    def __init__(
+        self,
+        name: str,
+        title: str,
+        handler: str,
+        magic: bytes | None = None,
+        sniff: Callable[[bytes, int], bool] | None = None,
+        directory: Callable[[str], bool] | None = None,
+        extensions: tuple[str, ...] = (),
+        doc: str | None = None,
+        holds: str | None = None,
+    ) -> None:
+        self._init(name, title, handler, magic, sniff, directory, extensions, doc, holds)
 
     def matches(self, head: bytes, size: int) -> bool:
         if self.magic is not None:
@@ -266,14 +293,17 @@ def explain_unknown(src: Source) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Container:
+class Container(FrozenRecord):
     """A tensor container. Its codec `module` defines `TENSOR_IO = {format: (SourceClass or
     None, SinkClass or None)}` (see `matrixctl.tensors`); `extensions` name output files."""
 
+    __slots__ = ("extensions", "format", "module")
     format: str
     module: str
-    extensions: tuple[str, ...] = ()
+    extensions: tuple[str, ...]
+
+    def __init__(self, format: str, module: str, extensions: tuple[str, ...] = ()) -> None:
+        self._init(format, module, extensions)
 
     def io(self) -> tuple[Any, Any]:
         classes: tuple[Any, Any] = importlib.import_module(self.module).TENSOR_IO[self.format]

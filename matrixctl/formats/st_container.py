@@ -21,12 +21,12 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from matrixctl import codes
 from matrixctl.errors import FormatError
 from matrixctl.findings import Problem
+from matrixctl.records import Record
 from matrixctl.tensors import (
     DTYPES,
     Outputs,
@@ -130,15 +130,28 @@ def sniff(head: bytes, size: int) -> bool:
     )
 
 
-@dataclass
-class StTensor:
-    name: str
-    dtype: str  # zTensor name
-    st_dtype: str
-    shape: tuple[int, ...]
-    begin: int
-    end: int
-    data_start: int
+class StTensor(Record):
+    """One header entry: `dtype` is the zTensor name of `st_dtype`."""
+
+    __slots__ = ("begin", "data_start", "dtype", "end", "name", "shape", "st_dtype")
+
+    def __init__(
+        self,
+        name: str,
+        dtype: str,
+        st_dtype: str,
+        shape: tuple[int, ...],
+        begin: int,
+        end: int,
+        data_start: int,
+    ) -> None:
+        self.name = name
+        self.dtype = dtype
+        self.st_dtype = st_dtype
+        self.shape = shape
+        self.begin = begin
+        self.end = end
+        self.data_start = data_start
 
     @property
     def offset(self) -> int:
@@ -157,13 +170,24 @@ class StTensor:
         return f"header/{self.name}"
 
 
-@dataclass
-class StFile:
-    size: int
-    header_size: int
-    metadata: dict[str, Any]
-    tensors: list[StTensor]  # sorted by begin
-    problems: list[Problem] = field(default_factory=list)
+class StFile(Record):
+    """The parsed header: `tensors` sorted by begin."""
+
+    __slots__ = ("header_size", "metadata", "problems", "size", "tensors")
+
+    def __init__(
+        self,
+        size: int,
+        header_size: int,
+        metadata: dict[str, Any],
+        tensors: list[StTensor],
+        problems: list[Problem] | None = None,
+    ) -> None:
+        self.size = size
+        self.header_size = header_size
+        self.metadata = metadata
+        self.tensors = tensors
+        self.problems: list[Problem] = [] if problems is None else problems
 
     @property
     def data_start(self) -> int:

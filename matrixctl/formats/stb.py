@@ -29,15 +29,16 @@ import os
 import re
 import struct
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl import codes, crc
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.findings import Problem
+from matrixctl.records import FrozenRecord, Record
 from matrixctl.tensors import (
     DTYPES,
+    FileCheck,
     Outputs,
     PartStreams,
     TensorInfo,
@@ -184,8 +185,16 @@ def align(n: int, to: int = ALIGNMENT) -> int:
 # Structures ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Header:
+class Header(FrozenRecord):
+    __slots__ = (
+        "data_offset",
+        "file_size",
+        "flags",
+        "reserved0",
+        "reserved1",
+        "tensor_count",
+        "version",
+    )
     version: int
     flags: int
     tensor_count: int
@@ -193,6 +202,18 @@ class Header:
     reserved1: int
     data_offset: int
     file_size: int
+
+    def __init__(
+        self,
+        version: int,
+        flags: int,
+        tensor_count: int,
+        reserved0: int,
+        reserved1: int,
+        data_offset: int,
+        file_size: int,
+    ) -> None:
+        self._init(version, flags, tensor_count, reserved0, reserved1, data_offset, file_size)
 
     @classmethod
     def parse(cls, raw: bytes) -> Header:
@@ -211,16 +232,37 @@ class Header:
         )
 
 
-@dataclass
-class Entry:
-    index: int  # position in the table
-    tensor_id: int
-    dtype_code: int
-    rank: int
-    layout_code: int
-    offset: int
-    size_bytes: int
-    dims: tuple[int, int, int]
+class Entry(Record):
+    __slots__ = (
+        "dims",
+        "dtype_code",
+        "index",
+        "layout_code",
+        "offset",
+        "rank",
+        "size_bytes",
+        "tensor_id",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        tensor_id: int,
+        dtype_code: int,
+        rank: int,
+        layout_code: int,
+        offset: int,
+        size_bytes: int,
+        dims: tuple[int, int, int],
+    ) -> None:
+        self.index = index  # position in the table
+        self.tensor_id = tensor_id
+        self.dtype_code = dtype_code
+        self.rank = rank
+        self.layout_code = layout_code
+        self.offset = offset
+        self.size_bytes = size_bytes
+        self.dims = dims
 
     @classmethod
     def parse(cls, index: int, raw: bytes, at: int) -> Entry:
@@ -262,13 +304,22 @@ class Entry:
         return tuple(self.dims[: self.rank]) if self.rank <= DIRECT_RANK else None
 
 
-@dataclass
-class StbFile:
-    size: int
-    header: Header
-    entries: list[Entry] = field(default_factory=list)
-    sound: set[int] = field(default_factory=set)  # entry indices whose bytes can be read
-    problems: list[Problem] = field(default_factory=list)
+class StbFile(Record):
+    __slots__ = ("entries", "header", "problems", "size", "sound")
+
+    def __init__(
+        self,
+        size: int,
+        header: Header,
+        entries: list[Entry] | None = None,
+        sound: set[int] | None = None,
+        problems: list[Problem] | None = None,
+    ) -> None:
+        self.size = size
+        self.header = header
+        self.entries: list[Entry] = [] if entries is None else entries
+        self.sound: set[int] = set() if sound is None else sound  # entries that can be read
+        self.problems: list[Problem] = [] if problems is None else problems
 
     @property
     def table_end(self) -> int:
@@ -508,34 +559,64 @@ def glyph_unreachable(f: StbFile) -> list[int]:
 # The sidecar --------------------------------------------------------------------------------
 
 
-@dataclass
-class SideTensor:
-    name: str
-    bin_file_id: int
-    tensor_id: int
-    dtype: str  # spec name: float32 ...
-    rank: int
-    shape: tuple[int, ...]
-    layout: str
-    shape_id: int | None = None
+class SideTensor(Record):
+    __slots__ = ("bin_file_id", "dtype", "layout", "name", "rank", "shape", "shape_id", "tensor_id")
+
+    def __init__(
+        self,
+        name: str,
+        bin_file_id: int,
+        tensor_id: int,
+        dtype: str,
+        rank: int,
+        shape: tuple[int, ...],
+        layout: str,
+        shape_id: int | None = None,
+    ) -> None:
+        self.name = name
+        self.bin_file_id = bin_file_id
+        self.tensor_id = tensor_id
+        self.dtype = dtype  # spec name: float32 ...
+        self.rank = rank
+        self.shape = shape
+        self.layout = layout
+        self.shape_id = shape_id
 
 
-@dataclass
-class BinFile:
-    bin_file_id: int
-    path: str  # relative to the sidecar's folder
-    mmap_required: bool
-    tensor_count: int
-    file_size: int
-    crc32: int
+class BinFile(Record):
+    __slots__ = ("bin_file_id", "crc32", "file_size", "mmap_required", "path", "tensor_count")
+
+    def __init__(
+        self,
+        bin_file_id: int,
+        path: str,
+        mmap_required: bool,
+        tensor_count: int,
+        file_size: int,
+        crc32: int,
+    ) -> None:
+        self.bin_file_id = bin_file_id
+        self.path = path  # relative to the sidecar's folder
+        self.mmap_required = mmap_required
+        self.tensor_count = tensor_count
+        self.file_size = file_size
+        self.crc32 = crc32
 
 
-@dataclass
-class Sidecar:
-    bin_files: list[BinFile]
-    tensors: list[SideTensor]
-    shape_table: list[tuple[int, ...]]
-    metadata: dict[str, Any]
+class Sidecar(Record):
+    __slots__ = ("bin_files", "metadata", "shape_table", "tensors")
+
+    def __init__(
+        self,
+        bin_files: list[BinFile],
+        tensors: list[SideTensor],
+        shape_table: list[tuple[int, ...]],
+        metadata: dict[str, Any],
+    ) -> None:
+        self.bin_files = bin_files
+        self.tensors = tensors
+        self.shape_table = shape_table
+        self.metadata = metadata
 
 
 def sidecar_problem(message: str, where: str | None = None) -> FormatError:
@@ -692,12 +773,24 @@ def _row_major(entry: Entry, buf: Any, shape: tuple[int, ...]) -> Iterator[Any]:
     yield out.reshape(-1).view(np.uint8)
 
 
-@dataclass
-class _Member:
-    name: str
-    shape: tuple[int, ...]
-    entry: Entry
-    source: Source
+class _Member(Record):
+    """A tensor of an opened file; `check` is the file's CRC check (None without a sidecar)."""
+
+    __slots__ = ("check", "entry", "name", "shape", "source")
+
+    def __init__(
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        entry: Entry,
+        source: Source,
+        check: FileCheck | None = None,
+    ) -> None:
+        self.name = name
+        self.shape = shape
+        self.entry = entry
+        self.source = source
+        self.check = check
 
 
 class _StbReader(TensorSource):
@@ -707,8 +800,27 @@ class _StbReader(TensorSource):
         self.members: dict[str, _Member] = {}
         self.order: list[str] = []
         self.meta: dict[str, Any] = {}
+        self.checks: list[FileCheck] = []
 
-    def _add(self, name: str, shape: tuple[int, ...], entry: Entry, source: Source) -> None:
+    def _check(self, src: Source, entry: BinFile) -> FileCheck:
+        """The file's CRC check: run now, or left to the conversion's copy (`FileCheck`)."""
+        check = file_check(src, entry)
+        self.checks.append(check)
+        check.opened()
+        return check
+
+    def finish_checks(self) -> None:
+        for check in self.checks:
+            check.finish()
+
+    def _add(
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        entry: Entry,
+        source: Source,
+        check: FileCheck | None = None,
+    ) -> None:
         if entry.layout == "CHANNELS_LAST":
             raise FormatError(
                 STB_LAYOUT,
@@ -718,7 +830,7 @@ class _StbReader(TensorSource):
                 offset=entry.table_offset + 3,
                 field=f"{entry.field}.layout",
             )
-        self.members[name] = _Member(name, shape, entry, source)
+        self.members[name] = _Member(name, shape, entry, source, check)
         self.order.append(name)
 
     def tensors(self) -> list[TensorInfo]:
@@ -733,11 +845,17 @@ class _StbReader(TensorSource):
     def stream(self, info: TensorInfo, role: str = "data") -> Iterator[Any]:
         m = self.members[info.name]
         if m.entry.layout == "COL_MAJOR":
+            if m.check is not None:
+                m.check.check()
             return _row_major(m.entry, m.source.buf, m.shape)
+        if m.check is not None:
+            return m.check.stored(m.entry.offset, m.entry.size_bytes)
         return mapped_chunks(m.source.buf, m.entry.offset, m.entry.size_bytes)
 
     def array(self, info: TensorInfo, role: str = "data", *, verify: bool = True) -> Any:
         m = self.members[info.name]
+        if m.check is not None:
+            m.check.check()
         if m.entry.layout == "COL_MAJOR":
             return super().array(info, role, verify=verify)
         view = memoryview(m.source.buf)[m.entry.offset : m.entry.end]
@@ -748,19 +866,20 @@ class _StbReader(TensorSource):
         drop_pages(m.source.buf, m.entry.offset, m.entry.size_bytes)
 
 
-def check_crc(src: Source, entry: BinFile) -> None:
+def file_check(src: Source, entry: BinFile) -> FileCheck:
     """The file's CRC-32 against the sidecar's record (one pass, mapped pages dropped)."""
-    from matrixctl.tensors import crc_range
 
-    got = crc_range(src.buf, 0, src.size)
-    if got != entry.crc32:
-        raise FormatError(
-            STB_SIDECAR_FILE,
-            f"the sidecar records CRC-32 0x{entry.crc32:08x} for {entry.path}, the file's is "
-            f"0x{got:08x}: the file was changed or damaged",
-            path=src.name,
-            field=f"bin_files[{entry.bin_file_id}].crc32",
-        )
+    def judge(got: int) -> None:
+        if got != entry.crc32:
+            raise FormatError(
+                STB_SIDECAR_FILE,
+                f"the sidecar records CRC-32 0x{entry.crc32:08x} for {entry.path}, the file's "
+                f"is 0x{got:08x}: the file was changed or damaged",
+                path=src.name,
+                field=f"bin_files[{entry.bin_file_id}].crc32",
+            )
+
+    return FileCheck(src.buf, 0, src.size, judge)
 
 
 def _check_shape(entry: Entry, shape: tuple[int, ...], where: str, path: str) -> None:
@@ -786,6 +905,7 @@ class StbSource(_StbReader):
         self.stb: StbFile = checked.stb
         side_path = sidecar_for(src.path)
         named: dict[int, SideTensor] = {}
+        check = None
         if side_path is not None:
             side = read_sidecar(side_path)
             base = os.path.basename(src.path)
@@ -793,7 +913,7 @@ class StbSource(_StbReader):
                 (b.bin_file_id for b in side.bin_files if os.path.basename(b.path) == base), None
             )
             if fid is not None:
-                check_crc(src, side.bin_files[fid])
+                check = self._check(src, side.bin_files[fid])
                 named = {t.tensor_id: t for t in side.tensors if t.bin_file_id == fid}
                 if len(side.bin_files) == 1:
                     self.meta = dict(side.metadata)
@@ -815,7 +935,7 @@ class StbSource(_StbReader):
                         field=f"{e.field}.rank",
                     )
                 shape, name = shape_or_none, f"tensor_{e.tensor_id}"
-            self._add(name, shape, e, src)
+            self._add(name, shape, e, src, check)
 
 
 class StbSidecarSource(_StbReader):
@@ -829,14 +949,14 @@ class StbSidecarSource(_StbReader):
         self.subject = subject
         side: Sidecar = subject.sidecar
         self.meta = dict(side.metadata)
-        for opened in subject.files:
-            check_crc(opened.source, opened.entry)
+        checks = [self._check(opened.source, opened.entry) for opened in subject.files]
         for t in sorted(
             side.tensors,
             key=lambda t: (t.bin_file_id, subject.files[t.bin_file_id].by_id[t.tensor_id].offset),
         ):
             opened = subject.files[t.bin_file_id]
-            self._add(t.name, t.shape, opened.by_id[t.tensor_id], opened.source)
+            check = checks[t.bin_file_id]
+            self._add(t.name, t.shape, opened.by_id[t.tensor_id], opened.source, check)
 
     def close(self) -> None:
         self.subject.close()
@@ -853,24 +973,39 @@ def part_path(path: str, k: int) -> str:
     return f"{stem}.{k}{ext}"
 
 
-@dataclass
-class _Planned:
-    info: TensorInfo
-    bin_file_id: int
-    tensor_id: int
-    offset: int
-    shape_id: int | None
+class _Planned(Record):
+    __slots__ = ("bin_file_id", "info", "offset", "shape_id", "tensor_id")
+
+    def __init__(
+        self, info: TensorInfo, bin_file_id: int, tensor_id: int, offset: int, shape_id: int | None
+    ) -> None:
+        self.info = info
+        self.bin_file_id = bin_file_id
+        self.tensor_id = tensor_id
+        self.offset = offset
+        self.shape_id = shape_id
 
 
-@dataclass
-class _PartFile:
-    path: str
-    fp: BinaryIO
-    tensors: list[_Planned]
-    data_offset: int
-    file_size: int
-    crc: int = 0
-    pos: int = 0
+class _PartFile(Record):
+    __slots__ = ("crc", "data_offset", "file_size", "fp", "path", "pos", "tensors")
+
+    def __init__(
+        self,
+        path: str,
+        fp: BinaryIO,
+        tensors: list[_Planned],
+        data_offset: int,
+        file_size: int,
+        crc: int = 0,
+        pos: int = 0,
+    ) -> None:
+        self.path = path
+        self.fp = fp
+        self.tensors = tensors
+        self.data_offset = data_offset
+        self.file_size = file_size
+        self.crc = crc
+        self.pos = pos
 
 
 class StbSink(TensorSink):

@@ -27,7 +27,6 @@ import contextlib
 import re
 import struct
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl import cbor, codes, crc
@@ -35,6 +34,7 @@ from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.findings import Problem
 from matrixctl.io import BackgroundWriter
+from matrixctl.records import Record
 from matrixctl.tensors import (
     CHUNK_BYTES,
     DTYPES,
@@ -236,16 +236,28 @@ ZT_WRITE = codes.define(
 # Parsed structure ---------------------------------------------------------------------------
 
 
-@dataclass
-class ZtComponent:
-    obj: str
-    role: str
-    dtype: str
-    offset: int
-    length: int
-    encoding: str
-    digest: str | None
-    field: str  # "objects/<name>/components/<role>", for findings
+class ZtComponent(Record):
+    __slots__ = ("digest", "dtype", "encoding", "field", "length", "obj", "offset", "role")
+
+    def __init__(
+        self,
+        obj: str,
+        role: str,
+        dtype: str,
+        offset: int,
+        length: int,
+        encoding: str,
+        digest: str | None,
+        field: str,
+    ) -> None:
+        self.obj = obj
+        self.role = role
+        self.dtype = dtype
+        self.offset = offset
+        self.length = length
+        self.encoding = encoding
+        self.digest = digest
+        self.field = field  # "objects/<name>/components/<role>", for findings
 
     @property
     def end(self) -> int:
@@ -256,13 +268,22 @@ class ZtComponent:
         return DTYPES[self.dtype].itemsize
 
 
-@dataclass
-class ZtObject:
-    name: str
-    shape: tuple[int, ...]
-    layout: str
-    components: dict[str, ZtComponent]
-    attributes: dict[str, Any]
+class ZtObject(Record):
+    __slots__ = ("attributes", "components", "layout", "name", "shape")
+
+    def __init__(
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        layout: str,
+        components: dict[str, ZtComponent],
+        attributes: dict[str, Any],
+    ) -> None:
+        self.name = name
+        self.shape = shape
+        self.layout = layout
+        self.components = components
+        self.attributes = attributes
 
     @property
     def count(self) -> int:
@@ -273,17 +294,40 @@ class ZtObject:
         return f"objects/{self.name}"
 
 
-@dataclass
-class ZtFile:
-    size: int
-    manifest_offset: int
-    manifest_size: int
-    manifest: dict[str, Any]
-    version: str
-    attributes: dict[str, Any]
-    objects: dict[str, ZtObject]  # well-formed objects, in blob order
-    problems: list[Problem] = field(default_factory=list)
-    parts: list[ZtComponent] = field(default_factory=list)  # every component, in blob order
+class ZtFile(Record):
+    __slots__ = (
+        "attributes",
+        "manifest",
+        "manifest_offset",
+        "manifest_size",
+        "objects",
+        "parts",
+        "problems",
+        "size",
+        "version",
+    )
+
+    def __init__(
+        self,
+        size: int,
+        manifest_offset: int,
+        manifest_size: int,
+        manifest: dict[str, Any],
+        version: str,
+        attributes: dict[str, Any],
+        objects: dict[str, ZtObject],
+        problems: list[Problem] | None = None,
+        parts: list[ZtComponent] | None = None,
+    ) -> None:
+        self.size = size
+        self.manifest_offset = manifest_offset
+        self.manifest_size = manifest_size
+        self.manifest = manifest
+        self.version = version
+        self.attributes = attributes
+        self.objects = objects  # well-formed objects, in blob order
+        self.problems: list[Problem] = [] if problems is None else problems
+        self.parts: list[ZtComponent] = [] if parts is None else parts  # every component
 
     def components(self) -> list[ZtComponent]:
         """Every component of `objects`, in their order (the list `parse` made: not a copy)."""

@@ -19,7 +19,6 @@ import contextvars
 import importlib
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from matrixctl import codes
@@ -27,19 +26,31 @@ from matrixctl.codes import Severity
 from matrixctl.errors import FormatError, InputError, MatrixError
 from matrixctl.findings import FileReport, Finding, Problem, finding, findings_of, from_error
 from matrixctl.io import Folder
+from matrixctl.records import FrozenRecord
 
 RuleFn = Callable[[Any], Iterable[Finding]]
 F = TypeVar("F", bound=RuleFn)
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(FrozenRecord):
+    __slots__ = ("cause", "fn", "format", "header", "name", "scan")
     format: str
     name: str
     fn: RuleFn
     scan: bool
-    cause: bool = False
-    header: bool = False
+    cause: bool
+    header: bool
+
+    def __init__(
+        self,
+        format: str,
+        name: str,
+        fn: RuleFn,
+        scan: bool,
+        cause: bool = False,
+        header: bool = False,
+    ) -> None:
+        self._init(format, name, fn, scan, cause, header)
 
 
 _RULES: dict[str, list[Rule]] = {}

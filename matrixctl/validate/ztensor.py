@@ -476,15 +476,13 @@ ZT_QUANT_GGML = codes.define(
 @rule(FMT, "ggml quantized blocks")
 def check_ggml_blocks(s: ZtSubject) -> Iterator[Finding]:
     """quantized_group objects holding raw ggml blocks (docs/formats/ztensor.md decision 20)."""
-    if not s.quantized:
-        return
-    from matrixctl.formats.gguf import GGML_BY_NAME
-
     for o in s.quantized:
         if o.attributes.get("quantization") != "ggml":
             continue
         if any(r not in o.components for r in ztensor.LAYOUTS[o.layout]):
             continue  # the layout rule reports it
+        from matrixctl.formats.gguf import GGML_BY_NAME  # only for ggml blocks (start-up time)
+
         at = o.components["packed_weight"]
         name = o.attributes.get("ggml_type")
         gtype = GGML_BY_NAME.get(str(name))

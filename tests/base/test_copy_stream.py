@@ -291,9 +291,62 @@ def test_a_checksummed_copy_checks_the_source_in_the_same_pass(
     assert calls == ["finish"]
 
 
-def test_the_kernel_copy_still_checks_the_source_first(tmp_path: Path) -> None:
+@pytest.mark.parametrize("digest_ok", [True, False])
+def test_a_copy_into_a_member_writer_checks_the_source_in_the_same_pass(
+    tmp_path: Path, digest_ok: bool
+) -> None:
+    """Stored bytes with a source check going to a writer that checksums them itself
+    (zipfile's member writer, `write_copies`; no `update`): read once through the buffer too,
+    the check fed as the bytes go by (a .zt into .npz read its source twice)."""
+    calls: list[str] = []
+    with mapped(tmp_path) as src:
+        stream = _verified(src, digest_ok, calls)
+        written: list[bytes] = []
+
+        class Member:  # not a plain file: copy_stream cannot copy inside the kernel
+            def write(self, piece: object) -> int:
+                written.append(bytes(piece))  # type: ignore[call-overload]
+                return len(written[-1])
+
+        run = lambda: copy_stream(  # noqa: E731
+            Member(), stream, len(DATA), where="t", code=CODE, write_copies=True
+        )
+        if digest_ok:
+            assert run() == len(DATA) and b"".join(written) == DATA
+        else:
+            with pytest.raises(FormatError):
+                run()
+    assert calls == ["finish"]
+
+
+@pytest.mark.parametrize("digest_ok", [True, False])
+def test_a_checked_source_is_read_once_where_the_kernel_could_copy_it(
+    tmp_path: Path, digest_ok: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stored bytes with a source check that can run as they are read, going to a plain file
+    with no checksum of its own: read once through the buffer, the check fed on the way, not
+    checked first and then copied by the kernel (two reads of the source)."""
+    kernel: list[int] = []
+    monkeypatch.setattr(os, "copy_file_range", lambda *args: kernel.append(1) or 0)
+    calls: list[str] = []
+    with mapped(tmp_path) as src:
+        stream = _verified(src, digest_ok, calls)
+        if digest_ok:
+            data, got = copy_to(tmp_path, stream, len(DATA))
+            assert data == b"head" + DATA + b"tail" and got == len(DATA)
+        else:
+            with pytest.raises(FormatError):
+                copy_to(tmp_path, stream, len(DATA))
+    assert calls == ["finish"] and not kernel
+
+
+def test_the_kernel_copy_checks_a_source_first_when_the_check_cannot_be_split(
+    tmp_path: Path,
+) -> None:
     calls: list[str] = []
     with mapped(tmp_path) as src, pytest.raises(FormatError):
-        copy_to(tmp_path, _verified(src, False, calls), len(DATA))
+        whole = _verified(src, False, calls)
+        stream = StoredBytes(src.buf, 0, len(DATA), 1 << 16, whole._check)  # no verify
+        copy_to(tmp_path, stream, len(DATA))
     assert calls == ["check", "finish"]
     assert (tmp_path / "out.bin").read_bytes() == b"head"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import ROOT
+from tests.helpers.cli import ROOT, run_cli
 
 PROBE = """
 import sys
@@ -23,6 +23,9 @@ sys.stderr.write("LOADED:" + ",".join(loaded) + "\\n")
 raise SystemExit(code)
 """
 WATCH = ("typer", "click", "rich", "numpy", "matrixctl.cli.app", "matrixctl.cli.convert")
+# The modules on a convert's path define records (matrixctl.records), not dataclasses, which
+# compile each class's methods at import and import inspect; GGUF's codec only for GGUF.
+NO_DATACLASSES = ("dataclasses", "inspect", "matrixctl.formats.gguf")
 
 
 def safetensors_bytes(tensors: dict[str, list[float]]) -> bytes:
@@ -63,11 +66,12 @@ def test_convert_of_stored_bytes_imports_neither_typer_nor_rich_nor_numpy(
     src = tmp_path / "in.safetensors"
     src.write_bytes(safetensors_bytes({"w": [1.0, 2.0, 3.0, 4.0]}))
     extra = [*EMBD_META, "--meta=model_name=m"] if out.endswith(".weights") else []
+    watch = (*WATCH, *NO_DATACLASSES)
     proc = subprocess.run(
         [
             sys.executable,
             "-c",
-            PROBE.format(watch=WATCH),
+            PROBE.format(watch=watch),
             "convert",
             str(src),
             str(tmp_path / out),
@@ -80,6 +84,25 @@ def test_convert_of_stored_bytes_imports_neither_typer_nor_rich_nor_numpy(
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / out).stat().st_size > 16
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("LOADED:")][-1]
+    assert line == "LOADED:"
+
+
+@pytest.mark.parametrize("out", ["o.safetensors", "o.npz"])
+def test_convert_from_ztensor_imports_no_dataclasses(tmp_path: Path, out: str) -> None:
+    src = tmp_path / "in.safetensors"
+    src.write_bytes(safetensors_bytes({"w": [1.0, 2.0, 3.0, 4.0], "b": [0.5]}))
+    zt = tmp_path / "in.zt"
+    assert run_cli("convert", "-q", str(src), str(zt)).code == 0
+    probe = PROBE.format(watch=(*WATCH, *NO_DATACLASSES))
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, "convert", str(zt), str(tmp_path / out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
     line = [ln for ln in proc.stderr.splitlines() if ln.startswith("LOADED:")][-1]
     assert line == "LOADED:"
 
@@ -107,7 +130,6 @@ def _both_paths(
     """(exit code, stdout, stderr, output bytes) of `convert WORDS` by the full command line
     and by the fast path (or the full one again, when the fast path passes them on)."""
     from matrixctl.cli import app, convert_fast
-    from tests.helpers.cli import run_cli
 
     full = app.main
     results = []
@@ -195,3 +217,58 @@ def test_fast_path_and_typer_give_the_same_outputs_errors_and_exit_codes(
         assert (parse_convert(["convert", *words]) is not None) == (words in fast_cases), words
         full, fast = _both_paths(monkeypatch, words, out)
         assert fast == full, words
+
+
+def test_console_convert_ends_without_teardown_and_keeps_its_outputs(tmp_path: Path) -> None:
+    """`python -m matrixctl convert` (the console command) leaves the process by `exit_now`
+    once the command is done: stdout (a --json document, or the output itself for `-`) and
+    stderr are flushed first, and the exit code is the command's."""
+    src = tmp_path / "in.safetensors"
+    src.write_bytes(safetensors_bytes({"a.w": [1.0, 2.5], "b.w": [3.0, -4.0, 0.5]}))
+
+    def run(*words: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [sys.executable, "-m", "matrixctl", "convert", *words],
+            capture_output=True,
+            cwd=ROOT,
+            check=False,
+        )
+
+    done = run("--json", str(src), str(tmp_path / "o.zt"))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tensors"] == 2
+    piped = run(str(src), "-", "--to", "st", "-q")
+    assert piped.returncode == 0 and piped.stdout == src.read_bytes()
+    failed = run(str(tmp_path / "missing.safetensors"), str(tmp_path / "p.zt"))
+    assert failed.returncode == 2 and b"IO_NOT_FOUND" in failed.stderr
+    assert not (tmp_path / "p.zt").exists()
+
+
+def test_a_convert_leaves_no_cyclic_garbage(tmp_path: Path) -> None:
+    """The console convert runs with the cyclic garbage collector off (cli/entry.py): every
+    object a conversion makes is freed by its reference count, for each container pair."""
+    import gc
+
+    src = tmp_path / "in.safetensors"
+    src.write_bytes(safetensors_bytes({f"t{i}": [float(i)] * 8 for i in range(20)}))
+    meta = [*EMBD_META, "--meta=model_name=m"]
+    inputs = {"safetensors": src}
+    for ext in ("zt", "npz", "stb", "weights"):
+        inputs[ext] = tmp_path / f"in.{ext}"
+        extra = meta if ext == "weights" else []
+        assert run_cli("convert", "-q", str(src), str(inputs[ext]), *extra).code == 0
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        for s, path in inputs.items():
+            for ext in ("safetensors", "zt", "npz", "stb", "weights"):
+                if ext == s:
+                    continue
+                extra = meta if ext == "weights" else []
+                done = run_cli("convert", "-q", str(path), str(tmp_path / f"o.{ext}"), *extra)
+                assert done.code == 0, done.stderr
+                assert gc.collect() == 0, (s, ext)
+    finally:
+        if was:
+            gc.enable()

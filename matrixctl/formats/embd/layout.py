@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 
 from matrixctl import codes, crc
 from matrixctl.codes import Severity
 from matrixctl.findings import Problem
+from matrixctl.records import FrozenRecord, Record
 from matrixctl.tensors import DTYPES, element_count
 
 FORMAT = "embd"
@@ -216,8 +216,23 @@ def align(n: int, to: int) -> int:
 # Structures ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Header:
+class Header(FrozenRecord):
+    __slots__ = (
+        "flags",
+        "header_checksum",
+        "metadata_offset",
+        "metadata_size",
+        "reserved",
+        "tensor_data_offset",
+        "tensor_data_size",
+        "tensor_index_count",
+        "tensor_index_offset",
+        "total_file_size",
+        "version_major",
+        "version_minor",
+        "vocab_offset",
+        "vocab_size",
+    )
     version_major: int
     version_minor: int
     flags: int
@@ -230,8 +245,42 @@ class Header:
     tensor_data_offset: int
     tensor_data_size: int
     total_file_size: int
-    header_checksum: int = 0
-    reserved: int = 0
+    header_checksum: int
+    reserved: int
+
+    def __init__(
+        self,
+        version_major: int,
+        version_minor: int,
+        flags: int,
+        metadata_offset: int,
+        metadata_size: int,
+        vocab_offset: int,
+        vocab_size: int,
+        tensor_index_offset: int,
+        tensor_index_count: int,
+        tensor_data_offset: int,
+        tensor_data_size: int,
+        total_file_size: int,
+        header_checksum: int = 0,
+        reserved: int = 0,
+    ) -> None:
+        self._init(
+            version_major,
+            version_minor,
+            flags,
+            metadata_offset,
+            metadata_size,
+            vocab_offset,
+            vocab_size,
+            tensor_index_offset,
+            tensor_index_count,
+            tensor_data_offset,
+            tensor_data_size,
+            total_file_size,
+            header_checksum,
+            reserved,
+        )
 
     @classmethod
     def parse(cls, raw: bytes) -> Header:
@@ -277,12 +326,15 @@ class Header:
         return names
 
 
-@dataclass(frozen=True)
-class Footer:
+class Footer(FrozenRecord):
+    __slots__ = ("data_checksum", "file_checksum", "magic", "reserved")
     data_checksum: int
     file_checksum: int
     magic: bytes
     reserved: int
+
+    def __init__(self, data_checksum: int, file_checksum: int, magic: bytes, reserved: int) -> None:
+        self._init(data_checksum, file_checksum, magic, reserved)
 
     @classmethod
     def parse(cls, raw: bytes) -> Footer:
@@ -292,18 +344,43 @@ class Footer:
         return FOOTER.pack(self.data_checksum, self.file_checksum, self.magic, self.reserved)
 
 
-@dataclass
-class EmbdTensor:
-    index: int  # descriptor position
-    name: str
-    name_hash: int
-    dtype_code: int
-    ndim: int
-    dims: tuple[int, int, int, int]
-    data_offset: int  # relative to tensor_data_offset
-    desc_offset: int  # absolute offset of the descriptor
-    name_offset: int  # absolute offset of the name
-    data_start: int = 0  # tensor_data_offset
+class EmbdTensor(Record):
+    __slots__ = (
+        "data_offset",
+        "data_start",
+        "desc_offset",
+        "dims",
+        "dtype_code",
+        "index",
+        "name",
+        "name_hash",
+        "name_offset",
+        "ndim",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        name: str,
+        name_hash: int,
+        dtype_code: int,
+        ndim: int,
+        dims: tuple[int, int, int, int],
+        data_offset: int,
+        desc_offset: int,
+        name_offset: int,
+        data_start: int = 0,
+    ) -> None:
+        self.index = index  # descriptor position
+        self.name = name
+        self.name_hash = name_hash
+        self.dtype_code = dtype_code
+        self.ndim = ndim
+        self.dims = dims
+        self.data_offset = data_offset  # relative to tensor_data_offset
+        self.desc_offset = desc_offset  # absolute offset of the descriptor
+        self.name_offset = name_offset  # absolute offset of the name
+        self.data_start = data_start  # tensor_data_offset
 
     @property
     def dtype(self) -> str | None:
@@ -332,22 +409,58 @@ class EmbdTensor:
         return f"tensor[{self.index}]"
 
 
-@dataclass
-class EmbdFile:
-    size: int
-    header: Header
-    footer: Footer | None = None
-    metadata: list[tuple[str, str]] = field(default_factory=list)
-    metadata_ok: bool = False
-    tokens: list[str] | None = None
-    token_offsets: list[int] = field(default_factory=list)
-    special: dict[str, int] | None = None
-    special_offset: int | None = None
-    tensors: list[EmbdTensor] = field(default_factory=list)
-    index_end: int | None = None
-    sound: set[int] = field(default_factory=set)  # descriptors whose data can be read
-    sections: list[tuple[str, int, int]] = field(default_factory=list)  # in bounds
-    problems: list[Problem] = field(default_factory=list)
+class EmbdFile(Record):
+    """A parsed file: `sound` holds the descriptors whose data can be read, `sections` the
+    sections (name, start, end) that lie in bounds."""
+
+    __slots__ = (
+        "footer",
+        "header",
+        "index_end",
+        "metadata",
+        "metadata_ok",
+        "problems",
+        "sections",
+        "size",
+        "sound",
+        "special",
+        "special_offset",
+        "tensors",
+        "token_offsets",
+        "tokens",
+    )
+
+    def __init__(
+        self,
+        size: int,
+        header: Header,
+        footer: Footer | None = None,
+        metadata: list[tuple[str, str]] | None = None,
+        metadata_ok: bool = False,
+        tokens: list[str] | None = None,
+        token_offsets: list[int] | None = None,
+        special: dict[str, int] | None = None,
+        special_offset: int | None = None,
+        tensors: list[EmbdTensor] | None = None,
+        index_end: int | None = None,
+        sound: set[int] | None = None,
+        sections: list[tuple[str, int, int]] | None = None,
+        problems: list[Problem] | None = None,
+    ) -> None:
+        self.size = size
+        self.header = header
+        self.footer = footer
+        self.metadata: list[tuple[str, str]] = [] if metadata is None else metadata
+        self.metadata_ok = metadata_ok
+        self.tokens = tokens
+        self.token_offsets: list[int] = [] if token_offsets is None else token_offsets
+        self.special = special
+        self.special_offset = special_offset
+        self.tensors: list[EmbdTensor] = [] if tensors is None else tensors
+        self.index_end = index_end
+        self.sound: set[int] = set() if sound is None else sound
+        self.sections: list[tuple[str, int, int]] = [] if sections is None else sections
+        self.problems: list[Problem] = [] if problems is None else problems
 
     @property
     def meta(self) -> dict[str, str]:

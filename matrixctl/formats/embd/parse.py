@@ -697,13 +697,22 @@ def gaps(f: EmbdFile) -> list[tuple[int, int]]:
     return out
 
 
+def data_span(f: EmbdFile) -> tuple[int, int] | None:
+    """The byte range `data_checksum` covers (the tensor data, up to the footer; the file
+    checksum covers the bytes before it too), or None when it is out of bounds."""
+    end = f.header.footer_offset
+    if _section(f, "tensor data") is None or end != f.size - FOOTER_SIZE:
+        return None
+    return f.header.tensor_data_offset, end
+
+
 def checksums(buf: Any, f: EmbdFile) -> tuple[int, int] | None:
     """(data CRC, file CRC) computed in one pass over the file, mapped pages dropped as they
     go; None when the sections needed are out of bounds."""
-    h = f.header
-    end = h.footer_offset
-    if _section(f, "tensor data") is None or end != f.size - FOOTER_SIZE:
+    span = data_span(f)
+    if span is None:
         return None
-    prefix = crc_range(buf, 0, h.tensor_data_offset)
-    data = crc_range(buf, h.tensor_data_offset, end)
-    return data, crc.crc32_combine(prefix, data, end - h.tensor_data_offset)
+    start, end = span
+    prefix = crc_range(buf, 0, start)
+    data = crc_range(buf, start, end)
+    return data, crc.crc32_combine(prefix, data, end - start)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from matrixctl import crc
@@ -57,14 +56,17 @@ from matrixctl.formats.embd.model import (
     layer_indices,
     model_problems,
 )
-from matrixctl.formats.embd.parse import checksums
+from matrixctl.formats.embd.parse import data_span
+from matrixctl.records import Record
 from matrixctl.tensors import (
+    FileCheck,
     Outputs,
     PartStreams,
     TensorInfo,
     TensorSink,
     TensorSource,
     copy_stream,
+    crc_range,
     drop_pages,
     mapped_chunks,
     storage_array,
@@ -116,7 +118,8 @@ def vocabulary_metadata(tokens: list[str], special: Mapping[str, int]) -> dict[s
 
 class EmbdSource(TensorSource):
     """An EMBD file opened for `convert`: every structural rule must pass, and the data and
-    file checksums are checked before anything is handed out (one CRC pass, pages dropped)."""
+    file checksums are checked before anything is handed out (one CRC pass, pages dropped),
+    or, in a conversion, as the tensors are copied (`FileCheck`)."""
 
     format = FORMAT
 
@@ -124,29 +127,47 @@ class EmbdSource(TensorSource):
         self.src = src
         self.embd: EmbdFile = checked.embd
         f = self.embd
-        if f.header.flags & FLAG_CHECKSUM_ENABLED and f.footer is not None:
-            sums = checksums(src.buf, f)
-            if sums is not None:
-                data, whole = sums
-                if data != f.footer.data_checksum:
-                    raise FormatError(
-                        EMBD_DATA_CRC,
-                        f"data_checksum is 0x{f.footer.data_checksum:08x}, the tensor data's "
-                        f"CRC-32 is 0x{data:08x}",
-                        path=src.name,
-                        offset=f.size - FOOTER_SIZE,
-                        field="data_checksum",
-                    )
-                if whole != f.footer.file_checksum:
-                    raise FormatError(
-                        EMBD_FILE_CRC,
-                        f"file_checksum is 0x{f.footer.file_checksum:08x}, the CRC-32 of bytes "
-                        f"0..{f.size - FOOTER_SIZE - 1} is 0x{whole:08x}",
-                        path=src.name,
-                        offset=f.size - FOOTER_SIZE + 4,
-                        field="file_checksum",
-                    )
+        self.check: FileCheck | None = None
+        span = data_span(f)
+        if f.header.flags & FLAG_CHECKSUM_ENABLED and f.footer is not None and span is not None:
+            self.check = FileCheck(src.buf, *span, self._judge(crc_range(src.buf, 0, span[0])))
+            self.check.opened()
         self._by_name = {t.name: t for t in f.tensors}
+
+    def _judge(self, prefix: int) -> Callable[[int], None]:
+        """The data checksum's test, then the file checksum's (`prefix`: the CRC-32 of the
+        bytes before the tensor data)."""
+        f, name = self.embd, self.src.name
+        footer = f.footer
+        assert footer is not None
+        start, end = f.header.tensor_data_offset, f.header.footer_offset
+
+        def judge(data: int) -> None:
+            if data != footer.data_checksum:
+                raise FormatError(
+                    EMBD_DATA_CRC,
+                    f"data_checksum is 0x{footer.data_checksum:08x}, the tensor data's "
+                    f"CRC-32 is 0x{data:08x}",
+                    path=name,
+                    offset=f.size - FOOTER_SIZE,
+                    field="data_checksum",
+                )
+            whole = crc.crc32_combine(prefix, data, end - start)
+            if whole != footer.file_checksum:
+                raise FormatError(
+                    EMBD_FILE_CRC,
+                    f"file_checksum is 0x{footer.file_checksum:08x}, the CRC-32 of bytes "
+                    f"0..{f.size - FOOTER_SIZE - 1} is 0x{whole:08x}",
+                    path=name,
+                    offset=f.size - FOOTER_SIZE + 4,
+                    field="file_checksum",
+                )
+
+        return judge
+
+    def finish_checks(self) -> None:
+        if self.check is not None:
+            self.check.finish()
 
     @property
     def tokens(self) -> list[str] | None:
@@ -167,12 +188,16 @@ class EmbdSource(TensorSource):
 
     def stream(self, info: TensorInfo, role: str = "data") -> Iterator[Any]:
         t = self._by_name[info.name]
+        if self.check is not None:
+            return self.check.stored(t.offset, t.nbytes)
         return mapped_chunks(self.src.buf, t.offset, t.nbytes)
 
     def array(self, info: TensorInfo, role: str = "data", *, verify: bool = True) -> Any:
-        """Zero-copy view of the tensor's bytes in the mapped file (checksums were checked
-        when the source was opened)."""
+        """Zero-copy view of the tensor's bytes in the mapped file (the checksums checked
+        first)."""
         t = self._by_name[info.name]
+        if self.check is not None:
+            self.check.check()
         return storage_array(memoryview(self.src.buf)[t.offset : t.end], t.dtype or "u8")
 
     def release(self, info: TensorInfo) -> None:
@@ -421,14 +446,24 @@ def build_metadata(
     return ordered, notes
 
 
-@dataclass
-class Layout:
-    metadata: tuple[int, bytes]
-    vocab: tuple[int, bytes] | None
-    index: tuple[int, bytes]
-    data_offset: int
-    offsets: list[int]  # relative
-    data_size: int
+class Layout(Record):
+    __slots__ = ("data_offset", "data_size", "index", "metadata", "offsets", "vocab")
+
+    def __init__(
+        self,
+        metadata: tuple[int, bytes],
+        vocab: tuple[int, bytes] | None,
+        index: tuple[int, bytes],
+        data_offset: int,
+        offsets: list[int],
+        data_size: int,
+    ) -> None:
+        self.metadata = metadata
+        self.vocab = vocab
+        self.index = index
+        self.data_offset = data_offset
+        self.offsets = offsets  # relative
+        self.data_size = data_size
 
     @property
     def total(self) -> int:
