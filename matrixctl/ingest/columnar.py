@@ -140,11 +140,13 @@ class Table:
         for col in self.stream_columns(groups):
             yield self._values(col)
 
-    def cells(self, col: Any) -> Iterator[str | bytes | None]:
+    def cells(self, col: Any) -> Iterator[str | bytes | memoryview | None]:
         """The text of each row of a checked column: a string column's cells straight from
-        its Arrow buffers (offsets and UTF-8 data, no Python object per row but the text):
-        an ASCII cell as bytes, any other as str; None for a null or a value that is not a
-        string. A column of another type (or `a.b` in a struct) goes through Python values."""
+        its Arrow buffers (offsets and UTF-8 data, checked by `_checked`), each a memoryview
+        of the column's data (no copy, no Python string), or bytes for a cell holding a
+        carriage return (its CRLF is replaced, so it is copied); None for a null or a value
+        that is not a string. A column of another type (or `a.b` in a struct) goes through
+        Python values (str)."""
         pa = self.pa
         kind = col.type
         if self.inner or not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
@@ -162,12 +164,20 @@ class Table:
         bounds = offsets.tolist()
         data = memoryview(data_buf if data_buf is not None else b"")
         nulls = col.is_null().to_numpy(zero_copy_only=False).tolist() if col.null_count else None
+        # The rows with a carriage return, from one scan of the column's text.
+        with_cr: set[int] = set()
+        if bounds[-1] > bounds[0]:
+            text = np.frombuffer(data, dtype=np.uint8)[bounds[0] : bounds[-1]]
+            at = np.flatnonzero(text == 13)
+            if at.size:
+                rows_at = np.searchsorted(offsets, at + bounds[0], side="right") - 1
+                with_cr = set(rows_at.tolist())
         for i in range(rows):
             if nulls is not None and nulls[i]:
                 yield None
                 continue
-            cell = bytes(data[bounds[i] : bounds[i + 1]])
-            yield cell if cell.isascii() else cell.decode("utf-8")  # UTF-8 checked (_checked)
+            cell = data[bounds[i] : bounds[i + 1]]
+            yield bytes(cell) if i in with_cr else cell
 
 
 def _checked(col: Any) -> Any:
@@ -181,12 +191,12 @@ def _checked(col: Any) -> Any:
 
 
 def _texts(
-    cells: Iterator[str | bytes | None],
+    cells: Iterator[str | bytes | memoryview | None],
     first_row: int,
     name: str,
     opts: extract.Options,
     counters: extract.Counters,
-) -> Iterator[tuple[int, str | bytes]]:
+) -> Iterator[tuple[int, str | bytes | memoryview]]:
     row = first_row - 1
     for value in cells:
         row += 1
@@ -202,7 +212,7 @@ def _texts(
             continue
         if (
             len(value) > opts.max_doc // 4
-            and (len(value) if isinstance(value, bytes) else len(value.encode("utf-8")))
+            and (len(value) if not isinstance(value, str) else len(value.encode("utf-8")))
             > opts.max_doc
         ):
             raise FormatError(
@@ -211,8 +221,10 @@ def _texts(
                 path=name,
                 field=opts.text_field,
             )
-        if isinstance(value, bytes):
-            yield row, value.replace(b"\r\n", b"\n") if b"\r" in value else value
+        if isinstance(value, bytes):  # a cell with a carriage return (`Table.cells`)
+            yield row, value.replace(b"\r\n", b"\n")
+        elif isinstance(value, memoryview):  # UTF-8 without a carriage return
+            yield row, value
         else:
             yield row, extract.crlf(value)
 
@@ -269,8 +281,9 @@ def texts(
     ahead: bool = False,
 ) -> Iterator[tuple[int, str | bytes]]:
     """Every row of a Parquet or Arrow file as `(row number, text)`, or the rows of the row
-    groups `groups`, the first of which is row `first_row`; CRLF as LF. An ASCII text comes
-    as bytes (see `Table.cells`), any other as str. `ahead` (`--jobs 1`, where the second
+    groups `groups`, the first of which is row `first_row`; CRLF as LF. A string column's
+    text comes as UTF-8 (a memoryview of the column's data, or bytes; see `Table.cells`), a
+    struct field's as str. `ahead` (`--jobs 1`, where the second
     core is free): the next columns are read and decoded on a helper thread meanwhile."""
     from matrixctl.io import Ahead
 
@@ -298,4 +311,4 @@ def documents(
 ) -> Iterator[extract.Doc]:
     """`texts` as documents (`(item, pieces)`, as the other extractors give them)."""
     for row, text in texts(kind, path, name, opts, counters, groups, first_row):
-        yield row, iter([text.decode("ascii") if isinstance(text, bytes) else text])
+        yield row, iter([text if isinstance(text, str) else str(text, "utf-8")])

@@ -320,7 +320,7 @@ def _encode_texts(
     documents are matched about TEXT_BATCH bytes at a time by one kernel call, which writes
     every batch's ids at the tokenizer's width into one buffer (`Trie.match_docs`).
 
-    A text given as bytes or a memoryview is UTF-8 without CRLF (a column's ASCII cell, see
+    A text given as bytes or a memoryview is UTF-8 without CRLF (a column's cell, see
     columnar.texts; a JSON Lines record's text, see extract.jsonl_texts). Unless the map's
     marking rewrites text (wordpiece), it is prepared where it lies: ASCII as it is
     (normalization never changes it), other text by `_jsonl_kernel.normalize_utf8`, which

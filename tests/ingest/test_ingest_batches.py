@@ -122,13 +122,21 @@ def reference_texts(values: list[Any], opts: extract.Options) -> tuple[list[Any]
 
 
 def columnar_texts(
-    path: Path, opts: extract.Options, kind: str = "parquet", ahead: bool = False
+    path: Path,
+    opts: extract.Options,
+    kind: str = "parquet",
+    ahead: bool = False,
+    types: list[type] | None = None,
 ) -> tuple[list, Any]:
+    """The texts as str (a string column's come as UTF-8 memoryviews, or bytes where a CRLF
+    was replaced: `types` collects what each came as)."""
     got: list[Any] = []
     try:
         texts = columnar.texts(kind, str(path), "f", opts, extract.Counters(), ahead=ahead)
         for row, text in texts:
-            got.append((row, text.decode("ascii") if isinstance(text, bytes) else text))
+            if types is not None:
+                types.append(type(text))
+            got.append((row, text if isinstance(text, str) else str(text, "utf-8")))
     except FormatError as err:
         return got, err.message
     return got, None
@@ -165,10 +173,15 @@ def test_cells_from_the_arrow_buffers_are_the_python_values(
         extract.Options(max_doc=300),
         extract.Options(max_doc=15),  # over before CRLF is replaced, not after
     ):
-        got, err = columnar_texts(path, opts, ahead=ahead)
+        types: list[type] = []
+        got, err = columnar_texts(path, opts, ahead=ahead, types=types)
         want, want_err = reference_texts(CELLS * 3, opts)
         assert got == want
         assert (err is None) == (want_err is None) and (err is None or want_err in err)
+        # No Python string per cell: a view of the column's UTF-8, or bytes where a carriage
+        # return was (CRLF replaced, so copied).
+        for (row, _), t in zip(got, types, strict=True):
+            assert t is (bytes if "\r" in (CELLS * 3)[row] else memoryview)
 
 
 def test_columns_read_ahead_give_the_rows_and_the_error_of_columns_read_in_turn(
