@@ -1354,18 +1354,18 @@ class FileHash:
 
 
 class Ahead:
-    """The items of an iterator, produced on a helper thread up to two ahead of the caller:
-    for work that runs without the GIL (decompressing, pyarrow decoding a column), which then
-    overlaps with the caller's work on the item before. An exception the iterator raises is
-    raised where the caller reaches it. `close` stops the thread after the item it is
-    producing (the caller may stop early)."""
+    """The items of an iterator, produced on a helper thread up to `depth` ahead of the
+    caller: for work that runs without the GIL (decompressing, pyarrow decoding a column),
+    which then overlaps with the caller's work on the items before. An exception the iterator
+    raises is raised where the caller reaches it. `close` stops the thread after the item it
+    is producing (the caller may stop early)."""
 
-    def __init__(self, items: Iterator[Any], name: str = "matrixctl-ahead") -> None:
+    def __init__(self, items: Iterator[Any], name: str = "matrixctl-ahead", depth: int = 2) -> None:
         import queue
         import threading
 
         self.items = items
-        self.queue: queue.Queue[tuple[str, Any]] = queue.Queue(2)
+        self.queue: queue.Queue[tuple[str, Any]] = queue.Queue(depth)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()

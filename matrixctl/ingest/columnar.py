@@ -269,6 +269,83 @@ def row_group_ends(path: str, name: str) -> list[int]:
     return ends
 
 
+AHEAD_BATCHES = 8  # batches (about BATCH_BYTES each) decoded ahead of the tokenizer
+_GROUP_END = object()  # after the last batch of each row group, in `_Reader`'s queue
+
+
+class _Reader:
+    """`--jobs 1`: the text column of one Parquet file's row groups from `first` on, decoded
+    on a helper thread up to AHEAD_BATCHES batches ahead, across the pieces the file is cut
+    into: the pieces are read one after the other in this process, so the next piece's first
+    batches are decoded while the one before is tokenized. (A decoder per piece left the
+    tokenizer waiting at the start of every piece: 0.6-0.9 s of 6-7 s on the 1 GB
+    benchmark folder.) Each row group's batches are followed by a marker, so a piece takes
+    exactly its own and a damaged row group's error is raised in its own piece."""
+
+    def __init__(self, table: Table, first: int) -> None:
+        from matrixctl.io import Ahead
+
+        self.table = table
+        self.key = (table.path, table.top, tuple(table.inner))
+        self.next = first
+        self.helper = Ahead(self._produce(first), "matrixctl-columns", AHEAD_BATCHES)
+        self.items = iter(self.helper)
+
+    def _produce(self, first: int) -> Iterator[Any]:
+        for index in range(first, len(self.table.groups)):
+            for col in self.table.group_columns(index):
+                yield len(col), list(self.table.cells(col))
+            yield _GROUP_END
+
+    def columns(self, first: int, stop: int) -> Iterator[tuple[int, list[Any]]]:
+        """The rows and cells (`Table.cells`) of each checked column of row groups `first` to
+        `stop` (exclusive), in order."""
+        for index in range(first, stop):
+            for col in self.items:
+                if col is _GROUP_END:
+                    break
+                yield col
+            self.next = index + 1
+
+    def close(self) -> None:
+        self.helper.close()
+
+
+_SHARED: list[_Reader] = []  # readers kept for the next piece of their file (`--jobs 1`)
+
+
+def _shared_reader(kind: str, path: str, name: str, field: str, first: int) -> _Reader:
+    """The reader kept for the piece that starts at row group `first` of `path` (left by the
+    piece before it, or started by `prefetch`), else a new one."""
+    top, *inner = field.split(".")
+    for reader in _SHARED:
+        if reader.key == (path, top, tuple(inner)) and reader.next == first:
+            return reader
+    reader = _Reader(Table(kind, path, name, field), first)
+    _SHARED.append(reader)
+    return reader
+
+
+def prefetch(path: str, name: str, field: str, first: int) -> None:
+    """Start decoding the Parquet file whose piece starting at row group `first` comes next
+    (`--jobs 1`, while the last piece of the file before is tokenized: opening a file and
+    its first row group took 20-150 ms, which the tokenizer waited for at every file)."""
+    _shared_reader("parquet", path, name, field, first)
+
+
+def _release(reader: _Reader) -> None:
+    if reader in _SHARED:
+        _SHARED.remove(reader)
+    reader.close()
+
+
+def release_readers() -> None:
+    """Stop every decoder kept for a next piece (after an error, or when the caller stops
+    reading pieces)."""
+    while _SHARED:
+        _SHARED.pop().close()
+
+
 def texts(
     kind: str,
     path: str,
@@ -279,22 +356,42 @@ def texts(
     first_row: int = 0,
     *,
     ahead: bool = False,
-) -> Iterator[tuple[int, str | bytes]]:
+) -> Iterator[tuple[int, str | bytes | memoryview]]:
     """Every row of a Parquet or Arrow file as `(row number, text)`, or the rows of the row
     groups `groups`, the first of which is row `first_row`; CRLF as LF. A string column's
     text comes as UTF-8 (a memoryview of the column's data, or bytes; see `Table.cells`), a
-    struct field's as str. `ahead` (`--jobs 1`, where the second
-    core is free): the next columns are read and decoded on a helper thread meanwhile."""
+    struct field's as str. `ahead` (`--jobs 1`, where the second core is free): the next
+    columns are read and decoded on a helper thread meanwhile; for the pieces of a file
+    (`groups`), one helper runs on from piece to piece (`_Reader`; `release_readers` stops
+    it when the caller stops early)."""
     from matrixctl.io import Ahead
 
-    table = Table(kind, path, name, opts.text_field)
-    columns = table.stream_columns(groups)
-    helper = Ahead(columns, "matrixctl-columns") if ahead else None
     row = first_row
+    if ahead and groups is not None:
+        reader = _shared_reader(kind, path, name, opts.text_field, groups[0])
+        try:
+            for rows, made in reader.columns(*groups):
+                yield from _texts(iter(made), row, name, opts, counters)
+                row += rows
+        except BaseException:
+            release_readers()
+            raise
+        if groups[1] >= len(reader.table.groups):
+            _release(reader)
+        return
+    table = Table(kind, path, name, opts.text_field)
+    columns: Iterator[tuple[int, Any]] = (
+        (len(col), table.cells(col)) for col in table.stream_columns(groups)
+    )
+    helper = None
+    if ahead:  # the cells of each column made on the helper thread too
+        helper = Ahead(
+            ((n, list(cells)) for n, cells in columns), "matrixctl-columns", AHEAD_BATCHES
+        )
     try:
-        for col in columns if helper is None else helper:
-            yield from _texts(table.cells(col), row, name, opts, counters)
-            row += len(col)
+        for rows, made in columns if helper is None else helper:
+            yield from _texts(iter(made), row, name, opts, counters)
+            row += rows
     finally:
         if helper is not None:
             helper.close()

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -682,19 +683,24 @@ class Piece:
     # --jobs 1 (`_read_pieces`): the piece's bytes are the first `data_size` of `data`, a
     # buffer this process reuses once the piece is done.
     data_size: int = -1
+    # --jobs 1, the last piece of a Parquet file: the file's hash still running on its helper
+    # thread (an `io.FileHash`), taken once the piece is tokenized (never pickled).
+    digest: Any = None
 
 
-def _split_parquet(sf: SourceFile, size: int) -> Iterator[Piece]:
+def _split_parquet(sf: SourceFile, size: int, defer: bool = False) -> Iterator[Piece]:
     """The pieces of one large Parquet file: runs of row groups. The file is hashed on a
     helper thread while its pieces are tokenized (hashlib and reads release the GIL); the
-    last piece waits for the digest."""
+    last piece waits for the digest, or with `defer` (`--jobs 1`, where the pieces are
+    tokenized in this process) carries the running hash, which `process_piece` takes once
+    the piece is tokenized: the tokenizer no longer waits for the end of the file's hash."""
     from matrixctl.ingest import columnar
 
     ranges = columnar.row_group_pieces(sf.path, sf.recorded, size)
     ends = columnar.row_group_ends(sf.path, sf.recorded)
     from matrixctl.io import FileHash
 
-    hashing = FileHash(sf.path)
+    hashing: FileHash | None = FileHash(sf.path)
     try:
         for index, (first, stop, rows) in enumerate(ranges):
             piece = Piece(
@@ -713,11 +719,16 @@ def _split_parquet(sf: SourceFile, size: int) -> Iterator[Piece]:
             piece.stored_end = ends[stop - 1] if stop > 0 else 0  # progress by bytes
             if index == len(ranges) - 1:
                 piece.last = True
-                piece.file_sha256 = hashing.result()
+                assert hashing is not None
+                if defer:
+                    piece.digest, hashing = hashing, None
+                else:
+                    piece.file_sha256 = hashing.result()
                 piece.file_size = piece.stored_end = os.path.getsize(sf.path)
             yield piece
     finally:
-        hashing.cancel()
+        if hashing is not None:
+            hashing.cancel()
 
 
 def sniff_input(
@@ -773,7 +784,7 @@ def split_file(
         try:
             kind, stream, compression, dec = sniff_input(sf, reader, state)
             if kind == "parquet" and compression is None and sf.path != "-":
-                yield from _split_parquet(sf, size)
+                yield from _split_parquet(sf, size, defer=state.read_once)
                 return
             as_stored = ranged and compression is None and sf.path != "-"
             followers = text_cut_followers(state) if kind == "text" and as_stored else None
@@ -1108,6 +1119,18 @@ def _read_pieces(sf: SourceFile, size: int, max_doc: int) -> Iterator[Piece]:
 
 def process_piece(piece: Piece, state: WorkerState) -> FileResult:
     """Tokenize one piece (runs in a worker); the result carries the piece without its data."""
+    try:
+        result = _process_piece(piece, state)
+    except BaseException:
+        if piece.digest is not None:
+            piece.digest.cancel()
+        raise
+    if piece.digest is not None:  # --jobs 1: the file's hash, finished meanwhile
+        result.sha256 = piece.digest.result()
+    return result
+
+
+def _process_piece(piece: Piece, state: WorkerState) -> FileResult:
     result = FileResult(piece.source, piece.kind)
     try:
         try:
@@ -1134,7 +1157,7 @@ def process_piece(piece: Piece, state: WorkerState) -> FileResult:
         raise
     except extract.SkipFile as skip:  # pragma: no cover - pieces are cut under --on-error fail
         raise FormatError(extract.INGEST_UTF8, skip.reason, path=piece.source.recorded) from None
-    result.piece = dataclasses.replace(piece, data=b"")
+    result.piece = dataclasses.replace(piece, data=b"", digest=None)
     if piece.last:
         result.sha256 = piece.file_sha256
         result.size = piece.file_size
@@ -1485,6 +1508,16 @@ class Workers:
             self.mem.close()
 
 
+def _prefetch_parquet(unit: Any, state: WorkerState) -> None:
+    """`--jobs 1`: start decoding `unit` now when it is the first piece of a Parquet file."""
+    if isinstance(unit, Piece) and unit.kind == "parquet" and unit.index == 0 and unit.groups:
+        from matrixctl.ingest import columnar
+
+        columnar.prefetch(
+            unit.source.path, unit.source.recorded, state.opts.text_field, unit.groups[0]
+        )
+
+
 def ordered_results(files: list[SourceFile], state: WorkerState, jobs: int) -> Iterator[FileResult]:
     """Each file's result, in input order, from `jobs` processes."""
     if jobs <= 1 or len(files) <= 1:
@@ -1495,12 +1528,26 @@ def ordered_results(files: list[SourceFile], state: WorkerState, jobs: int) -> I
         state.read_once = True
         # Large JSON Lines and Parquet files go piece by piece here too: each piece's tokens
         # stay in memory instead of the whole file's being spilled and read back.
-        for unit in plan_work(files, state, 1, hashes=False, ranged=True):
-            if isinstance(unit, Piece):
-                yield process_piece(unit, state)
-            else:
-                for sf in unit:
-                    yield process_file(sf, state)
+        units = plan_work(files, state, 1, hashes=False, ranged=True)
+        try:
+            following = next(units, None)
+            while following is not None:
+                unit, following = following, None
+                if isinstance(unit, Piece) and unit.kind == "parquet" and unit.last:
+                    # The next unit is cut now: a Parquet file's first piece starts decoding
+                    # while this last piece of the file before is tokenized.
+                    following = next(units, None)
+                    _prefetch_parquet(following, state)
+                if isinstance(unit, Piece):
+                    yield process_piece(unit, state)
+                else:
+                    for sf in unit:
+                        yield process_file(sf, state)
+                if following is None:
+                    following = next(units, None)
+        finally:
+            if "matrixctl.ingest.columnar" in sys.modules:  # a Parquet file's decoder
+                sys.modules["matrixctl.ingest.columnar"].release_readers()
         return
     workers = Workers(state, jobs)
     try:
