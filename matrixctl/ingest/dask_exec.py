@@ -753,8 +753,6 @@ class DaskWorkers:
         resume: bool = False,
         map_raw: bytes | None = None,
     ) -> None:
-        distributed = _import_distributed()
-        self.distributed = distributed
         self.state = state
         self.jobs = jobs
         self.staging = staging_dir(out_dir)
@@ -762,6 +760,10 @@ class DaskWorkers:
         self.reused = self.redone = 0
         self.ok = self.input_error = False
         self.cluster: Any = None
+        self.client: Any = None
+        self.distributed: Any = None
+        self.starting: Any = None  # the thread starting the own cluster (`_start_own`)
+        self.start_error: BaseException | None = None
         address = scheduler or os.environ.get(ENV_SCHEDULER) or None
         self.address = address
         tok, state.tok = state.tok, None
@@ -772,44 +774,97 @@ class DaskWorkers:
         # The workers read the state (the symbol map, about 1 MB, its bytes as read, and the
         # options) from the staging folder once each: the tasks carry only its path and hash.
         self.state_key = hashlib.sha256(blob).hexdigest()
-        import gc
-
+        self.fingerprint = _fingerprint(state)
         if address is None:
+            import importlib.util
+            import threading
+
+            if importlib.util.find_spec("distributed") is None:
+                _import_distributed()  # the one error line naming the extra
             # The own cluster's workers are forked from this process: they inherit the state
             # with its tokenizer, built once here, and start their first unit at once.
             _prime_state(self.state_key, state, map_raw)
+            self._stage(blob)
+            # Importing `distributed` and starting the cluster (about 0.6 s) overlap with
+            # the cutting and hashing of the first units (`results`), which need neither.
+            self.starting = threading.Thread(
+                target=self._start_own, name="matrixctl-dask-start", daemon=True
+            )
+            self.starting.start()
+            return
+        distributed = _import_distributed()
+        self.distributed = distributed
+        import gc
+
         # This process lives for one build: what it holds now (distributed, the symbol map)
-        # stays to the end, so the collector need not walk it again and again; frozen before
-        # the workers are forked, their collectors skip it too (and leave its pages shared).
+        # stays to the end, so the collector need not walk it again and again.
         gc.freeze()
         try:
-            if address is None:
-                self.cluster = _local_cluster(distributed, jobs)
-                self.client = distributed.Client(self.cluster)
-            else:
-                self.client = distributed.Client(address, timeout="30s")
+            self.client = distributed.Client(address, timeout="30s")
         except (OSError, TimeoutError, ValueError) as exc:
             self._shutdown()
             gc.unfreeze()
-            raise InputError(
-                INGEST_DASK_CLUSTER,
-                f"cannot reach the Dask scheduler: {exc}",
-                path=address or "LocalCluster",
-                hint="start one with `dask scheduler` or leave out --scheduler",
-            ) from None
-        if not resume and os.path.isdir(self.staging):
+            raise self._unreachable(exc) from None
+        self._stage(blob)
+
+    def _stage(self, blob: bytes) -> None:
+        """The staging folder (emptied unless resuming) with the build's state in it."""
+        if not self.resume and os.path.isdir(self.staging):
             shutil.rmtree(self.staging)
         os.makedirs(self.staging, exist_ok=True)
         self.state_path = os.path.join(self.staging, f"state-{self.state_key}.pickle")
         _write_whole(self.state_path, blob)
-        self.fingerprint = _fingerprint(state)
+
+    def _unreachable(self, exc: BaseException) -> InputError:
+        return InputError(
+            INGEST_DASK_CLUSTER,
+            f"cannot reach the Dask scheduler: {exc}",
+            path=self.address or "LocalCluster",
+            hint="start one with `dask scheduler` or leave out --scheduler",
+        )
+
+    def _start_own(self) -> None:
+        """On a helper thread: import `distributed` and start the own LocalCluster and its
+        client. What this process holds by then (distributed, the symbol map) stays to the
+        end of the build, so it is frozen for the collector before the workers are forked:
+        their collectors skip it too and its pages stay shared."""
+        import gc
+
+        try:
+            self.distributed = _import_distributed()
+            gc.freeze()
+            self.cluster = _local_cluster(self.distributed, self.jobs)
+            self.client = self.distributed.Client(self.cluster)
+        except BaseException as exc:  # raised on the main thread by `_ready`
+            self.start_error = exc
+
+    def _ready(self) -> None:
+        """Wait for the own cluster (`_start_own`); its failure is INGEST_DASK_CLUSTER."""
+        if self.starting is None:
+            return
+        self.starting.join()
+        self.starting = None
+        exc = self.start_error
+        if exc is None:
+            return
+        if isinstance(exc, MatrixError):
+            raise exc
+        if isinstance(exc, (OSError, TimeoutError, ValueError)):
+            raise self._unreachable(exc) from None
+        raise exc
 
     def results(self, files: list[SourceFile], spill_dir: str) -> Iterator[pipeline.FileResult]:
         """Each file's result, in input order: staged units are reused, the rest are tasks."""
         window: deque[tuple[str, Unit, Any]] = deque()  # (key, unit, future or None: staged)
         self.window = window
         pending = plan(files, self.state, self.jobs, self.staging)
-        workers = len(self.client.scheduler_info().get("workers", {}))
+        if self.starting is not None:  # the own cluster: `jobs` workers
+            workers = self.jobs
+            # The first window is cut (and its sources hashed) while the cluster starts.
+            pending = itertools.chain(list(itertools.islice(pending, 4 * workers + 4)), pending)
+            self._ready()
+        else:
+            workers = len(self.client.scheduler_info().get("workers", {}))
         limit = 4 * max(self.jobs, workers) + 4  # units carry no data: a deep window is cheap
         batch = max(self.jobs, workers)  # submitted together once this many are merged
 
@@ -986,9 +1041,14 @@ class DaskWorkers:
     def close(self) -> None:
         import gc
 
+        if self.starting is not None:  # the build stopped before it needed the cluster
+            self.starting.join()
+            self.starting = None
         if not self.ok and self.input_error:
             self._drain()
         self._shutdown()
         gc.unfreeze()
         if self.ok or self.input_error:  # a bad input: rerun after fixing it, no resume
+            shutil.rmtree(self.staging, ignore_errors=True)
+        elif self.start_error is not None and not self.resume:  # nothing was staged
             shutil.rmtree(self.staging, ignore_errors=True)

@@ -431,6 +431,32 @@ def test_missing_extra_is_one_error_line(tmp_path: Path) -> None:
     assert proc.returncode == 2, err
     assert "INGEST_DASK_MISSING" in err and "pip install 'matrixctl[dask]'" in err
     assert "Traceback" not in err and not (tmp_path / "p").exists()
+    assert not (tmp_path / ".p.dask-staging").exists()
+
+
+def test_own_cluster_that_cannot_start_is_one_error_line(tmp_path: Path, monkeypatch) -> None:
+    """The own LocalCluster starts on a helper thread while the client cuts the first units;
+    a cluster that cannot start is the one error line INGEST_DASK_CLUSTER, raised where the
+    build needs it, and leaves neither a pack nor a staging folder."""
+    from matrixctl.ingest import dask_exec
+
+    src = _corpus(tmp_path, 5, 40)
+    started: list[str] = []
+
+    def refuse(distributed: Any, jobs: int) -> Any:
+        import threading
+
+        started.append(threading.current_thread().name)
+        raise OSError(98, "Address already in use")
+
+    monkeypatch.setattr(dask_exec, "_local_cluster", refuse)
+    out = tmp_path / "p"
+    run = run_cli("ingest", "docs", str(src), "-o", str(out), "--executor", "dask")
+    assert run.code == 2, run.stderr
+    assert "INGEST_DASK_CLUSTER" in run.stderr and "Address already in use" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert started == ["matrixctl-dask-start"]
+    assert not out.exists() and not (tmp_path / ".p.dask-staging").exists()
 
 
 def test_pieces_of_a_large_jsonl_file_travel_to_the_workers(
