@@ -167,7 +167,12 @@ def docs(
         ),
     ] = None,
     text_field: Annotated[
-        str, typer.Option("--text-field", help="JSON / JSON Lines: the field holding the text.")
+        str,
+        typer.Option(
+            "--text-field",
+            help="JSON / JSON Lines / Parquet / Arrow: the field or column holding the text; "
+            "a.b is the field b inside a (a key or column named a.b itself wins).",
+        ),
     ] = "text",
     missing_field: Annotated[
         MissingField,

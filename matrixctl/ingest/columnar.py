@@ -3,7 +3,8 @@
 pyarrow is an optional extra (`pip install 'matrixctl[parquet]'`), imported only here. A file
 is streamed a row group (Parquet) or a record batch (Arrow) at a time; only the text column is
 read. Each row is one document; its item in the document index is its row number in the file.
-`--text-field a.b` reads the column `a` and, inside its struct values, the field `b`. A null
+`--text-field a.b` reads the column `a` and, inside its struct values, the field `b` (a column
+named `a.b` itself wins, as a key named `a.b` does in JSON). A null
 or non-string cell is handled like a JSON record without the field (skipped and counted, or an
 error under `--missing-field error`). The documents do not depend on how the file is cut into
 row groups or batches.
@@ -48,7 +49,8 @@ class Table:
         self.kind = kind
         self.name = name
         self.path = path
-        self.top, *self.inner = field.split(".")
+        self.field = field
+        self.top, self.inner = field, []
         try:
             if kind == "parquet":
                 # Memory (docs/inputs.md, "Parquet and Arrow"): batches hold about
@@ -79,6 +81,8 @@ class Table:
             names = self.schema.names  # decoded here: a name that is not UTF-8 is damage
         except (OSError, UnicodeDecodeError, self.pa.ArrowException) as exc:
             raise _damaged(name, kind, exc) from None
+        if field not in names and "." in field:  # a column named `field` wins, as for JSON
+            self.top, *self.inner = field.split(".")
         if self.top not in names:
             raise FormatError(
                 extract.INGEST_TEXT_FIELD,
@@ -286,7 +290,7 @@ class _Reader:
         from matrixctl.io import Ahead
 
         self.table = table
-        self.key = (table.path, table.top, tuple(table.inner))
+        self.key = (table.path, table.field)
         self.next = first
         self.helper = Ahead(self._produce(first), "matrixctl-columns", AHEAD_BATCHES)
         self.items = iter(self.helper)
@@ -317,9 +321,8 @@ _SHARED: list[_Reader] = []  # readers kept for the next piece of their file (`-
 def _shared_reader(kind: str, path: str, name: str, field: str, first: int) -> _Reader:
     """The reader kept for the piece that starts at row group `first` of `path` (left by the
     piece before it, or started by `prefetch`), else a new one."""
-    top, *inner = field.split(".")
     for reader in _SHARED:
-        if reader.key == (path, top, tuple(inner)) and reader.next == first:
+        if reader.key == (path, field) and reader.next == first:
             return reader
     reader = _Reader(Table(kind, path, name, field), first)
     _SHARED.append(reader)

@@ -1048,7 +1048,8 @@ class DaskWorkers:
             self._drain()
         self._shutdown()
         gc.unfreeze()
-        if self.ok or self.input_error:  # a bad input: rerun after fixing it, no resume
-            shutil.rmtree(self.staging, ignore_errors=True)
-        elif self.start_error is not None and not self.resume:  # nothing was staged
+        # A bad input: rerun after fixing it, no resume; a cluster that never started: nothing
+        # was staged.
+        never_started = self.start_error is not None and not self.resume
+        if self.ok or self.input_error or never_started:
             shutil.rmtree(self.staging, ignore_errors=True)

@@ -821,8 +821,24 @@ def _read_whole(fp: Any, name: str, what: str, limit: int = MAX_WHOLE) -> bytes:
     return bytes(data)
 
 
+def field_value(obj: Any, field: str) -> Any:
+    """The value `--text-field` names in a JSON object: the key that is exactly `field`
+    (dots and all) when the object has one, else, for `a.b`, the key `b` of the object under
+    the key `a` (a path of any depth, as a Parquet struct column is read); None when the
+    path is not there."""
+    if not isinstance(obj, dict):
+        return None
+    if field in obj or "." not in field:
+        return obj.get(field)
+    for key in field.split("."):
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
 def _field(obj: Any, opts: Options, name: str, where: str, counters: Counters) -> str | None:
-    value = obj.get(opts.text_field) if isinstance(obj, dict) else None
+    value = field_value(obj, opts.text_field)
     if isinstance(value, str):
         return value
     if opts.missing_field == "error":

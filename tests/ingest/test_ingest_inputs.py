@@ -874,3 +874,46 @@ def test_verify_checks_the_compression_fields(tmp_path: Path) -> None:
         m["sources"][0].update(compression=comp, decompressed_bytes=size)
         path.write_text(json.dumps(m))
         assert "PACK_MANIFEST" in codes_of(pack), (comp, size)
+
+
+def test_text_field_paths_in_json_json_lines_and_parquet(tmp_path: Path) -> None:
+    """Decision (extract.field_value, columnar.Table): `--text-field a.b` is the key `b` of the
+    object under `a` in JSON and JSON Lines, as it is the field `b` of the struct column `a` in
+    Parquet; a key or column named exactly `a.b` wins; a path that is not there (or runs into
+    something that is not an object) is a missing field: skipped and counted, or the error."""
+    import pyarrow
+    from pyarrow import parquet
+
+    texts = [f"document {i} caf\u00e9" for i in range(6)]
+    records = [{"meta": {"body": t}, "id": i} for i, t in enumerate(texts)]
+    records[2] = {"meta": "not an object", "id": 2}  # the path runs into a string
+    records[4] = {"meta.body": texts[4], "meta": {"body": "not this one"}}  # the exact key wins
+    lines = "".join(json.dumps(r) + "\n" for r in records)
+    (tmp_path / "n.jsonl").write_text(lines * 3000, encoding="utf-8")  # pieces, the kernel too
+    (tmp_path / "n.json").write_text(json.dumps(records), encoding="utf-8")
+    want = [t for i, t in enumerate(texts) if i != 2]
+    ref = write_jsonl(tmp_path / "ref.jsonl", [{"text": t} for t in want] * 3000)
+    one = write_jsonl(tmp_path / "one.jsonl", [{"text": t} for t in want])
+    reference = ingest_ok(tmp_path, str(ref), name="ref")
+    for name, copies, out in (("n.jsonl", 3000, "pl"), ("n.json", 1, "pj")):
+        pack = ingest_ok(tmp_path, str(tmp_path / name), "--text-field", "meta.body", name=out)
+        src = manifest(pack)["sources"][0]
+        assert src["documents"] == 5 * copies and src["skipped_records"] == copies
+        if copies > 1:
+            assert (pack / "matrix_atoms.bin").read_bytes() == (
+                reference / "matrix_atoms.bin"
+            ).read_bytes()
+    small_ref = ingest_ok(tmp_path, str(one), name="one")
+    pj = tmp_path / "pj"
+    assert (pj / "matrix_atoms.bin").read_bytes() == (small_ref / "matrix_atoms.bin").read_bytes()
+    err = fail(
+        tmp_path, str(tmp_path / "n.json"), "--text-field", "meta.body", "--missing-field", "error"
+    )
+    assert "INGEST_TEXT_FIELD" in err and "element 2" in err
+    # Parquet: a column named "doc.body" is that column, not the path (a struct column "doc"
+    # beside it would have the same dotted path in the Parquet schema, which is ambiguous
+    # there whatever a reader does).
+    table = pyarrow.table({"doc.body": want, "other": list(range(5))})
+    parquet.write_table(table, tmp_path / "n.parquet")
+    pack = ingest_ok(tmp_path, str(tmp_path / "n.parquet"), "--text-field", "doc.body", name="pq")
+    assert (pack / "matrix_atoms.bin").read_bytes() == (small_ref / "matrix_atoms.bin").read_bytes()
