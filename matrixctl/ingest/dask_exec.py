@@ -71,6 +71,14 @@ RECORD = 16  # bytes of one staged document record: length, item (<u8 each)
 Identity = tuple[int, int, int]  # size, mtime_ns, inode
 
 
+# Merged units' tokens files kept in the staging folder for the workers to overwrite: their
+# pages are in the page cache already, and writing into them is cheaper than into new pages
+# (pipeline._Acc). At most RECYCLE_FILES per worker, so the page cache holds a few units'
+# tokens besides the pack's, not all of them.
+RECYCLE = "recycle"
+RECYCLE_FILES = 2
+
+
 def staging_dir(out_dir: str) -> str:
     """The staging folder beside the destination (same file system, stable name)."""
     out = os.path.abspath(out_dir.rstrip("/\\") or out_dir)
@@ -574,6 +582,7 @@ def run_unit(
     import gc
 
     state = _worker_state(state_key, state_path)
+    state.recycle = os.path.join(staging, RECYCLE)
     work = os.path.join(staging, f"tmp-{key}-{uuid.uuid4().hex}")
     os.makedirs(work)
     # Tokenizing makes no reference cycles, but in a worker's large heap (distributed's own
@@ -811,7 +820,7 @@ class DaskWorkers:
         """The staging folder (emptied unless resuming) with the build's state in it."""
         if not self.resume and os.path.isdir(self.staging):
             shutil.rmtree(self.staging)
-        os.makedirs(self.staging, exist_ok=True)
+        os.makedirs(os.path.join(self.staging, RECYCLE), exist_ok=True)
         self.state_path = os.path.join(self.staging, f"state-{self.state_key}.pickle")
         _write_whole(self.state_path, blob)
 
@@ -952,8 +961,9 @@ class DaskWorkers:
     def _link_atoms(self, spill_dir: str) -> tuple[str | None, int]:
         """Hard-link the pack's atom file, still being written, into the staging folder; and
         the offset where the next unit's tokens go in it. Each merged unit's record then names
-        its tokens' copy in that file, and its own tokens file is removed at once: the page
-        cache holds every token once (in the pack) instead of twice until the end, and a
+        its tokens' copy in that file, and its own tokens file is given to the workers to
+        overwrite or removed at once (`_recycle`): the page cache holds every token once (in
+        the pack, besides a few recycled units) instead of twice until the end, and a
         build resumed after its client was killed still finds the merged units' tokens, in
         the killed build's atom file (whose own folder the next build removes). Without hard
         links (some file systems) the tokens files stay until the build ends."""
@@ -977,8 +987,19 @@ class DaskWorkers:
         moved = dict(record, tokens=[link, at, size])
         _write_whole(os.path.join(self.staging, f"{key}.done"), json.dumps(moved).encode())
         if name == f"{key}.tokens":
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self.staging, name))
+            self._recycle(os.path.join(self.staging, name))
+
+    def _recycle(self, path: str) -> None:
+        """A merged unit's tokens file, no record naming it any more: into the recycle folder
+        for a worker's next unit to overwrite (`pipeline._Acc`), while it holds fewer than
+        RECYCLE_FILES per worker; else removed."""
+        folder = os.path.join(self.staging, RECYCLE)
+        with contextlib.suppress(OSError):
+            if len(os.listdir(folder)) < RECYCLE_FILES * max(1, self.jobs):
+                os.replace(path, os.path.join(folder, os.path.basename(path)))
+                return
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
     def _collect(self, key: str, future: Any) -> tuple[dict[str, Any], list[pipeline.FileResult]]:
         distributed = self.distributed
