@@ -508,7 +508,8 @@ def _parse_object(name: str, obj: Any, problems: list[Problem]) -> ZtObject | No
     out: dict[str, ZtComponent] = {}
     ok = True
     for role, comp in comps.items():
-        # A component with every field well-formed and a digest gives no problem: made here.
+        # A component with every field well-formed (with a digest, or without one and
+        # nothing like it) gives no problem: made here.
         # Anything else goes through _parse_component, which reports what is wrong.
         if (
             type(comp) is dict
@@ -519,7 +520,11 @@ def _parse_object(name: str, obj: Any, problems: list[Problem]) -> ZtObject | No
             and type(length := comp.get("length")) is int
             and 0 <= length < _U64
             and (encoding := comp.get("encoding", "raw")) in ENCODINGS
-            and type(digest := comp.get("digest")) is str
+            and (
+                type(digest := comp.get("digest")) is str
+                # no digest, and no other key that could be a damaged 'digest'
+                or (digest is None and _UNSIGNED_KEYS.issuperset(comp))
+            )
         ):
             where = f"objects/{name}/components/{role}"
             out[role] = ZtComponent(name, role, dtype, offset, length, encoding, digest, where)
@@ -532,6 +537,11 @@ def _parse_object(name: str, obj: Any, problems: list[Problem]) -> ZtObject | No
     if not ok:
         return None
     return ZtObject(name, tuple(shape), layout, out, attributes)
+
+
+# The keys of a component without a digest that can be judged at once (files written
+# without digests, as ztensor 1.1.1 writes them): any other key may be a damaged 'digest'.
+_UNSIGNED_KEYS = frozenset(("dtype", "offset", "length", "encoding"))
 
 
 def _near_digest_key(comp: dict[Any, Any]) -> str | None:

@@ -711,3 +711,29 @@ def test_an_error_mid_tensor_waits_for_queued_writes() -> None:
         w.add("x", (4 * MIB,), "dense", [("data", "u8", 4 * MIB, failing())])
     assert w._bg is None
     assert len(fp.getvalue()) == w.pos
+
+
+@pytest.mark.parametrize(
+    "comp",
+    [
+        {"dtype": "f32", "offset": 64, "length": 16, "encoding": "raw", "digest": "crc32c:0x1"},
+        {"dtype": "f32", "offset": 64, "length": 16},  # no digest, as ztensor 1.1.1 writes
+        {"dtype": "f32", "offset": 64, "length": 16, "encoding": "zstd"},
+        {"dtype": "f32", "offset": 64, "length": 16, "digest": None},
+        {"dtype": "f32", "offset": 64, "length": 16, "note": "x"},  # an unknown key
+        {"dtype": "f32", "offset": 64, "length": 16, "digezt": "crc32c:0x1"},  # damaged key
+    ],
+)
+def test_a_component_made_at_once_is_the_one_the_full_checks_make(comp: dict) -> None:
+    """`_parse_object` makes well-formed components itself (with a digest, or without one and
+    with no other key that could be a damaged 'digest'); any other goes through
+    `_parse_component`. Both must give the same component and the same problems."""
+    fast: list = []
+    obj = ztensor._parse_object(
+        "x", {"shape": [4], "format": "dense", "components": {"data": comp}}, fast
+    )
+    slow: list = []
+    made = ztensor._parse_component("x", "data", comp, slow)
+    assert [(p.code, p.field) for p in fast] == [(p.code, p.field) for p in slow]
+    assert obj is not None and made is not None
+    assert obj.components["data"] == made
