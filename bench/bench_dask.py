@@ -63,7 +63,12 @@ def children_cpu() -> float:
 
 def run(cmd: list[str]) -> dict:
     """Wall seconds and CPU seconds: the command's process tree (reaped, so counted in
-    RUSAGE_CHILDREN) plus what this process's own tree (a running cluster) used meanwhile."""
+    RUSAGE_CHILDREN) plus what this process's own tree (a running cluster) used meanwhile.
+    The destination (after `-o`) is removed first, outside the clock: every run writes a new
+    pack. (Until 2026-11-27 each run replaced the pack of the run before, so the Dask run,
+    which came after the 660 MB local pack, also paid for deleting it, and the local run,
+    which came after a tiny pack, did not.)"""
+    shutil.rmtree(cmd[cmd.index("-o") + 1], ignore_errors=True)
     cpu0, own0 = children_cpu(), tree_cpu(os.getpid())
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)

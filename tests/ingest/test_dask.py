@@ -554,13 +554,17 @@ def test_range_pieces_cover_the_file_in_whole_lines(tmp_path: Path, monkeypatch)
     units = list(_plan(src, tmp_path / "staging"))
     assert len(units) > 4 and all(isinstance(u, dask_exec.RangePiece) for u in units)
     pos = 0
+    # A worker's reused buffer (dask_exec._unit_buffer): left longer by an earlier unit.
+    buf = bytearray(b"\xff" * (max(u.length for u in units) + 7))
     for index, u in enumerate(units):
         assert u.path == str(src) and u.offset == pos and u.piece.index == index
         # Lines are counted by the worker, from 0 (the writer adds the lines before it).
         assert u.piece.first_line == -1
         got = dask_exec.read_range(u)
         assert got == data[pos : pos + u.length] and got.endswith(b"\n")
+        assert dask_exec.read_range(u, buf) is buf and bytes(buf[: u.length]) == got
         pos += u.length
+    assert dask_exec.read_range(units[0], bytearray()) == data[: units[0].length]  # grown
     assert pos == len(data)
     assert units[-1].piece.last and not any(u.piece.last for u in units[:-1])
     assert units[-1].piece.file_sha256 == "sha256:" + hashlib.sha256(data).hexdigest()
