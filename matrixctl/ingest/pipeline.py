@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -291,17 +292,25 @@ class _Acc:
 
 def _claim(folder: str, dest: str) -> bool:
     """Move one file of `folder` to `dest` (a rename: of workers racing for the same file,
-    one gets it); False when there is none to take."""
+    one gets it); False when there is none to take. Only a regular file with no other link
+    is written into: a symbolic link or a hard link put there (the staging folder may be on
+    a shared file system) would have the tokens written over some other file."""
     try:
-        names = os.listdir(folder)
+        entries = list(os.scandir(folder))
     except OSError:
         return False
-    for name in names:
+    for entry in entries:
+        if not entry.is_file(follow_symlinks=False):
+            continue
         try:
-            os.replace(os.path.join(folder, name), dest)
+            os.replace(entry.path, dest)
+            st = os.lstat(dest)
         except OSError:
             continue
-        return True
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            return True
+        with contextlib.suppress(OSError):
+            os.unlink(dest)  # swapped for something else since the listing: not ours
     return False
 
 

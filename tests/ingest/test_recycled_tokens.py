@@ -88,3 +88,21 @@ def test_the_client_keeps_a_few_files_per_worker_and_removes_the_rest(tmp_path: 
     kept = sorted(os.listdir(staging / dask_exec.RECYCLE))
     assert kept == sorted(p.name for p in made[: dask_exec.RECYCLE_FILES * 2])
     assert not any(p.exists() for p in made)  # every merged file left the staging folder
+
+
+def test_links_in_the_recycle_folder_are_never_written_through(tmp_path: Path) -> None:
+    """The staging folder may be on a shared file system: a symbolic link or a hard link put
+    into `recycle/` must not have a worker's tokens written over the file it points at."""
+    folder = tmp_path / "recycle"
+    folder.mkdir()
+    victim = tmp_path / "precious.bin"
+    victim.write_bytes(b"keep me" * 100)
+    os.symlink(victim, folder / "a.tokens")
+    os.link(victim, folder / "b.tokens")
+    parts = [np.arange(300, dtype=np.uint32)]
+    res = tokens_through_acc(tmp_path, "work", parts, str(folder))
+    assert victim.read_bytes() == b"keep me" * 100
+    assert res.raw_ids is not None
+    assert Path(res.raw_ids).read_bytes() == parts[0].astype("<u2").tobytes()
+    assert victim.stat().st_nlink == 1  # the hard link taken was dropped, not written
+    assert os.path.islink(folder / "a.tokens")  # the symbolic link is left where it was
