@@ -150,11 +150,15 @@ def _changed(recorded: str, offset: int | None = None) -> InputError:
 _UNIT_BUFFERS = threading.local()
 
 
-def _unit_buffer() -> bytearray:
+def _unit_buffer(size: int) -> bytearray:
     """This worker thread's buffer for the bytes of its range pieces, reused from unit to
     unit (a unit is tokenized before its task returns). A new buffer per unit was a new
     mapping of up to 32 MiB each time (above the allocator's mmap threshold), faulted in and
-    zeroed page by page: about 1 GB of new memory per GB of input."""
+    zeroed page by page: about 1 GB of new memory per GB of input. A piece larger than
+    twice the largest unit (one long line) gets a buffer of its own, so a worker that lives
+    on after the build does not keep that much."""
+    if size > 2 * UNIT_MAX_BYTES:
+        return bytearray()
     buf: bytearray | None = getattr(_UNIT_BUFFERS, "buffer", None)
     if buf is None:
         buf = _UNIT_BUFFERS.buffer = bytearray()
@@ -642,7 +646,7 @@ def run_unit(
         state.direct = True  # tokens to files in the pack's dtype as they come (see _stage)
         try:
             if isinstance(unit, RangePiece):
-                data = read_range(unit, _unit_buffer())
+                data = read_range(unit, _unit_buffer(unit.length))
                 piece = dataclasses.replace(unit.piece, data=data, data_size=unit.length)
                 results = [pipeline.process_piece(piece, state)]
             elif isinstance(unit, pipeline.Piece):

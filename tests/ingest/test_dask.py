@@ -565,6 +565,11 @@ def test_range_pieces_cover_the_file_in_whole_lines(tmp_path: Path, monkeypatch)
         assert dask_exec.read_range(u, buf) is buf and bytes(buf[: u.length]) == got
         pos += u.length
     assert dask_exec.read_range(units[0], bytearray()) == data[: units[0].length]  # grown
+    # The worker's own buffer is kept for units up to twice the largest; a longer piece
+    # (one long line) gets a buffer of its own.
+    kept = dask_exec._unit_buffer(1)
+    assert dask_exec._unit_buffer(2 * dask_exec.UNIT_MAX_BYTES) is kept
+    assert dask_exec._unit_buffer(2 * dask_exec.UNIT_MAX_BYTES + 1) is not kept
     assert pos == len(data)
     assert units[-1].piece.last and not any(u.piece.last for u in units[:-1])
     assert units[-1].piece.file_sha256 == "sha256:" + hashlib.sha256(data).hexdigest()
