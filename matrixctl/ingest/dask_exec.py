@@ -165,43 +165,16 @@ def _unit_buffer(size: int) -> bytearray:
     return buf
 
 
-def read_range(rp: RangePiece, into: bytearray | None = None) -> bytes | bytearray:
+def read_range(rp: RangePiece, into: bytearray | None = None) -> bytearray:
     """A range piece's bytes, read in a worker: the file must be the one the client read
-    (same size, mtime_ns and inode) before and after the read, else IO_CHANGED. With `into`
-    (`_unit_buffer`), they are read into it, grown as needed, and it is returned: its first
-    `rp.length` bytes are the piece's, the rest is left from earlier units."""
-    if into is not None:
-        if len(into) < rp.length:
-            into.extend(bytes(rp.length - len(into)))
-        return _read_into(rp, into)
-    recorded = rp.piece.source.recorded
-    try:
-        fd = os.open(rp.path, os.O_RDONLY)
-    except FileNotFoundError:
-        raise _changed(recorded) from None
-    except OSError as exc:
-        raise from_os_error(exc, recorded) from None
-    try:
-        if _identity(os.fstat(fd)) != rp.identity:
-            raise _changed(recorded, rp.piece.start)
-        parts: list[bytes] = []
-        got = 0
-        while got < rp.length:
-            block = os.pread(fd, rp.length - got, rp.offset + got)
-            if not block:
-                break
-            parts.append(block)
-            got += len(block)
-        if got != rp.length or _identity(os.fstat(fd)) != rp.identity:
-            raise _changed(recorded, rp.piece.start)
-    except OSError as exc:
-        raise from_os_error(exc, recorded) from None
-    finally:
-        os.close(fd)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def _read_into(rp: RangePiece, buf: bytearray) -> bytearray:
+    (same size, mtime_ns and inode) before and after the read, else IO_CHANGED. They are read
+    into `into` (`_unit_buffer`, grown as needed), which is returned: its first `rp.length`
+    bytes are the piece's, the rest is left from earlier units; without it, into a buffer of
+    exactly their size."""
+    if into is None:
+        into = bytearray(rp.length)
+    elif len(into) < rp.length:
+        into.extend(bytes(rp.length - len(into)))
     recorded = rp.piece.source.recorded
     try:
         fd = os.open(rp.path, os.O_RDONLY)
@@ -213,7 +186,7 @@ def _read_into(rp: RangePiece, buf: bytearray) -> bytearray:
         if _identity(os.fstat(fd)) != rp.identity:
             raise _changed(recorded, rp.piece.start)
         got = 0
-        with memoryview(buf) as view:
+        with memoryview(into) as view:
             while got < rp.length:
                 n = os.preadv(fd, [view[got : rp.length]], rp.offset + got)
                 if not n:
@@ -225,7 +198,7 @@ def _read_into(rp: RangePiece, buf: bytearray) -> bytearray:
         raise from_os_error(exc, recorded) from None
     finally:
         os.close(fd)
-    return buf
+    return into
 
 
 def _split_ranges(
