@@ -327,3 +327,36 @@ def test_the_console_command_starts_no_blas_thread_pool(tmp_path: Path, preset: 
         check=False,
     )
     assert in_process.stdout.strip().splitlines()[-1] == str(preset)
+
+
+SNIFF_PROBE = """
+import sys
+from matrixctl.formats import registry
+from tests.helpers import golden_bytes
+heads = [b"STB0" + bytes(60), b"ZTEN1000" + bytes(56), b"GGUF" + bytes(60), b"EMBD" + bytes(60),
+         golden_bytes.MATRIX_ATOM[:64]]
+print([registry.sniff_bytes(h, 1 << 20) for h in heads])
+print(sorted(m for m in {watch!r} if m in sys.modules))
+"""
+
+
+def test_sniffing_other_formats_imports_no_codec_it_rules_out() -> None:
+    """The sniffers that need their codec (safetensors, npz, the STB sidecar) look at the bytes
+    first: a file of another format does not import them (the npz codec pulls in zipfile,
+    about 10 ms of a `convert`'s start-up)."""
+    watch = (
+        "zipfile",
+        "matrixctl.formats.npy",
+        "matrixctl.formats.st_container",
+        "matrixctl.formats.stb",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", SNIFF_PROBE.format(watch=watch)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    formats, loaded = proc.stdout.splitlines()
+    assert formats == "['stb', 'ztensor', 'gguf', 'embd', 'matrix-atom']"
+    assert loaded == "[]"
