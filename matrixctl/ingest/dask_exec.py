@@ -763,7 +763,13 @@ LOCAL_CLUSTER_CONFIG = {"distributed.worker.multiprocessing-method": "fork", **Q
 
 
 def _local_cluster(distributed: Any, jobs: int) -> Any:
-    """A LocalCluster of `jobs` single-threaded worker processes on 127.0.0.1."""
+    """A LocalCluster of `jobs` single-threaded worker processes on 127.0.0.1.
+
+    Its processes log nothing below CRITICAL: the build reports its own errors, one line each,
+    and a worker's traceback (for example a heartbeat that meets the scheduler closing at the
+    end of the build) would break that contract on the user's terminal (docs/scale-out.md)."""
+    import logging
+
     import dask
 
     with dask.config.set(LOCAL_CLUSTER_CONFIG):
@@ -773,6 +779,7 @@ def _local_cluster(distributed: Any, jobs: int) -> Any:
             processes=True,
             host="127.0.0.1",
             dashboard_address=":0",
+            silence_logs=logging.CRITICAL,
         )
 
 
@@ -896,7 +903,13 @@ class DaskWorkers:
         if self.starting is not None:  # the own cluster: `jobs` workers
             workers = self.jobs
             # The first window is cut (and its sources hashed) while the cluster starts.
-            pending = itertools.chain(list(itertools.islice(pending, 4 * workers + 4)), pending)
+            early = list(itertools.islice(pending, 4 * workers + 4))
+            while self.starting.is_alive():
+                more = next(pending, None)
+                if more is None:
+                    break
+                early.append(more)
+            pending = itertools.chain(early, pending)
             self._ready()
         else:
             workers = len(self.client.scheduler_info().get("workers", {}))

@@ -146,6 +146,44 @@ def test_own_local_cluster_from_the_cli(small, tmp_path: Path) -> None:
     assert _tree(out) == expected
 
 
+SHOUT = """
+import logging, sys
+import distributed
+from matrixctl.ingest.dask_exec import _local_cluster
+
+def shout():
+    logging.getLogger("distributed.worker").error("worker shouts\\nTraceback (most recent call)")
+    return 7
+
+if __name__ == "__main__":
+    lc = _local_cluster(distributed, 1)
+    with distributed.Client(lc) as client:
+        assert client.submit(shout, pure=False).result() == 7
+        logging.getLogger("distributed.scheduler").error("scheduler shouts")
+    lc.close()
+    print("done")
+"""
+
+
+@pytest.mark.slow
+def test_own_cluster_processes_keep_stderr_clean(tmp_path: Path) -> None:
+    """The own cluster's scheduler and workers log nothing below CRITICAL: an error a worker
+    logs (the heartbeat that meets the scheduler closing at the end of a build logs one, with
+    its traceback) never reaches the user's terminal; the build reports its own errors."""
+    script = tmp_path / "shout.py"
+    script.write_text(SHOUT)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
+    assert "shouts" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
 def _wait(cond, what: str, timeout: float = 60) -> None:
     end = time.monotonic() + timeout
     while not cond():
