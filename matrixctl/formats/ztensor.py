@@ -297,7 +297,6 @@ class ZtObject(Record):
 class ZtFile(Record):
     __slots__ = (
         "attributes",
-        "manifest",
         "manifest_offset",
         "manifest_size",
         "objects",
@@ -312,7 +311,6 @@ class ZtFile(Record):
         size: int,
         manifest_offset: int,
         manifest_size: int,
-        manifest: dict[str, Any],
         version: str,
         attributes: dict[str, Any],
         objects: dict[str, ZtObject],
@@ -322,7 +320,6 @@ class ZtFile(Record):
         self.size = size
         self.manifest_offset = manifest_offset
         self.manifest_size = manifest_size
-        self.manifest = manifest
         self.version = version
         self.attributes = attributes
         self.objects = objects  # well-formed objects, in blob order
@@ -421,7 +418,9 @@ def parse(buf: Any, size: int) -> ZtFile:
             field="objects",
         )
     attributes = root.get("attributes", {})
-    zt = ZtFile(size, moff, msize, root, version, {}, {})
+    # The decoded manifest is not kept: the parse keeps what it checked (the objects and their
+    # components), and the CBOR maps and arrays, about five per tensor, are freed with `root`.
+    zt = ZtFile(size, moff, msize, version, {}, {})
     if not isinstance(attributes, dict):
         zt.problems.append(Problem(ZT_SCHEMA, "root 'attributes' is not a map", field="attributes"))
     else:

@@ -331,7 +331,8 @@ def test_ztensor_verifier_checks_ggml_blocks(model, tmp_path: Path) -> None:
     f = ztensor.parse(data, len(data))
 
     def rewrite(edit) -> set[str]:
-        manifest = json.loads(json.dumps(f.manifest))
+        raw = data[f.manifest_offset : f.manifest_offset + f.manifest_size]
+        manifest = cbor.loads(raw)  # a fresh copy to edit
         edit(manifest["objects"]["token_embd.weight"])
         raw = cbor.dumps(manifest)
         blob = data[: f.manifest_offset] + raw + struct.pack("<Q", len(raw)) + ztensor.MAGIC
