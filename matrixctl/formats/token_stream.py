@@ -28,13 +28,13 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl import codes
 from matrixctl.crc import crc32, crc32_combine
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.io import Readable, Releaser, read_exact
+from matrixctl.records import FrozenRecord
 
 if TYPE_CHECKING:
     import numpy as np
@@ -97,12 +97,17 @@ def _pad(n: int) -> int:
     return (-n) % ALIGN
 
 
-@dataclass(frozen=True)
-class StreamHeader:
-    dtype_id: int = 1
-    vocab_size: int = 0
-    version: int = VERSION
-    flags: int = 0
+class StreamHeader(FrozenRecord):
+    __slots__ = ("dtype_id", "flags", "version", "vocab_size")
+    dtype_id: int
+    vocab_size: int
+    version: int
+    flags: int
+
+    def __init__(
+        self, dtype_id: int = 1, vocab_size: int = 0, version: int = VERSION, flags: int = 0
+    ) -> None:
+        self._init(dtype_id, vocab_size, version, flags)
 
     @property
     def dtype(self) -> str:
@@ -147,24 +152,39 @@ class StreamHeader:
         return cls(dtype_id, vocab, version, flags)
 
 
-@dataclass(frozen=True)
-class EndInfo:
+class EndInfo(FrozenRecord):
+    __slots__ = ("crc32", "doc_count", "token_count")
     token_count: int
     doc_count: int
     crc32: int
 
+    def __init__(self, token_count: int, doc_count: int, crc32: int) -> None:
+        self._init(token_count, doc_count, crc32)
 
-@dataclass(frozen=True)
-class Event:
+
+class Event(FrozenRecord):
     """One frame: TOKENS carries `tokens`, DOC carries `label`, END carries `end`."""
 
+    __slots__ = ("crc", "end", "kind", "label", "max_id", "offset", "tokens")
     kind: int
     offset: int
-    tokens: Any = None
-    label: str | None = None
-    end: EndInfo | None = None
-    max_id: int = -1  # TOKENS: the largest id in the frame (already checked against vocab)
-    crc: int | None = None  # TOKENS: CRC-32 of the ids' bytes alone (what a writer re-uses)
+    tokens: Any
+    label: str | None
+    end: EndInfo | None
+    max_id: int  # TOKENS: the largest id in the frame (already checked against vocab)
+    crc: int | None  # TOKENS: CRC-32 of the ids' bytes alone (what a writer re-uses)
+
+    def __init__(
+        self,
+        kind: int,
+        offset: int,
+        tokens: Any = None,
+        label: str | None = None,
+        end: EndInfo | None = None,
+        max_id: int = -1,
+        crc: int | None = None,
+    ) -> None:
+        self._init(kind, offset, tokens, label, end, max_id, crc)
 
 
 class TokenStreamWriter:

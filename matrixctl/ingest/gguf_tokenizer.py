@@ -15,7 +15,6 @@ up to hundreds of thousands.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from dataclasses import dataclass
 from itertools import compress, count
@@ -168,7 +167,7 @@ def pi_spans(plan: VocabPlan, text: str) -> list[ref.Span]:
         for sid in found
         if sid not in smap.specials and (base is None or not base <= sid < base + 256)
     )
-    small = dataclasses.replace(smap, symbols=keep, specials=frozenset())
+    small = smap.replace(symbols=keep, specials=frozenset())
     matched, spans = pi.Tokenizer(small).spans(text)
     if marking is None or marking.scheme != "wordpiece":
         return spans

@@ -29,13 +29,13 @@ import json
 import re
 import unicodedata
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from matrixctl import _pi_kernel, codes
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.findings import Finding, finding
+from matrixctl.records import FrozenRecord
 
 if TYPE_CHECKING:
     import numpy as np
@@ -160,8 +160,7 @@ def byte_level_decoder() -> dict[str, int]:
     return _BYTE_LEVEL_DECODER
 
 
-@dataclass(frozen=True)
-class SpaceMarking:
+class SpaceMarking(FrozenRecord):
     """How a vocabulary marks word boundaries (the map's optional `space_marking` field;
     docs/formats/pi-symbol-map.md, "Space marking"). It changes the bytes a symbol matches
     (its *key*) and, for some schemes, the text before matching:
@@ -177,12 +176,31 @@ class SpaceMarking:
       optional lower-casing and accent stripping); each document starts a word.
     """
 
+    __slots__ = (
+        "continuation",
+        "lowercase",
+        "marker",
+        "prefix_space",
+        "scheme",
+        "strip_accents",
+    )
     scheme: str
-    marker: str | None = None
-    continuation: str | None = None
-    prefix_space: bool = False
-    lowercase: bool = False
-    strip_accents: bool = False
+    marker: str | None
+    continuation: str | None
+    prefix_space: bool
+    lowercase: bool
+    strip_accents: bool
+
+    def __init__(
+        self,
+        scheme: str,
+        marker: str | None = None,
+        continuation: str | None = None,
+        prefix_space: bool = False,
+        lowercase: bool = False,
+        strip_accents: bool = False,
+    ) -> None:
+        self._init(scheme, marker, continuation, prefix_space, lowercase, strip_accents)
 
     def to_json(self) -> dict[str, Any]:
         if self.scheme == "sentencepiece":
@@ -308,9 +326,29 @@ def parse_space_marking(value: Any) -> tuple[SpaceMarking | None, str | None]:
     return SpaceMarking(scheme, **fields), None
 
 
-@dataclass(frozen=True)
+# The fields of a SymbolMap that define it (equality and hash); `extra` (name, description)
+# does not.
+_MAP_FIELDS = (
+    "vocab_size",
+    "unk_id",
+    "pad_id",
+    "byte_fallback",
+    "byte_base_id",
+    "normalization",
+    "symbols",
+    "eos_id",
+    "version",
+    "space_marking",
+    "specials",
+)
+
+
 class SymbolMap:
-    """A checked symbol map. `symbols` is sorted by id."""
+    """A checked symbol map. `symbols` is sorted by id. Frozen, compared and hashed by its
+    defining fields (not `extra`). A plain class rather than a dataclass: importing
+    `dataclasses` (with `inspect`) and building the class took 10-20 ms of every `tokenize pi`
+    command's start (docs/architecture.md, rule 13); its `symbols` can be loaded on first use
+    (`deferred`), which a slotted record cannot do."""
 
     vocab_size: int
     unk_id: int
@@ -319,11 +357,75 @@ class SymbolMap:
     byte_base_id: int | None
     normalization: str
     symbols: tuple[tuple[int, str], ...]
-    eos_id: int | None = None
-    version: int = VERSION
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-    space_marking: SpaceMarking | None = None
-    specials: frozenset[int] = frozenset()  # symbol ids listed but never matched
+    eos_id: int | None
+    version: int
+    extra: dict[str, Any]
+    space_marking: SpaceMarking | None
+    specials: frozenset[int]  # symbol ids listed but never matched
+
+    def __init__(
+        self,
+        vocab_size: int,
+        unk_id: int,
+        pad_id: int,
+        byte_fallback: bool,
+        byte_base_id: int | None,
+        normalization: str,
+        symbols: tuple[tuple[int, str], ...],
+        eos_id: int | None = None,
+        version: int = VERSION,
+        extra: dict[str, Any] | None = None,
+        space_marking: SpaceMarking | None = None,
+        specials: frozenset[int] = frozenset(),
+    ) -> None:
+        put = self.__dict__
+        put["vocab_size"] = vocab_size
+        put["unk_id"] = unk_id
+        put["pad_id"] = pad_id
+        put["byte_fallback"] = byte_fallback
+        put["byte_base_id"] = byte_base_id
+        put["normalization"] = normalization
+        put["symbols"] = symbols
+        put["eos_id"] = eos_id
+        put["version"] = version
+        put["extra"] = {} if extra is None else extra
+        put["space_marking"] = space_marking
+        put["specials"] = specials
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple([getattr(self, name) for name in _MAP_FIELDS])
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, SymbolMap)
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{name}=<{len(self.symbols):,} symbols>"
+            if name == "symbols"
+            else f"{name}={getattr(self, name)!r}"
+            for name in _MAP_FIELDS
+        )
+        return f"SymbolMap({shown})"
+
+    def replace(self, **changes: Any) -> SymbolMap:
+        """A copy with `changes` (field name -> value); `extra` is kept unless given."""
+        names = (*_MAP_FIELDS, "extra")
+        unknown = set(changes) - set(names)
+        if unknown:
+            raise TypeError(f"SymbolMap has no field {', '.join(sorted(unknown))}")
+        return SymbolMap(**{name: changes.get(name, getattr(self, name)) for name in names})
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        raise AttributeError(f"cannot assign to field {name!r} of a SymbolMap")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError(f"cannot delete field {name!r} of a SymbolMap")
 
     @classmethod
     def deferred(

@@ -76,7 +76,17 @@ raise SystemExit(code)
 
 def test_one_line_pi_encode_imports_neither_typer_nor_other_commands() -> None:
     heavy = [m for m in HEAVY if m != "blake3"]  # the map cache's key (tokenizers/pi_cache.py)
-    watch = (*heavy, "typer", "click", "matrixctl.cli.app", "matrixctl.cli.tokenize_scx")
+    # The π path defines records, not dataclasses (whose import, with inspect, and class
+    # building took 10-20 ms of this command's start: docs/architecture.md, rule 13).
+    watch = (
+        *heavy,
+        "typer",
+        "click",
+        "matrixctl.cli.app",
+        "matrixctl.cli.tokenize_scx",
+        "dataclasses",
+        "inspect",
+    )
     proc = subprocess.run(
         [sys.executable, "-c", ENTRY_PROBE.format(watch=watch), "tokenize", "pi", "encode"],
         input=b"one line\n",
