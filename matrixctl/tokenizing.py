@@ -6,9 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -257,6 +255,9 @@ def _output(path: str, form: str) -> Iterator[BinaryIO]:
         with atomic_output(path, what="a token stream" if form == "stream" else "token ids") as out:
             yield out
         return
+    import shutil
+    import tempfile
+
     with tempfile.TemporaryFile(prefix="matrixctl-out-") as tmp:
         yield tmp
         tmp.seek(0)

@@ -24,7 +24,6 @@ Codecs never print or exit: problems are findings (`check_map`) or `FormatError`
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import unicodedata
@@ -528,6 +527,8 @@ class SymbolMap:
         known: str | None = self.__dict__.get("_canonical_hash")
         if known is not None:
             return known
+        import hashlib  # here: OpenSSL's start is not paid by an encode with a cached map
+
         h = hashlib.sha256()
         for piece in self._canonical_pieces():
             h.update(piece)

@@ -29,7 +29,6 @@ import marshal
 import os
 import struct
 import sys
-import tempfile
 from typing import Any
 
 from matrixctl.crc import crc32
@@ -167,6 +166,8 @@ def store(raw: bytes, smap: pi.SymbolMap, trie: Any) -> None:
     tmp = None
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        import tempfile
+
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
         with os.fdopen(fd, "wb") as fp:
             fp.write(head)
