@@ -95,3 +95,52 @@ def test_freed_blocks_are_reused_instead_of_faulted_in_again() -> None:
     pages = (210 << 20) // 4096
     assert int(plain) > pages // 2  # every block faulted in again
     assert int(tuned) < pages // 4  # about the largest block's pages once
+
+
+# `tokenize pi encode`: tuned for a large regular file only ---------------------------------
+
+
+def test_pi_encode_tunes_the_allocator_for_a_large_file_only(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from matrixctl.cli import pi_encode
+
+    calls: list[bool] = []
+    monkeypatch.setattr(pi_encode, "keep_freed_memory", lambda: calls.append(True) or True)
+    large = tmp_path / "large.txt"
+    large.write_bytes(b"the quick brown fox\n" * (pi_encode.LARGE_INPUT // 20 + 1))
+    small = tmp_path / "small.txt"
+    small.write_bytes(b"one line\n")
+    assert pi_encode.tuned_for(str(large)) is True
+    assert calls == [True]
+    assert pi_encode.tuned_for(str(small)) is False
+    assert pi_encode.tuned_for(str(tmp_path / "missing.txt")) is False
+    assert pi_encode.tuned_for(str(tmp_path)) is False  # a folder: the encode refuses it
+    assert calls == [True]
+
+
+def test_pi_encode_of_stdin_is_tuned_when_stdin_is_a_large_file(tmp_path) -> None:
+    from matrixctl.cli import pi_encode
+
+    probe = (
+        "import sys\n"
+        "from matrixctl.cli import pi_encode\n"
+        "pi_encode.keep_freed_memory = lambda: True\n"
+        "print(pi_encode.tuned_for('-'))\n"
+    )
+    large = tmp_path / "large.txt"
+    large.write_bytes(b"x" * pi_encode.LARGE_INPUT)
+
+    def tuned(stdin: Any) -> str:
+        return subprocess.run(
+            [sys.executable, "-c", probe],
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=True,
+        ).stdout.strip()
+
+    with large.open("rb") as fp:
+        assert tuned(fp) == "True"
+    assert tuned(subprocess.PIPE) == "False"  # a pipe: its size is not known
