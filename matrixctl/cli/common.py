@@ -102,6 +102,28 @@ def keep_freed_memory(environ: dict[str, str] | os._Environ[str] = os.environ) -
     return True
 
 
+LARGE_INPUT = 1 << 20  # bytes: from this size `tune_for_input` tunes the allocator
+
+
+def tune_for_input(input_path: str) -> bool:
+    """`keep_freed_memory` for a streaming command (`tokenize pi encode|decode`) whose input is
+    a regular file of at least LARGE_INPUT bytes (stdin redirected from one included): each
+    1 MiB read, its normalized text and its ids were fresh mappings the kernel faulted in
+    and zeroed again, about 29,000 page faults for a 20 MB encode at `--jobs 1` and 43,000 at
+    `--jobs 2` (forked workers inherit the setting). A small input, or a pipe whose size is
+    not known, is left as it is: the setting costs `ctypes`' import, about 1.5 ms of a 40 ms
+    one-line encode (docs/benchmarks.md, "π: the allocator")."""
+    import stat
+
+    try:
+        st = os.fstat(0) if input_path == "-" else os.stat(input_path)
+    except (OSError, ValueError):
+        return False  # the command reports a missing input itself
+    if not stat.S_ISREG(st.st_mode) or st.st_size < LARGE_INPUT:
+        return False
+    return keep_freed_memory()
+
+
 def color_enabled(stream: Any = None) -> bool:
     stream = stream or sys.stderr
     if os.environ.get("NO_COLOR", "") != "":

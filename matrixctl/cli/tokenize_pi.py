@@ -126,6 +126,8 @@ def decode(
     Symbol ids give their text; byte ids are reassembled into UTF-8; unk_id gives U+FFFD;
     pad_id and eos_id give nothing.
     """
+    from matrixctl.cli.common import tune_for_input
     from matrixctl.tokenizing import decode_file
 
+    tune_for_input(input_path)
     decode_file(input_path, output, symbols=symbols, errors=errors.value)

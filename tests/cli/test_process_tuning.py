@@ -97,39 +97,48 @@ def test_freed_blocks_are_reused_instead_of_faulted_in_again() -> None:
     assert int(tuned) < pages // 4  # about the largest block's pages once
 
 
-# `tokenize pi encode`: tuned for a large regular file only ---------------------------------
+# `tokenize pi encode|decode`: tuned for a large regular file only ---------------------------------
 
 
-def test_pi_encode_tunes_the_allocator_for_a_large_file_only(
+def test_tokenize_tunes_the_allocator_for_a_large_file_only(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from matrixctl.cli import pi_encode
-
     calls: list[bool] = []
-    monkeypatch.setattr(pi_encode, "keep_freed_memory", lambda: calls.append(True) or True)
+    monkeypatch.setattr(common, "keep_freed_memory", lambda: calls.append(True) or True)
     large = tmp_path / "large.txt"
-    large.write_bytes(b"the quick brown fox\n" * (pi_encode.LARGE_INPUT // 20 + 1))
+    large.write_bytes(b"the quick brown fox\n" * (common.LARGE_INPUT // 20 + 1))
     small = tmp_path / "small.txt"
     small.write_bytes(b"one line\n")
-    assert pi_encode.tuned_for(str(large)) is True
+    assert common.tune_for_input(str(large)) is True
     assert calls == [True]
-    assert pi_encode.tuned_for(str(small)) is False
-    assert pi_encode.tuned_for(str(tmp_path / "missing.txt")) is False
-    assert pi_encode.tuned_for(str(tmp_path)) is False  # a folder: the encode refuses it
+    assert common.tune_for_input(str(small)) is False
+    assert common.tune_for_input(str(tmp_path / "missing.txt")) is False
+    assert common.tune_for_input(str(tmp_path)) is False  # a folder: the command refuses it
     assert calls == [True]
 
 
-def test_pi_encode_of_stdin_is_tuned_when_stdin_is_a_large_file(tmp_path) -> None:
-    from matrixctl.cli import pi_encode
+@pytest.mark.parametrize("command", ["encode", "decode"])
+def test_both_pi_commands_ask_for_the_tuning(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    from matrixctl.cli.app import main
 
+    asked: list[str] = []
+    monkeypatch.setattr(common, "tune_for_input", lambda path: asked.append(path) or False)
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"1 2 3\n" if command == "decode" else b"some text\n")
+    assert main(["tokenize", "pi", command, str(src), "-o", str(tmp_path / "out"), "-q"]) == 0
+    assert asked == [str(src)]
+
+
+def test_stdin_is_tuned_when_stdin_is_a_large_file(tmp_path) -> None:
     probe = (
-        "import sys\n"
-        "from matrixctl.cli import pi_encode\n"
-        "pi_encode.keep_freed_memory = lambda: True\n"
-        "print(pi_encode.tuned_for('-'))\n"
+        "from matrixctl.cli import common\n"
+        "common.keep_freed_memory = lambda: True\n"
+        "print(common.tune_for_input('-'))\n"
     )
     large = tmp_path / "large.txt"
-    large.write_bytes(b"x" * pi_encode.LARGE_INPUT)
+    large.write_bytes(b"x" * common.LARGE_INPUT)
 
     def tuned(stdin: Any) -> str:
         return subprocess.run(
