@@ -106,3 +106,25 @@ def test_fast_zip_crc_is_put_back_after_the_last_of_overlapping_blocks() -> None
     release.set()
     worker.join()
     assert zipfile.crc32 is own  # type: ignore[attr-defined]
+
+
+def test_an_npz_output_starts_its_write_out_as_its_members_grow(tmp_path, monkeypatch) -> None:
+    """The stored members go to the output file through `started_writeback` (as a plain
+    output's copy does): every byte of every member is counted, so the fsync at the commit
+    has only the last step left; the file is the one numpy reads."""
+    from matrixctl.cli.app import main
+
+    seen: list[tuple[int, int]] = []
+    monkeypatch.setattr(npy, "started_writeback", lambda fd, n: seen.append((fd, n)))
+    arrays = {f"t{i}": np.arange(1000 * (i + 1), dtype=np.float32) for i in range(3)}
+    src = tmp_path / "in.npz"
+    np.savez(src, **arrays)
+    out = tmp_path / "out.npz"
+    assert main(["convert", str(src), str(out), "-q"]) == 0
+    with np.load(out) as got:
+        for name, arr in arrays.items():
+            np.testing.assert_array_equal(got[name], arr)
+    with zipfile.ZipFile(out) as zf:
+        stored = sum(info.file_size for info in zf.infolist())
+    assert len({fd for fd, _ in seen}) == 1
+    assert sum(n for _, n in seen) == stored  # npy headers and data, every member
