@@ -265,6 +265,11 @@ def main(argv: list[str]) -> int:
             if not label.startswith(workload):
                 continue
             inputs = prepare(tmp, spec, formats)
+            # The inputs just written are still being written out (about 1.3 GB for the first
+            # workload): the first pairs' fsyncs queued behind that (0.41-0.46x for
+            # safetensors -> zTensor and -> STB, the first rows, 0.7-0.9x later). Settled
+            # first, outside the clock, for every command alike.
+            os.sync()
             for s in formats:
                 for d in formats:
                     if s == d or (only and only != f"{s}:{d}"):
