@@ -155,12 +155,17 @@ def convert_args(src: str, dst: str, dst_fmt: str) -> list[str]:
     return ["convert", src, dst, *(EMBD_META if dst_fmt == "embd" else [])]
 
 
+def console(python: str) -> list[str]:
+    """The `matrixctl` command beside the interpreter `python`, as a user runs it (the console
+    script pip writes: no `runpy`, about 5 ms less than `python -m matrixctl`); `python -m
+    matrixctl` where there is none."""
+    script = Path(python).with_name("matrixctl")
+    return [str(script)] if script.is_file() else [python, "-m", "matrixctl"]
+
+
 def convert_cmd(src: str, dst: str, dst_fmt: str) -> list[str]:
-    """`matrixctl convert ...` by the console script beside PYTHON, as a user runs it (no
-    `runpy`: about 5 ms less than `python -m matrixctl`)."""
-    script = Path(PYTHON).with_name("matrixctl")
-    head = [str(script)] if script.is_file() else [PYTHON, "-m", "matrixctl"]
-    return [*head, *convert_args(src, dst, dst_fmt)]
+    """`matrixctl convert ...` by the console script beside PYTHON."""
+    return [*console(PYTHON), *convert_args(src, dst, dst_fmt)]
 
 
 def prepare(tmp: Path, spec: list[tuple[str, int]], formats: tuple[str, ...]) -> dict[str, str]:

@@ -42,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_convert import console  # this folder is the script's: first on sys.path
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 TEXT = HERE / "out" / "corpus.txt"
@@ -89,14 +91,6 @@ def _env(**extra: str) -> dict[str, str]:
     else:
         env["PYTHONPATH"] = str(ROOT)
     return env
-
-
-def console(py: str) -> list[str]:
-    """The `matrixctl` command beside the interpreter `py`, as a user runs it (the console
-    script pip writes: no `runpy`, about 5 ms less than `python -m matrixctl`); `py -m
-    matrixctl` where there is none."""
-    script = Path(py).with_name("matrixctl")
-    return [str(script)] if script.is_file() else [py, "-m", "matrixctl"]
 
 
 def cold(runs: int) -> None:
