@@ -255,7 +255,16 @@ class Source:
     views handed out must not outlive it.
     """
 
-    def __init__(self, path: str, buf: mmap.mmap | bytes, size: int, fp: IO[bytes] | None) -> None:
+    def __init__(
+        self,
+        path: str,
+        buf: mmap.mmap | bytes,
+        size: int,
+        fp: IO[bytes] | None,
+        st: os.stat_result | None = None,
+    ) -> None:
+        """`st`: the mapped file's status taken when it was mapped (its size and time are the
+        stamp `changed` compares with); read here when not given."""
         self.path = path
         self.name = display_name(path)
         self.buf = buf
@@ -263,7 +272,8 @@ class Source:
         self._fp = fp
         self._stamp: tuple[int, int] | None = None
         if isinstance(buf, mmap.mmap) and fp is not None:
-            st = os.fstat(fp.fileno())
+            if st is None:
+                st = os.fstat(fp.fileno())
             self._stamp = (st.st_size, st.st_mtime_ns)
             _MAPPED.add(self)
             _guard_sigbus()
@@ -298,23 +308,35 @@ class Source:
         if path == STDIO:
             return cls._from_fd_or_spool(path)
         try:
-            st = os.stat(path)
-            if stat.S_ISDIR(st.st_mode):
-                raise InputError(codes.IO_IS_DIR, "is a folder, a file was expected", path=path)
-            if not stat.S_ISREG(st.st_mode):
-                # A FIFO or character device: read it through like a pipe.
-                with open(path, "rb") as fp:
-                    return cls._spool(path, fp)
-            fp = open(path, "rb")  # noqa: SIM115 - owned by the Source
-        except MatrixError:
-            raise
+            # Unbuffered: the file is mapped, never read through a buffer (and a buffered
+            # reader would cost an ioctl, a seek and a stat more per open).
+            raw: IO[bytes] = open(path, "rb", buffering=0)  # noqa: SIM115 - owned by the Source
+        except IsADirectoryError:
+            raise InputError(
+                codes.IO_IS_DIR, "is a folder, a file was expected", path=path
+            ) from None
         except OSError as exc:
             raise from_os_error(exc, path) from None
-        return cls._map(path, fp)
+        try:
+            st = os.fstat(raw.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                # A FIFO or character device: read it through like a pipe.
+                with raw:
+                    return cls._spool(path, raw)
+        except MatrixError:
+            raw.close()
+            raise
+        except OSError as exc:
+            raw.close()
+            raise from_os_error(exc, path) from None
+        return cls._map(path, raw, st)
 
     @classmethod
-    def _map(cls, path: str, fp: IO[bytes]) -> Source:
-        size = os.fstat(fp.fileno()).st_size
+    def _map(cls, path: str, fp: IO[bytes], st: os.stat_result | None = None) -> Source:
+        """`st`: the file's status, when the caller has just taken it (`os.fstat`)."""
+        if st is None:
+            st = os.fstat(fp.fileno())
+        size = st.st_size
         if size == 0:
             return cls(path, b"", 0, fp)
         try:
@@ -324,7 +346,7 @@ class Source:
             fp.seek(0)
             data = fp.read()
             return cls(path, data, len(data), fp)
-        return cls(path, buf, size, fp)
+        return cls(path, buf, size, fp, st)
 
     @classmethod
     def _from_fd_or_spool(cls, path: str) -> Source:

@@ -20,12 +20,48 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from matrixctl import codes
-from matrixctl.errors import FormatError, UsageError
-from matrixctl.io import STDIO
+from matrixctl.errors import FormatError, InputError, UsageError
 
 if TYPE_CHECKING:
     from matrixctl.io import Folder, Source
     from matrixctl.tensors import TensorSource
+
+
+def _open_input(path: str, fmt: str | None) -> tuple[Source | Folder, str | None]:
+    """`open_path`'s work without the block: the caller closes what it gets."""
+    from matrixctl.formats import registry
+    from matrixctl.io import Folder, Source
+
+    try:
+        src = Source.open(path)
+    except InputError as err:
+        # A folder: the format that claims it, or UNKNOWN_FOLDER naming what it lacks. Files
+        # are the common case: they are opened without a stat of their own first.
+        folder = registry.sniff_dir(path) if err.code == codes.IO_IS_DIR else None
+        if folder is None:
+            raise
+        return Folder(path), folder.name
+    try:
+        return src, fmt or registry.sniff(src)
+    except BaseException:
+        src.close()
+        raise
+
+
+def _known(src: Source | Folder, fmt: str | None) -> str:
+    """`fmt`, or the UNKNOWN_FORMAT error (with what the bytes are when the registry knows)."""
+    if fmt is not None:
+        return fmt
+    from matrixctl.formats import registry
+    from matrixctl.io import Source
+
+    known = registry.explain_unknown(src) if isinstance(src, Source) else None
+    raise FormatError(
+        codes.UNKNOWN_FORMAT,
+        known or "format not recognised from its bytes",
+        path=src.name,
+        offset=0,
+    )
 
 
 @contextlib.contextmanager
@@ -34,44 +70,33 @@ def open_path(path: str, fmt: str | None = None) -> Iterator[tuple[Source | Fold
     a `Folder`, anything else is opened as a `Source` and sniffed (unless `fmt` names its
     format); None when no format claims the bytes. The input is closed when the block ends.
     Opening errors (`IO_NOT_FOUND`, `UNKNOWN_FOLDER`, ...) are raised before the block runs."""
-    from matrixctl.formats import registry
-    from matrixctl.io import Folder, Source
-
-    folder = registry.sniff_dir(path) if path != STDIO else None
-    with Folder(path) if folder is not None else Source.open(path) as src:
-        if folder is not None:
-            yield src, folder.name
-        else:
-            yield src, fmt or registry.sniff(src)  # type: ignore[arg-type]
+    src, got = _open_input(path, fmt)
+    with src:
+        yield src, got
 
 
 @contextlib.contextmanager
 def open_sniffed(path: str) -> Iterator[tuple[Source | Folder, str]]:
     """`(opened input, format name)` for `path`; the input is closed when the block ends."""
-    from matrixctl.formats import registry
-    from matrixctl.io import Source
-
-    with open_path(path) as (src, fmt):
-        if fmt is None:
-            known = registry.explain_unknown(src) if isinstance(src, Source) else None
-            raise FormatError(
-                codes.UNKNOWN_FORMAT,
-                known or "format not recognised from its bytes",
-                path=src.name,
-                offset=0,
-            )
-        yield src, fmt
+    src, fmt = _open_input(path, None)
+    with src:
+        yield src, _known(src, fmt)
 
 
 def tensor_source_class(fmt: str) -> type[TensorSource] | None:
     """The `TensorSource` class of a tensor container format, or None for other formats."""
-    from matrixctl.formats.registry import TENSOR_CONTAINERS
+    cls = _SOURCE_CLASSES.get(fmt)
+    if cls is None:
+        from matrixctl.formats.registry import TENSOR_CONTAINERS
 
-    container = next((c for c in TENSOR_CONTAINERS if c.format == fmt), None)
-    if container is None:
-        return None
-    cls: type[TensorSource] | None = container.io()[0]
+        container = next((c for c in TENSOR_CONTAINERS if c.format == fmt), None)
+        if container is None:
+            return None
+        cls = _SOURCE_CLASSES[fmt] = container.io()[0]
     return cls
+
+
+_SOURCE_CLASSES: dict[str, type[TensorSource] | None] = {}  # format -> its class, once imported
 
 
 def open_checked(src: Source | Folder, fmt: str) -> Any:
@@ -112,22 +137,47 @@ def open_with_options(
     return source_cls(src, checked)  # type: ignore[call-arg]
 
 
-@contextlib.contextmanager
-def open_tensors(path: str, options: dict[str, object] | None = None) -> Iterator[TensorSource]:
+class open_tensors:  # used as a function: `with open_tensors(path) as source:`
     """Any tensor container, sniffed and checked (its structural rules run, so a damaged file
     is refused with the code `verify` reports), opened for reading until the block ends.
-    `options` are source options (`keep_quantized`), refused by a source that has none."""
-    with open_sniffed(path) as (src, fmt):
-        cls = tensor_source_class(fmt)
-        if cls is None:
-            raise FormatError(
-                codes.UNKNOWN_FORMAT,
-                f"not a tensor container matrixctl reads (format: {fmt})",
-                path=src.name,
-                offset=0,
-            )
-        source = open_with_options(cls, src, dict(options or {}), fmt)  # type: ignore[arg-type]
+    `options` are source options (`keep_quantized`), refused by a source that has none.
+
+    A class rather than a generator: every library read opens through here, and a generator
+    context adds its frames to the open and the close of each file."""
+
+    __slots__ = ("_input", "_options", "_path", "_source")
+
+    def __init__(self, path: str, options: dict[str, object] | None = None) -> None:
+        self._path = path
+        self._options = dict(options or {})
+        self._input: Source | Folder | None = None
+        self._source: TensorSource | None = None
+
+    def __enter__(self) -> TensorSource:
+        src, got = _open_input(self._path, None)
         try:
-            yield source
+            fmt = _known(src, got)
+            cls = tensor_source_class(fmt)
+            if cls is None:
+                raise FormatError(
+                    codes.UNKNOWN_FORMAT,
+                    f"not a tensor container matrixctl reads (format: {fmt})",
+                    path=src.name,
+                    offset=0,
+                )
+            source = open_with_options(cls, src, self._options, fmt)  # type: ignore[arg-type]
+        except BaseException:
+            src.close()
+            raise
+        self._input, self._source = src, source
+        return source
+
+    def __exit__(self, *exc: object) -> None:
+        src, source = self._input, self._source
+        self._input = self._source = None
+        try:
+            if source is not None:
+                source.close()
         finally:
-            source.close()
+            if src is not None:
+                src.close()

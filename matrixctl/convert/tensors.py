@@ -560,8 +560,7 @@ def _run(
     return result
 
 
-@contextlib.contextmanager
-def open_source(path: str) -> Iterator[TensorSource]:
+def open_source(path: str) -> contextlib.AbstractContextManager[TensorSource]:
     """Any tensor container, sniffed from its bytes, opened for reading (library use):
 
     with open_source("model.zt") as src:
@@ -572,5 +571,4 @@ def open_source(path: str) -> Iterator[TensorSource]:
     """
     from matrixctl.opening import open_tensors
 
-    with open_tensors(path) as source:
-        yield source
+    return open_tensors(path)

@@ -85,6 +85,7 @@ def rule(
         if any(r.name == name for r in rules):
             raise RuntimeError(f"rule {fmt}/{name} registered twice")
         rules.append(Rule(fmt, name, fn, scan, cause, header))
+        _ORDERED.pop(fmt, None)
         return fn
 
     return register
@@ -125,9 +126,21 @@ def rules_for(fmt: str) -> list[Rule]:
     return list(_RULES.get(fmt, []))
 
 
+def _ordered(fmt: str) -> list[Rule]:
+    """The rules of `fmt`, root-cause rules first, then in registration order (sorted once
+    per format, again only after a rule is registered)."""
+    ordered = _ORDERED.get(fmt)
+    if ordered is None:
+        ordered = _ORDERED[fmt] = sorted(rules_for(fmt), key=lambda r: not r.cause)  # stable
+    return ordered
+
+
+_ORDERED: dict[str, list[Rule]] = {}
+
+
 def run_rules(fmt: str, subject: Any, report: FileReport, *, scan: bool) -> None:
     """Run the rules of `fmt` on `subject` into `report`, root-cause rules first."""
-    ordered = sorted(rules_for(fmt), key=lambda r: not r.cause)  # stable: registration order
+    ordered = _ordered(fmt)
     roots: set[str] = set()  # codes of root-cause errors
     for r in ordered:
         if r.scan and not scan:
@@ -150,9 +163,15 @@ def run_rules(fmt: str, subject: Any, report: FileReport, *, scan: bool) -> None
 
 def handler(fmt: str) -> Any:
     """Import the module that loads, describes and validates `fmt` (lazily: start-up time)."""
-    from matrixctl.formats.registry import get
+    mod = _HANDLERS.get(fmt)
+    if mod is None:
+        from matrixctl.formats.registry import get
 
-    return importlib.import_module(get(fmt).handler)
+        mod = _HANDLERS[fmt] = importlib.import_module(get(fmt).handler)
+    return mod
+
+
+_HANDLERS: dict[str, Any] = {}  # format -> its handler module, once imported
 
 
 def _load(load: Callable[[Any], Any], arg: Any, report: FileReport) -> Any:
