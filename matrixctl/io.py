@@ -403,9 +403,12 @@ class Source:
     def close(self) -> None:
         _MAPPED.discard(self)
         if isinstance(self.buf, mmap.mmap):
-            with contextlib.suppress(BufferError):
-                # A numpy view still alive keeps the mapping; the OS frees it at exit.
+            # A numpy view still alive keeps the mapping until it goes (a suppress() would
+            # cost two calls of its own on every close).
+            try:  # noqa: SIM105
                 self.buf.close()
+            except BufferError:
+                pass
         if self._fp is not None:
             self._fp.close()
             self._fp = None

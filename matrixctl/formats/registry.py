@@ -256,10 +256,35 @@ def names() -> list[str]:
 
 
 def sniff_bytes(head: bytes, size: int) -> str | None:
-    for fmt in FORMATS:
-        if fmt.directory is None and fmt.matches(head, size):
+    """The first format in `FORMATS` order that claims `head` (a file's first bytes)."""
+    # A magic is looked up at once; only the formats told by a function that come before the
+    # magic's format in the registry are asked (as the loop over every format would).
+    hit = _NO_MAGIC
+    for n, by_magic in _MAGICS:
+        got = by_magic.get(head[:n])
+        if got is not None and got[0] < hit[0]:
+            hit = got
+    for index, fmt in _SNIFFED:
+        if index > hit[0]:
+            break
+        if fmt.sniff is not None and fmt.sniff(head, size):
             return fmt.name
-    return None
+    return hit[1]
+
+
+def _magic_tables() -> tuple[tuple[int, dict[bytes, tuple[int, str]]], ...]:
+    """(magic length, magic -> (registry index, format)) for every length a magic has; the
+    first registered format keeps a magic two formats share."""
+    tables: dict[int, dict[bytes, tuple[int, str]]] = {}
+    for i, f in enumerate(FORMATS):
+        if f.directory is None and f.magic is not None:
+            tables.setdefault(len(f.magic), {}).setdefault(f.magic, (i, f.name))
+    return tuple(sorted(tables.items()))
+
+
+_NO_MAGIC: tuple[int, str | None] = (len(FORMATS), None)
+_MAGICS = _magic_tables()
+_SNIFFED = [(i, f) for i, f in enumerate(FORMATS) if f.directory is None and f.magic is None]
 
 
 def sniff(src: Source) -> str | None:

@@ -85,7 +85,8 @@ def rule(
         if any(r.name == name for r in rules):
             raise RuntimeError(f"rule {fmt}/{name} registered twice")
         rules.append(Rule(fmt, name, fn, scan, cause, header))
-        _ORDERED.pop(fmt, None)
+        _PLANS.pop((fmt, False), None)
+        _PLANS.pop((fmt, True), None)
         return fn
 
     return register
@@ -126,32 +127,37 @@ def rules_for(fmt: str) -> list[Rule]:
     return list(_RULES.get(fmt, []))
 
 
-def _ordered(fmt: str) -> list[Rule]:
-    """The rules of `fmt`, root-cause rules first, then in registration order (sorted once
-    per format, again only after a rule is registered)."""
-    ordered = _ORDERED.get(fmt)
-    if ordered is None:
-        ordered = _ORDERED[fmt] = sorted(rules_for(fmt), key=lambda r: not r.cause)  # stable
-    return ordered
+def _plan(fmt: str, scan: bool) -> tuple[tuple[Rule, ...], tuple[str, ...]]:
+    """The rules of `fmt` to run (root-cause rules first, then in registration order) and the
+    names of those skipped (scan rules, when `scan` is off): made once per format and mode,
+    again only after a rule is registered."""
+    plan = _PLANS.get((fmt, scan))
+    if plan is None:
+        ordered = sorted(rules_for(fmt), key=lambda r: not r.cause)  # stable
+        run = tuple(r for r in ordered if scan or not r.scan)
+        skipped = tuple(r.name for r in ordered if r.scan and not scan)
+        plan = _PLANS[(fmt, scan)] = (run, skipped)
+    return plan
 
 
-_ORDERED: dict[str, list[Rule]] = {}
+_PLANS: dict[tuple[str, bool], tuple[tuple[Rule, ...], tuple[str, ...]]] = {}
 
 
 def run_rules(fmt: str, subject: Any, report: FileReport, *, scan: bool) -> None:
     """Run the rules of `fmt` on `subject` into `report`, root-cause rules first."""
-    ordered = _ordered(fmt)
+    run, skipped = _plan(fmt, scan)
+    report.skipped.extend(skipped)
+    checks = report.checks
     roots: set[str] = set()  # codes of root-cause errors
-    for r in ordered:
-        if r.scan and not scan:
-            report.skipped.append(r.name)
-            continue
+    for r in run:
         found: list[Finding] = []
         try:
             found.extend(r.fn(subject))
         except FormatError as err:
             found.append(from_error(err))
-        report.checks.append(r.name)
+        checks.append(r.name)
+        if not found:
+            continue
         if roots and not (r.cause or r.header):
             # Consequences of the root cause: counted, not listed (a repeat is not counted).
             report.suppressed += sum(f.code not in roots for f in found)

@@ -239,3 +239,36 @@ def test_discard_aside_removes_the_set_aside_version(tmp_path: Path) -> None:
     (old / "sub" / "x").write_text("x")
     discard_aside(str(old), str(dest))
     assert os.listdir(tmp_path) == []
+
+
+def _first_claim(head: bytes, size: int) -> str | None:
+    """The registry's rule, spelled out: the first format, in `FORMATS` order, that claims
+    the bytes (folder formats claim no bytes)."""
+    for fmt in registry.FORMATS:
+        if fmt.directory is None and fmt.matches(head, size):
+            return fmt.name
+    return None
+
+
+def test_sniffing_gives_the_first_format_in_registry_order() -> None:
+    """`sniff_bytes` looks a magic up at once rather than asking every format in turn: the
+    answer must be the one the registry's order gives, for every kind of head."""
+    rng = random.Random(7)
+    heads: list[bytes] = [b"", b"{", b"PK\x03\x04" + bytes(60), b"\x80\x04junk"]
+    golden = Path(__file__).resolve().parents[1] / "golden"
+    heads += [p.read_bytes()[: registry.SNIFF_BYTES] for p in sorted(golden.iterdir())]
+    for fmt in registry.FORMATS:
+        if fmt.magic is not None:
+            heads.append(fmt.magic)
+            heads.append(fmt.magic[:-1])
+            heads.append(fmt.magic + bytes(rng.randrange(256) for _ in range(56)))
+    # safetensors (told by a function) before a magic: a header size whose bytes spell one
+    heads.append(b"GGUF\x00\x00\x00\x00{" + b'"a":1}'.ljust(55))
+    heads += [bytes(rng.randrange(256) for _ in range(64)) for _ in range(200)]
+    seen = set()
+    for head in heads:
+        for size in (len(head), 1 << 20):
+            want = _first_claim(head, size)
+            assert registry.sniff_bytes(head, size) == want, head[:16]
+            seen.add(want)
+    assert {"ztensor", "ztensor-v2", "gguf", "npy", "embd", "matrix-atom", None} <= seen
