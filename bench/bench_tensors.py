@@ -21,6 +21,9 @@ page cache is warm (files were just written); nothing is dropped from it: the ma
   own file in a fresh process as above; the medians of each tool's times and of the per-round
   ratios. On a shared machine the load moves a best-of-7 by more than the difference between
   the readers; two reads a few milliseconds apart see the same load.
+  In the same rounds, a bare mapped read of matrixctl's file (open, map, footer, CBOR
+  manifest, a numpy view: no sniff, no schema, no structural rule): the floor of any reader
+  driven from Python, so that matrixctl minus bare is what its checked open costs.
 - convert: `matrixctl convert model.safetensors model.zt` (the whole CLI, start-up included,
   raw encoding, CRC-32C digests, fsync) against shutil.copyfile of the same file, and against
   a copy followed by fsync; and the same convert called in-process (start-up and imports
@@ -156,6 +159,8 @@ def read_with(tool: str, path: str) -> None:
         with ztensor.Reader(path) as r:
             for name in r.tensor_names:
                 total += touch(r.read_tensor(name))
+    elif tool == BARE:
+        total += bare_read(path)
     else:
         from matrixctl.convert.tensors import open_source
 
@@ -165,6 +170,37 @@ def read_with(tool: str, path: str) -> None:
                 arr = src.array(info, verify=verify)
                 total += touch(arr)
                 del arr
+
+
+BARE = "bare mapped read"
+
+
+def bare_read(path: str) -> int:
+    """The mechanics alone, the floor of any reader driven from Python: open, map, the footer,
+    the CBOR manifest (matrixctl's decoder, in C), a numpy view per dense tensor. No sniff, no
+    schema, no structural rule: not a reader anyone should ship; the measured floor."""
+    import mmap
+    import struct
+
+    import numpy as np
+
+    from matrixctl import cbor
+
+    total = 0
+    with (
+        open(path, "rb", buffering=0) as fp,
+        mmap.mmap(fp.fileno(), 0, access=mmap.ACCESS_READ) as m,
+    ):
+        size = len(m)
+        (msize,) = struct.unpack("<Q", m[size - 16 : size - 8])
+        with memoryview(m) as view:
+            manifest = cbor.loads(view[size - 16 - msize : size - 16])
+        for obj in manifest["objects"].values():
+            data = obj["components"]["data"]
+            arr = np.frombuffer(m, np.float32, data["length"] // 4, data["offset"])
+            total += touch(arr)
+            del arr
+    return total
 
 
 # The parent: spawn children, collect time and peak memory -----------------------------------
@@ -281,13 +317,15 @@ def main(argv: list[str]) -> int:
                     f"{size_mib / secs:,.0f} | matrixctl {theirs / mine:.2f}x ztensor 1.1.1 on "
                     f"the same file | {peak:.0f} |"
                 )
-            theirs_t, ours_t, ratios = [], [], []
+            theirs_t, ours_t, bare_t, ratios, bare_ratios = [], [], [], [], []
             for _ in range(PAIRS):
                 theirs_t.append(
                     _child("ztensor 1.1.1", "read", spec_json, files["ztensor 1.1.1"])[0]
                 )
                 ours_t.append(_child("matrixctl", "read", spec_json, files["matrixctl"])[0])
+                bare_t.append(_child(BARE, "read", spec_json, files["matrixctl"])[0])
                 ratios.append(theirs_t[-1] / ours_t[-1])
+                bare_ratios.append(theirs_t[-1] / bare_t[-1])
             rows.append(
                 f"| {label} | read, {PAIRS} rounds in turn | ztensor 1.1.1 | "
                 f"{statistics.median(theirs_t):.4f} | {size_mib / statistics.median(theirs_t):,.0f}"
@@ -298,6 +336,13 @@ def main(argv: list[str]) -> int:
                 f"{statistics.median(ours_t):.4f} | {size_mib / statistics.median(ours_t):,.0f} | "
                 f"matrixctl {statistics.median(ratios):.2f}x ztensor 1.1.1 (median of the "
                 "per-round ratios) | - |"
+            )
+            rows.append(
+                f"| {label} | read, {PAIRS} rounds in turn | {BARE} (no sniff, no checks: the "
+                f"floor) | {statistics.median(bare_t):.4f} | "
+                f"{size_mib / statistics.median(bare_t):,.0f} | "
+                f"{statistics.median(bare_ratios):.2f}x ztensor 1.1.1 (median of the per-round "
+                "ratios) | - |"
             )
             src = files["safetensors"]
             cli = [sys.executable, "-m", "matrixctl", "convert", src, f"{tmp}/conv.zt"]

@@ -16,6 +16,9 @@ runs in one child for writes and verifies. The page cache is warm; nothing is dr
 - read, in turn (raw): PAIRS rounds of one ztensor 2.1.2 read then one matrixctl read of the
   same file, fresh processes as above; the medians of the times and of the per-round ratios
   (two reads a few milliseconds apart see the same load of a shared machine).
+  In the same rounds, a bare mapped read (open, map, footer, manifest hash, CBOR manifest, a
+  numpy view: no sniff, no schema, no L1 rule): the floor of any reader driven from Python, so
+  that matrixctl minus bare is what its checked open costs.
 - verify: matrixctl's verify (every rule, digests over the decoded bytes) called as a library
   (`engine.examine(path, scan=True)`) and as the command in-process (`main(["verify", ...])`,
   typer's parsing included), against a bare XXH3-64 pass over the file's bytes through a fresh
@@ -83,11 +86,50 @@ def read_with(tool: str, path: str) -> int:
             for name in src.keys():  # noqa: SIM118
                 total += touch(np.from_dlpack(src[name]))
         return total
+    if tool == BARE:
+        return bare_read(path)
     from matrixctl.convert.tensors import open_source
 
     with open_source(path) as src:
         for info in src.tensors():
             total += touch(src.array(info, verify=False))
+    return total
+
+
+BARE = "bare mapped read"
+
+
+def bare_read(path: str) -> int:
+    """The mechanics alone, the floor of any reader driven from Python: open, map, the footer,
+    the manifest's XXH3-64 compared with the footer's, the CBOR manifest (matrixctl's decoder,
+    in C), a numpy view per dense raw tensor. No sniff, no schema, no L1 rule: not a reader
+    anyone should ship; the measured floor."""
+    import mmap
+    import struct
+
+    import numpy as np
+    import xxhash
+
+    from matrixctl import cbor
+
+    total = 0
+    with (
+        open(path, "rb", buffering=0) as fp,
+        mmap.mmap(fp.fileno(), 0, access=mmap.ACCESS_READ) as m,
+    ):
+        size = len(m)
+        moff, mlen, mhash, _, _, _ = struct.unpack("<QQQII8s", m[size - 40 : size])
+        with memoryview(m) as view:
+            raw = view[moff : moff + mlen]
+            if xxhash.xxh3_64_intdigest(raw) != mhash:
+                raise SystemExit("manifest hash")
+            manifest = cbor.loads(raw)
+            raw.release()
+        for obj in manifest["objects"].values():
+            offset, length = obj["parts"]["data"]["blob"]
+            arr = np.frombuffer(m, np.float32, length // 4, offset)
+            total += touch(arr)
+            del arr
     return total
 
 
@@ -210,16 +252,22 @@ def main(argv: list[str]) -> int:
                     f"| {enc} | read | {tool} | {secs:.4f} | {mib / secs:,.0f} | {ratio:.2f}x ztensor 2.1.2 |"
                 )
             if enc == "raw":
-                theirs, ours, ratios = [], [], []
+                theirs, ours, bare, ratios, bare_ratios = [], [], [], [], []
                 for _ in range(PAIRS):
                     theirs.append(child("ztensor 2.1.2", "read", ref_path, size, runs=1))
                     ours.append(child("matrixctl", "read", ref_path, size, runs=1))
+                    bare.append(child(BARE, "read", ref_path, size, runs=1))
                     ratios.append(theirs[-1] / ours[-1])
-                for tool, times in (("ztensor 2.1.2", theirs), ("matrixctl", ours)):
+                    bare_ratios.append(theirs[-1] / bare[-1])
+                for tool, times, per_round in (
+                    ("ztensor 2.1.2", theirs, None),
+                    ("matrixctl", ours, ratios),
+                    (f"{BARE} (no sniff, no checks: the floor)", bare, bare_ratios),
+                ):
                     secs = statistics.median(times)
                     note = (
-                        f"{statistics.median(ratios):.2f}x ztensor 2.1.2 (median of the per-round ratios)"
-                        if tool == "matrixctl"
+                        f"{statistics.median(per_round):.2f}x ztensor 2.1.2 (median of the per-round ratios)"
+                        if per_round is not None
                         else "median"
                     )
                     rows.append(
