@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import operator
 import re
 import struct
 import threading
@@ -315,7 +316,7 @@ del _d
 # Parsed structure ---------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class Footer:
     offset: int  # of the footer itself
     manifest_offset: int
@@ -325,7 +326,7 @@ class Footer:
     reserved: int
 
 
-@dataclass
+@dataclass(slots=True)
 class Part:
     obj: str
     role: str
@@ -352,7 +353,7 @@ class Part:
         return self.shard is None
 
 
-@dataclass
+@dataclass(slots=True)
 class Obj:
     name: str
     shape: tuple[int, ...]
@@ -369,11 +370,12 @@ class Obj:
         return f"objects/{self.name}"
 
 
-@dataclass
+@dataclass(slots=True)
 class Zt2File:
     size: int
     footer: Footer
-    manifest: dict[str, Any]
+    # The decoded manifest is not kept: the parse keeps what it checked (objects, parts,
+    # attributes, shards), and the CBOR maps and arrays, about five per tensor, go with it.
     objects: dict[str, Obj]  # well-formed objects, in blob order
     attributes: dict[str, Any]
     shards: dict[str, dict[str, Any]]
@@ -506,6 +508,14 @@ def _uint(value: Any) -> bool:
     return type(value) is int and 0 <= value < U64
 
 
+def _uint_list(values: list[Any]) -> bool:
+    """Whether every item is a u64 (`_uint`): one loop, no generator (a shape per object)."""
+    for v in values:  # noqa: SIM110
+        if type(v) is not int or not 0 <= v < U64:
+            return False
+    return True
+
+
 def name_problem(name: str) -> str | None:
     """Why `name` breaks the name rules of spec 3.5 (None: it does not)."""
     if not name:
@@ -523,7 +533,7 @@ def parse(buf: Any, size: int, *, end: int | None = None) -> Zt2File:
     end = size if end is None else end
     f = read_footer(buf, size, end=end)
     root = read_manifest(buf, f)
-    zt = Zt2File(end, f, root, {}, {}, {})
+    zt = Zt2File(end, f, {}, {}, {})
     if f.manifest_length == 0:
         return zt
     at = f.manifest_offset
@@ -561,16 +571,23 @@ def parse(buf: Any, size: int, *, end: int | None = None) -> Zt2File:
                     bad(ZT2_DIGEST_FORMAT, f"shard {name!r}: digest is malformed: {exc}", where)
                     continue
                 zt.shards[name] = entry
-    parsed: list[Obj] = []
+    # Blob order: by the first offset of the object's parts in this file (0 without one),
+    # then by name.
+    keyed: list[tuple[int, str, Obj]] = []
     for name, obj in objects.items():
         got = _object(name, obj, shards, bad)
         if got is not None:
-            parsed.append(got)
-    parsed.sort(
-        key=lambda o: (min((p.offset for p in o.parts.values() if p.local), default=0), o.name)
-    )
-    zt.objects = {o.name: o for o in parsed}
+            first: int | None = None
+            for p in got.parts.values():
+                if p.shard is None and (first is None or p.offset < first):
+                    first = p.offset
+            keyed.append((first or 0, got.name, got))
+    keyed.sort(key=_by_first_two)
+    zt.objects = {name: o for _, name, o in keyed}
     return zt
+
+
+_by_first_two = operator.itemgetter(0, 1)
 
 
 def _attributes(value: Any, where: str, bad: Any) -> dict[str, Any] | None:
@@ -587,15 +604,18 @@ def _attributes(value: Any, where: str, bad: Any) -> dict[str, Any] | None:
 
 def _object(name: str, obj: Any, shards: Any, bad: Any) -> Obj | None:
     where = f"objects/{name}"
-    why = name_problem(name)
-    if why:
-        bad(ZT2_NAME, f"object name {name!r:.60} {why}", where)
-        return None
+    # A name of at most MAX_NAME / 4 characters without U+0000 is allowed (name_problem);
+    # anything else is asked.
+    if not (type(name) is str and name and len(name) * 4 <= MAX_NAME and "\x00" not in name):
+        why = name_problem(name)
+        if why:
+            bad(ZT2_NAME, f"object name {name!r:.60} {why}", where)
+            return None
     if not isinstance(obj, dict):
         bad(ZT2_SCHEMA, f"object {name!r}: not a map", where)
         return None
     shape = obj.get("shape")
-    if not isinstance(shape, list) or not all(_uint(d) for d in shape):
+    if type(shape) is not list or not _uint_list(shape):
         bad(
             ZT2_SCHEMA,
             f"object {name!r}: shape must be an array of u64, got {shape!r:.60}",
@@ -640,6 +660,28 @@ def _object(name: str, obj: Any, shards: Any, bad: Any) -> Obj | None:
 
 def _part(name: str, role: str, part: Any, shards: Any, bad: Any) -> Part | None:
     where = f"objects/{name}/parts/{role}"
+    # A part of this file without a logical type or an encoding, every field well-formed (the
+    # decoder gives exact types: bool is not an int), is made at once; anything else goes
+    # through the checks below, which say what is wrong. A name of at most MAX_NAME / 4
+    # characters cannot exceed MAX_NAME bytes in UTF-8.
+    if (
+        type(part) is dict
+        and type(role) is str
+        and role
+        and len(role) * 4 <= MAX_NAME
+        and "\x00" not in role
+        and type(dtype := part.get("dtype")) is str
+        and dtype in STORAGE
+        and type(blob := part.get("blob")) is list
+        and len(blob) == 2
+        and type(offset := blob[0]) is int
+        and 0 <= offset < U64
+        and type(length := blob[1]) is int
+        and 0 <= length < U64
+        and ((digest := part.get("digest")) is None or type(digest) is str)
+        and _PLAIN_KEYS.issuperset(part)
+    ):
+        return Part(name, role, dtype, None, offset, length, None, None, None, digest, where)
     why = name_problem(role)
     if why:
         bad(ZT2_NAME, f"{name}: part name {role!r:.60} {why}", where)
@@ -711,6 +753,11 @@ def _part(name: str, role: str, part: Any, shards: Any, bad: Any) -> Part | None
     return Part(name, role, dtype, ltype, blob[0], blob[1], shard, encoding, decoded, digest, where)
 
 
+# The keys of a part `_part` makes at once: any other key (a type, a shard, an encoding, a
+# decoded length, or one it does not know) takes the checks.
+_PLAIN_KEYS = frozenset(("dtype", "blob", "digest"))
+
+
 # Layout rules -------------------------------------------------------------------------------
 
 
@@ -738,11 +785,26 @@ def _uattr(attrs: Mapping[str, Any], key: str) -> int | None:
     return v if _uint(v) else None
 
 
+def _size_problem(o: Obj, p: Part, want: int, why: str) -> Problem:
+    return Problem(
+        ZT2_SIZE,
+        f"{o.name}/{p.role}: decoded size {p.decoded_size:,}, {why} give {want:,}",
+        field=f"{p.field}/blob" if p.encoding is None else f"{p.field}/decoded_length",
+    )
+
+
 def layout_problems(o: Obj) -> Iterator[Problem]:
     """A problem for every metadata rule of the object's layout that fails
     (spec 5.1 and the profiles); nothing for an unknown layout (reported elsewhere)."""
-    w = o.field
     parts = o.parts
+    if o.layout == DENSE and len(parts) == 1 and "data" in parts:
+        # The common case, without the helpers below: the size equation alone.
+        d = parts["data"]
+        want = type_size(d, o.count)
+        if want is not None and d.decoded_size != want:
+            yield _size_problem(o, d, want, f"shape {list(o.shape)} and {d.type or d.dtype}")
+        return
+    w = o.field
     roles = set(parts)
 
     def need(*want: str, optional: tuple[str, ...] = ()) -> Iterator[Problem]:
@@ -759,11 +821,7 @@ def layout_problems(o: Obj) -> Iterator[Problem]:
 
     def size_eq(p: Part, want: int, why: str) -> Iterator[Problem]:
         if p.decoded_size != want:
-            yield Problem(
-                ZT2_SIZE,
-                f"{o.name}/{p.role}: decoded size {p.decoded_size:,}, {why} give {want:,}",
-                field=f"{p.field}/blob" if p.encoding is None else f"{p.field}/decoded_length",
-            )
+            yield _size_problem(o, p, want, why)
 
     unknown_type = [p for p in parts.values() if p.type is not None and p.type not in LOGICAL]
     if o.layout == DENSE:

@@ -27,9 +27,13 @@ class Zt2Subject:
         self.src = src
         self.zt = parsed
         self.buf = src.buf
+        # Every part, in object order, with what breaks its blob reference alone (spec 2.4;
+        # None: nothing), worked out once for the rules that need it.
+        self.parts = parsed.parts()
+        self.placed = [(p, _placement(parsed, p)) for p in self.parts]
         # Local parts whose bytes can be read as declared: aligned, inside the data region.
         self.readable: set[tuple[str, str]] = {
-            (p.obj, p.role) for p in parsed.parts() if p.local and not _placement(parsed, p)
+            (p.obj, p.role) for p, bad in self.placed if bad is None and p.local
         }
 
         self._generations: list[tuple[ztensor2.Footer, ztensor2.Zt2File | FormatError]] | None = (
@@ -210,8 +214,7 @@ def check_schema(s: Zt2Subject) -> Iterator[Finding]:
 
 @rule(FMT, "blob alignment and bounds")
 def check_blobs(s: Zt2Subject) -> Iterator[Finding]:
-    for p in s.zt.parts():
-        bad = _placement(s.zt, p)
+    for _, bad in s.placed:
         if bad:
             yield finding(bad[0], bad[1], offset=s.zt.footer.manifest_offset, field=bad[2])
 
@@ -220,8 +223,8 @@ def check_blobs(s: Zt2Subject) -> Iterator[Finding]:
 def check_overlap(s: Zt2Subject) -> Iterator[Finding]:
     f = s.zt
     groups: dict[str | None, list[tuple[int, int, str]]] = {}
-    for p in f.parts():
-        if p.length and not _placement(f, p):
+    for p, bad in s.placed:
+        if p.length and not bad:
             groups.setdefault(p.shard, []).append((p.offset, p.end, f"{p.obj}/{p.role}"))
     ft = f.footer
     if ft.manifest_length:
@@ -290,7 +293,7 @@ def check_layouts(s: Zt2Subject) -> Iterator[Finding]:
 @rule(FMT, "digest strings")
 def check_digests(s: Zt2Subject) -> Iterator[Finding]:
     at = s.zt.footer.manifest_offset
-    parts = s.zt.parts()
+    parts = s.parts
     missing = 0
     for p in parts:
         if p.digest is None:
