@@ -389,3 +389,70 @@ def test_save_file_refuses_a_name_that_is_not_utf8_text(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="not valid Unicode"):
         save_file({"ok": np.zeros(2, "<f4"), "\ud800": np.zeros(1, "<f4")}, str(out))
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def _parsed(data: bytes) -> tuple[list[Any], list[Any]]:
+    from matrixctl.formats import ztensor2
+
+    zt = ztensor2.parse(data, len(data))
+    return list(zt.objects.values()), list(zt.problems)
+
+
+def test_plain_parts_made_at_once_agree_with_the_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_part` makes a plain part (dtype, blob, digest; every field well-formed) without its
+    checks: for every kind of part, the parse must be the one the checks alone give."""
+    from matrixctl.formats import ztensor2
+
+    d = zt2craft.F32
+    variants: list[dict[str, Any]] = [
+        {},
+        {"digest": None},  # no digest
+        {"digest": 7},  # not text
+        {"digest": "xxh3:zz"},  # text, malformed (a later rule's business)
+        {"dtype": "f99"},
+        {"dtype": 3},
+        {"blob": [4096]},
+        {"blob": [4096, 24, 1]},
+        {"blob": [4096, -1]},
+        {"blob": [True, 24]},
+        {"blob": (4096, 24)},
+        {"type": "bf16"},
+        {"type": None},
+        {"shard": "s0"},
+        {"encoding": "zt.zstd-seekable/1"},
+        {"decoded_length": 24},
+        {"unknown_key": 1},
+    ]
+    files = [zt2craft.with_part(**v) for v in variants]
+    for role in ("", "a\x00b", "r" * 256, "r" * 1024, "r" * 1025, "\U0001f600" * 256, "é" * 513):
+        p = zt2craft.part(d, 4096)
+        obj = {"shape": [2, 3], "layout": "dense", "parts": {role: p}}
+        files.append(zt2craft.make({4096: d}, {"objects": {"w": obj}}))
+    fast = [_parsed(f) for f in files]
+    monkeypatch.setattr(ztensor2, "_PLAIN_KEYS", frozenset())  # every part takes the checks
+    slow = [_parsed(f) for f in files]
+    assert fast == slow
+    made = [objs for objs, _ in fast if objs]
+    refused = [probs for _, probs in fast if probs]
+    assert len(made) >= 8 and len(refused) >= 8  # both sides of the rule were exercised
+
+
+def test_object_names_at_the_byte_limit() -> None:
+    """Names are measured in UTF-8 bytes (spec 3.5, at most 1024): the quick test on the
+    length in characters must not let a longer one through, nor refuse one that fits."""
+    d = zt2craft.F32
+    cases = {
+        "n" * 1024: True,
+        "n" * 1025: False,
+        "\U0001f600" * 256: True,  # 1,024 bytes
+        "\U0001f600" * 257: False,
+        "é" * 512: True,
+        "é" * 513: False,
+        "": False,
+        "a\x00": False,
+    }
+    for name, ok in cases.items():
+        obj = zt2craft.dense([2, 3], zt2craft.part(d, 4096))
+        objs, probs = _parsed(zt2craft.make({4096: d}, {"objects": {name: obj}}))
+        assert (len(objs) == 1) is ok, (len(name), probs)
+        assert bool(probs) is not ok
