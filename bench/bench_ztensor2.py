@@ -19,6 +19,9 @@ runs in one child for writes and verifies. The page cache is warm; nothing is dr
   In the same rounds, a bare mapped read (open, map, footer, manifest hash, CBOR manifest, a
   numpy view: no sniff, no schema, no L1 rule): the floor of any reader driven from Python, so
   that matrixctl minus bare is what its checked open costs.
+- read, many tensors (raw): the same rounds on a file of MANY float32 tensors of 1 MiB each
+  (64 KiB with --quick), written by ztensor 2.1.2: a model's shape, where each tensor's share
+  of the open (its schema, its rules, its `TensorInfo`) shows.
 - verify: matrixctl's verify (every rule, digests over the decoded bytes) called as a library
   (`engine.examine(path, scan=True)`) and as the command in-process (`main(["verify", ...])`,
   typer's parsing included), against a bare XXH3-64 pass over the file's bytes through a fresh
@@ -44,10 +47,20 @@ PAIRS = 15  # the paired raw read rows: ztensor 2.1.2 then matrixctl, in turn
 MiB = 1 << 20
 
 
-def data(size: int):
+MANY = 100  # tensors in the many-tensor workload (a file whose name ends in "many.zt")
+
+
+def data(size: int, many: bool = False):
+    """One float32 tensor of `size` bytes, or MANY of `size` / MANY bytes each."""
     import numpy as np
 
     rng = np.random.default_rng(0)
+    if many:
+        n = size // MANY // 4
+        return {
+            f"layer.{i}.weight": (rng.integers(0, 64, n) * 0.25).astype(np.float32)
+            for i in range(MANY)
+        }
     return {"weight": (rng.integers(0, 64, size // 4) * 0.25).astype(np.float32)}
 
 
@@ -161,7 +174,7 @@ def verify_with(tool: str, path: str) -> None:
 def run_one(tool: str, op: str, path: str, size: int) -> float:
     zstd = path.endswith("z.zt")
     if op == "write":
-        arrays = data(size)
+        arrays = data(size, many=path.endswith("many.zt"))
         best = float("inf")
         for _ in range(REPEATS):
             if os.path.exists(path):
@@ -284,6 +297,33 @@ def main(argv: list[str]) -> int:
                 )
             rows.append(
                 f"| {enc} | bytes | matrixctl vs ztensor 2.1.2 output | | | {'identical' if same else 'DIFFERENT'} |"
+            )
+        # Many tensors (a model's shape): each tensor's share of the open shows.
+        many_path = f"{tmp}/many.zt"
+        child("ztensor 2.1.2", "write", many_path, MANY * (MiB if size > 16 * MiB else MiB // 16))
+        each = os.path.getsize(many_path) // MANY >> 10  # KiB, the manifest's share left out
+        label = f"raw, {MANY} x {each // 1024} MiB" if each >= 1024 else f"raw, {MANY} x {each} KiB"
+        theirs, ours, bare, ratios, bare_ratios = [], [], [], [], []
+        for _ in range(PAIRS):
+            theirs.append(child("ztensor 2.1.2", "read", many_path, 0, runs=1))
+            ours.append(child("matrixctl", "read", many_path, 0, runs=1))
+            bare.append(child(BARE, "read", many_path, 0, runs=1))
+            ratios.append(theirs[-1] / ours[-1])
+            bare_ratios.append(theirs[-1] / bare[-1])
+        total = os.path.getsize(many_path) / MiB
+        for tool, times, per_round in (
+            ("ztensor 2.1.2", theirs, None),
+            ("matrixctl", ours, ratios),
+            (f"{BARE} (no sniff, no checks: the floor)", bare, bare_ratios),
+        ):
+            secs = statistics.median(times)
+            note = (
+                f"{statistics.median(per_round):.2f}x ztensor 2.1.2 (median of the per-round ratios)"
+                if per_round is not None
+                else "median"
+            )
+            rows.append(
+                f"| {label} | read, {PAIRS} rounds in turn | {tool} | {secs:.4f} | {total / secs:,.0f} | {note} |"
             )
     print("\n".join(rows))
     return 0
