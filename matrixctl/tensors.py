@@ -202,7 +202,15 @@ class TensorInfo(FrozenRecord):
         components: tuple[Component, ...] = (),
         attributes: Mapping[str, Any] | None = None,
     ) -> None:
-        self._init(name, dtype, shape, layout, components, {} if attributes is None else attributes)
+        # One per tensor of every source: the fields set directly (what `_init` does, without
+        # its loop, about a third of the instructions).
+        set_ = object.__setattr__
+        set_(self, "name", name)
+        set_(self, "dtype", dtype)
+        set_(self, "shape", shape)
+        set_(self, "layout", layout)
+        set_(self, "components", components)
+        set_(self, "attributes", {} if attributes is None else attributes)
 
     @property
     def count(self) -> int:

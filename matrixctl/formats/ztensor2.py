@@ -1492,6 +1492,15 @@ def copyable(o: Obj) -> bool:
 
 def readable(o: Obj) -> str | None:
     """Why convert cannot read `o` (None: it can)."""
+    if o.layout == DENSE and len(o.parts) == 1:
+        d = o.parts.get("data")
+        if (
+            d is not None
+            and d.shard is None
+            and d.encoding in (None, ZSTD_SEEKABLE)
+            and (d.dtype, d.type) in MATRIX_DTYPE
+        ):
+            return None  # what the loops below find for it, at once
     for p in o.parts.values():
         if not p.local:
             return f"part {p.role} lives in shard {p.shard!r}, which convert does not open"
@@ -1643,7 +1652,7 @@ class Zt2Source(TensorSource):
         if p.digest and verify:
             for _ in stream_part(self.src.buf, p):
                 pass
-        return storage_array(memoryview(self.src.buf)[p.offset : p.end], dt)
+        return storage_array(self.src.buf, dt, p.offset, p.length)
 
     def release(self, info: TensorInfo) -> None:
         for p in self.zt.objects[info.name].parts.values():

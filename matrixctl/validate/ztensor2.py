@@ -222,27 +222,34 @@ def check_blobs(s: Zt2Subject) -> Iterator[Finding]:
 @rule(FMT, "blob references identical or disjoint")
 def check_overlap(s: Zt2Subject) -> Iterator[Finding]:
     f = s.zt
-    groups: dict[str | None, list[tuple[int, int, str]]] = {}
-    for p, bad in s.placed:
+    # (offset, end, index): the index names the part (or the manifest, -1) only when a
+    # finding needs its label.
+    groups: dict[str | None, list[tuple[int, int, int]]] = {}
+    parts = s.parts
+    for i, (p, bad) in enumerate(s.placed):
         if p.length and not bad:
-            groups.setdefault(p.shard, []).append((p.offset, p.end, f"{p.obj}/{p.role}"))
+            groups.setdefault(p.shard, []).append((p.offset, p.offset + p.length, i))
     ft = f.footer
     if ft.manifest_length:
         groups.setdefault(None, []).append(
-            (ft.manifest_offset, ft.manifest_offset + ft.manifest_length, "the manifest")
+            (ft.manifest_offset, ft.manifest_offset + ft.manifest_length, -1)
         )
+
+    def label(i: int) -> str:
+        return "the manifest" if i < 0 else f"{parts[i].obj}/{parts[i].role}"
+
     for shard, spans in groups.items():
-        spans.sort()
-        prev: tuple[int, int, str] | None = None
+        spans.sort()  # identical spans (allowed) in the parts' order, the manifest first
+        prev: tuple[int, int, int] | None = None
         for span in spans:
             if prev is not None and span[0] < prev[1] and span[:2] != prev[:2]:
                 where = f" in shard {shard}" if shard else ""
                 yield finding(
                     ztensor2.ZT2_OVERLAP,
-                    f"{span[2]} (bytes {span[0]:,}..{span[1]:,}) partially overlaps {prev[2]} "
-                    f"(bytes {prev[0]:,}..{prev[1]:,}){where}",
+                    f"{label(span[2])} (bytes {span[0]:,}..{span[1]:,}) partially overlaps "
+                    f"{label(prev[2])} (bytes {prev[0]:,}..{prev[1]:,}){where}",
                     offset=span[0],
-                    field=span[2],
+                    field=label(span[2]),
                 )
             if prev is None or span[1] > prev[1]:
                 prev = span

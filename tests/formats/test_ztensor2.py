@@ -456,3 +456,41 @@ def test_object_names_at_the_byte_limit() -> None:
         objs, probs = _parsed(zt2craft.make({4096: d}, {"objects": {name: obj}}))
         assert (len(objs) == 1) is ok, (len(name), probs)
         assert bool(probs) is not ok
+
+
+def test_overlap_findings_name_both_spans(tmp_path: Path) -> None:
+    """Identical references are allowed; a partial overlap is named with both byte ranges
+    (the part it meets first in file order, a twin of it named by its own reference), and
+    a reference into the manifest names the manifest."""
+    from matrixctl.validate.engine import examine
+
+    big = bytes(8192)
+    objs = {
+        "a": zt2craft.dense([2048], zt2craft.part(big, 4096)),
+        "twin": zt2craft.dense([2048], zt2craft.part(big, 4096)),  # identical: allowed
+        "b": zt2craft.dense([6], zt2craft.part(bytes(24), 8192)),  # inside a/twin: partial
+    }
+    path = tmp_path / "o.zt"
+    path.write_bytes(zt2craft.make({4096: big}, {"objects": objs}))
+    report, _ = examine(str(path), scan=False)
+    got = [(f.code, f.message, f.field) for f in report.findings if f.code == "ZT2_OVERLAP"]
+    assert got == [
+        (
+            "ZT2_OVERLAP",
+            "b/data (bytes 8,192..8,216) partially overlaps a/data (bytes 4,096..12,288)",
+            "b/data",
+        )
+    ]
+    into = zt2craft.make(
+        {4096: zt2craft.F32},
+        {
+            "objects": {
+                "w": zt2craft.dense([6], zt2craft.part(zt2craft.F32, 4096)),
+                "m": zt2craft.dense([1], {"dtype": "f32", "blob": [8192, 4]}),
+            }
+        },
+    )
+    path.write_bytes(into)
+    report, _ = examine(str(path), scan=False)
+    msgs = [f.message for f in report.findings if f.code == "ZT2_OVERLAP"]
+    assert len(msgs) == 1 and "the manifest" in msgs[0] and "m/data" in msgs[0], msgs
