@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
 def _open_input(path: str, fmt: str | None) -> tuple[Source | Folder, str | None]:
     """`open_path`'s work without the block: the caller closes what it gets."""
-    from matrixctl.formats import registry
+    # Names from the module, not the module from its package: `from package import module`
+    # runs importlib's Python-level `_handle_fromlist` on every call.
+    from matrixctl.formats.registry import sniff, sniff_dir
     from matrixctl.io import Folder, Source
 
     try:
@@ -37,12 +39,12 @@ def _open_input(path: str, fmt: str | None) -> tuple[Source | Folder, str | None
     except InputError as err:
         # A folder: the format that claims it, or UNKNOWN_FOLDER naming what it lacks. Files
         # are the common case: they are opened without a stat of their own first.
-        folder = registry.sniff_dir(path) if err.code == codes.IO_IS_DIR else None
+        folder = sniff_dir(path) if err.code == codes.IO_IS_DIR else None
         if folder is None:
             raise
         return Folder(path), folder.name
     try:
-        return src, fmt or registry.sniff(src)
+        return src, fmt or sniff(src)
     except BaseException:
         src.close()
         raise
