@@ -796,10 +796,15 @@ def storage_array(buf: Any, dtype: str, offset: int = 0, nbytes: int | None = No
     its `nbytes` bytes from `offset` (no intermediate memoryview)."""
     import numpy as np
 
-    storage = np.dtype(DTYPES[dtype].storage)
+    storage = _STORAGE_DTYPES.get(dtype)
+    if storage is None:
+        storage = _STORAGE_DTYPES[dtype] = np.dtype(DTYPES[dtype].storage)
     if nbytes is None:
         return np.frombuffer(buf, dtype=storage, offset=offset)
     return np.frombuffer(buf, dtype=storage, count=nbytes // storage.itemsize, offset=offset)
+
+
+_STORAGE_DTYPES: dict[str, np.dtype[Any]] = {}  # matrixctl dtype -> numpy storage dtype, once
 
 
 def text_metadata(metadata: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
