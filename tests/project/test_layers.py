@@ -90,6 +90,11 @@ def test_one_place_sniffs_and_opens() -> None:
             for line in text.splitlines():
                 if needle in line and not line.lstrip().startswith("def "):
                     callers.setdefault(needle, set()).add(path.relative_to(ROOT).as_posix())
+        for line in text.splitlines():  # the registry's sniff imported by name
+            if line.strip().startswith("from matrixctl.formats.registry import ") and (
+                "sniff" in line.split(" import ", 1)[1].replace(",", " ").split()
+            ):
+                callers.setdefault("registry.sniff(", set()).add(path.relative_to(ROOT).as_posix())
     assert callers["sniff_dir("] == {"matrixctl/opening.py"}
     assert callers["registry.sniff("] == {"matrixctl/opening.py", "matrixctl/atoms.py"}
     assert callers["run_rules("] == {"matrixctl/opening.py", "matrixctl/validate/engine.py"}
