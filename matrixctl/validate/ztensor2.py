@@ -108,12 +108,13 @@ def _placement(f: ztensor2.Zt2File, p: ztensor2.Part) -> tuple[str, str, str] | 
             "4096",
             f"{p.field}/blob",
         )
-    if p.local:
-        limit, where = f.data_end, "this file's data region"
+    # `data_end` and `end` spelled out: this runs once per part of every file opened.
+    if p.shard is None:
+        limit, where = f.size - ztensor2.FOOTER_SIZE, "this file's data region"
     else:
-        size = f.shards.get(p.shard or "", {}).get("size", 0)
+        size = f.shards.get(p.shard, {}).get("size", 0)
         limit, where = size - ztensor2.FOOTER_SIZE, f"shard {p.shard}'s data region"
-    if p.end > limit:
+    if p.offset + p.length > limit:
         return (
             ztensor2.ZT2_BOUNDS,
             f"{p.obj}/{p.role}: blob {p.offset:,}..{p.end:,} runs past {where} (ends at "
