@@ -227,6 +227,34 @@ def child(tool: str, op: str, path: str, size: int, runs: int | None = None) -> 
     return best
 
 
+def rounds_in_turn(label: str, path: str, size: int, mib: float) -> list[str]:
+    """PAIRS rounds of ztensor 2.1.2, matrixctl and the bare read of `path`, each in a fresh
+    process: the rows of their median times and of the medians of the per-round ratios."""
+    theirs, ours, bare, ratios, bare_ratios = [], [], [], [], []
+    for _ in range(PAIRS):
+        theirs.append(child("ztensor 2.1.2", "read", path, size, runs=1))
+        ours.append(child("matrixctl", "read", path, size, runs=1))
+        bare.append(child(BARE, "read", path, size, runs=1))
+        ratios.append(theirs[-1] / ours[-1])
+        bare_ratios.append(theirs[-1] / bare[-1])
+    rows = []
+    for tool, times, per_round in (
+        ("ztensor 2.1.2", theirs, None),
+        ("matrixctl", ours, ratios),
+        (f"{BARE} (no sniff, no checks: the floor)", bare, bare_ratios),
+    ):
+        secs = statistics.median(times)
+        note = (
+            f"{statistics.median(per_round):.2f}x ztensor 2.1.2 (median of the per-round ratios)"
+            if per_round is not None
+            else "median"
+        )
+        rows.append(
+            f"| {label} | read, {PAIRS} rounds in turn | {tool} | {secs:.4f} | {mib / secs:,.0f} | {note} |"
+        )
+    return rows
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--one"]:
         print(run_one(argv[1], argv[2], argv[3], int(argv[4])))
@@ -265,27 +293,7 @@ def main(argv: list[str]) -> int:
                     f"| {enc} | read | {tool} | {secs:.4f} | {mib / secs:,.0f} | {ratio:.2f}x ztensor 2.1.2 |"
                 )
             if enc == "raw":
-                theirs, ours, bare, ratios, bare_ratios = [], [], [], [], []
-                for _ in range(PAIRS):
-                    theirs.append(child("ztensor 2.1.2", "read", ref_path, size, runs=1))
-                    ours.append(child("matrixctl", "read", ref_path, size, runs=1))
-                    bare.append(child(BARE, "read", ref_path, size, runs=1))
-                    ratios.append(theirs[-1] / ours[-1])
-                    bare_ratios.append(theirs[-1] / bare[-1])
-                for tool, times, per_round in (
-                    ("ztensor 2.1.2", theirs, None),
-                    ("matrixctl", ours, ratios),
-                    (f"{BARE} (no sniff, no checks: the floor)", bare, bare_ratios),
-                ):
-                    secs = statistics.median(times)
-                    note = (
-                        f"{statistics.median(per_round):.2f}x ztensor 2.1.2 (median of the per-round ratios)"
-                        if per_round is not None
-                        else "median"
-                    )
-                    rows.append(
-                        f"| {enc} | read, {PAIRS} rounds in turn | {tool} | {secs:.4f} | {mib / secs:,.0f} | {note} |"
-                    )
+                rows += rounds_in_turn(enc, ref_path, size, mib)
             verifies = {
                 tool: child(tool, "verify", ref_path, size)
                 for tool in ("bare XXH3-64", "matrixctl (library)", "matrixctl", "ztensor 2.1.2")
@@ -303,28 +311,7 @@ def main(argv: list[str]) -> int:
         child("ztensor 2.1.2", "write", many_path, MANY * (MiB if size > 16 * MiB else MiB // 16))
         each = os.path.getsize(many_path) // MANY >> 10  # KiB, the manifest's share left out
         label = f"raw, {MANY} x {each // 1024} MiB" if each >= 1024 else f"raw, {MANY} x {each} KiB"
-        theirs, ours, bare, ratios, bare_ratios = [], [], [], [], []
-        for _ in range(PAIRS):
-            theirs.append(child("ztensor 2.1.2", "read", many_path, 0, runs=1))
-            ours.append(child("matrixctl", "read", many_path, 0, runs=1))
-            bare.append(child(BARE, "read", many_path, 0, runs=1))
-            ratios.append(theirs[-1] / ours[-1])
-            bare_ratios.append(theirs[-1] / bare[-1])
-        total = os.path.getsize(many_path) / MiB
-        for tool, times, per_round in (
-            ("ztensor 2.1.2", theirs, None),
-            ("matrixctl", ours, ratios),
-            (f"{BARE} (no sniff, no checks: the floor)", bare, bare_ratios),
-        ):
-            secs = statistics.median(times)
-            note = (
-                f"{statistics.median(per_round):.2f}x ztensor 2.1.2 (median of the per-round ratios)"
-                if per_round is not None
-                else "median"
-            )
-            rows.append(
-                f"| {label} | read, {PAIRS} rounds in turn | {tool} | {secs:.4f} | {total / secs:,.0f} | {note} |"
-            )
+        rows += rounds_in_turn(label, many_path, 0, os.path.getsize(many_path) / MiB)
     print("\n".join(rows))
     return 0
 
