@@ -25,7 +25,10 @@ page cache is warm (files were just written); nothing is dropped from it: the ma
   files too: a bare read of matrixctl's file once came out at 0.80x of ztensor on its own).
   In the same rounds, a bare mapped read of the same file (open, map, footer, CBOR
   manifest, a numpy view: no sniff, no schema, no structural rule): the floor of any reader
-  driven from Python, so that matrixctl minus bare is what its checked open costs.
+  driven from Python, so that matrixctl minus bare is what its checked open costs. And
+  matrixctl with its parse and structural rules done before the clock starts (`bound.py`):
+  what its read would take if a compiled kernel made them free, the most a compiled port of
+  them could give.
 - convert: `matrixctl convert model.safetensors model.zt` (the whole CLI, start-up included,
   raw encoding, CRC-32C digests, fsync) against shutil.copyfile of the same file, and against
   a copy followed by fsync; and the same convert called in-process (start-up and imports
@@ -43,6 +46,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bound import NAME as BOUND
+from bound import checks_ahead
 
 ROOT = Path(__file__).resolve().parents[1]
 REPEATS = 7  # reads of a few milliseconds: the best of 7 child processes
@@ -102,6 +108,8 @@ def run_one(tool: str, op: str, spec_json: str, path: str) -> float:
         return best
     # One read per process: a mapping left over from a previous read in the same process
     # would make the next one free. Imports happen before the clock starts.
+    if tool == BOUND:
+        checks_ahead(path)
     warm_imports(tool)
     t = time.perf_counter()
     read_with(tool, path)
@@ -319,14 +327,17 @@ def main(argv: list[str]) -> int:
                     f"{size_mib / secs:,.0f} | matrixctl {theirs / mine:.2f}x ztensor 1.1.1 on "
                     f"the same file | {peak:.0f} |"
                 )
-            theirs_t, ours_t, bare_t, ratios, bare_ratios = [], [], [], [], []
+            theirs_t, ours_t, bound_t, bare_t = [], [], [], []
+            ratios, bound_ratios, bare_ratios = [], [], []
             for _ in range(PAIRS):
                 theirs_t.append(
                     _child("ztensor 1.1.1", "read", spec_json, files["ztensor 1.1.1"])[0]
                 )
                 ours_t.append(_child("matrixctl", "read", spec_json, files["ztensor 1.1.1"])[0])
+                bound_t.append(_child(BOUND, "read", spec_json, files["ztensor 1.1.1"])[0])
                 bare_t.append(_child(BARE, "read", spec_json, files["ztensor 1.1.1"])[0])
                 ratios.append(theirs_t[-1] / ours_t[-1])
+                bound_ratios.append(theirs_t[-1] / bound_t[-1])
                 bare_ratios.append(theirs_t[-1] / bare_t[-1])
             rows.append(
                 f"| {label} | read, {PAIRS} rounds in turn | ztensor 1.1.1 | "
@@ -338,6 +349,13 @@ def main(argv: list[str]) -> int:
                 f"{statistics.median(ours_t):.4f} | {size_mib / statistics.median(ours_t):,.0f} | "
                 f"matrixctl {statistics.median(ratios):.2f}x ztensor 1.1.1 (median of the "
                 "per-round ratios) | - |"
+            )
+            rows.append(
+                f"| {label} | read, {PAIRS} rounds in turn | {BOUND} | "
+                f"{statistics.median(bound_t):.4f} | "
+                f"{size_mib / statistics.median(bound_t):,.0f} | "
+                f"{statistics.median(bound_ratios):.2f}x ztensor 1.1.1 (median of the per-round "
+                "ratios) | - |"
             )
             rows.append(
                 f"| {label} | read, {PAIRS} rounds in turn | {BARE} (no sniff, no checks: the "
