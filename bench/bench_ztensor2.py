@@ -235,8 +235,9 @@ def child(tool: str, op: str, path: str, size: int, runs: int | None = None) -> 
 
 
 def rounds_in_turn(label: str, path: str, size: int, mib: float) -> list[str]:
-    """PAIRS rounds of ztensor 2.1.2, matrixctl and the bare read of `path`, each in a fresh
-    process: the rows of their median times and of the medians of the per-round ratios."""
+    """PAIRS rounds of ztensor 2.1.2, matrixctl, matrixctl with its checks done ahead (the
+    bound) and the bare read of `path`, each in a fresh process: the rows of their median
+    times and of the medians of the per-round ratios."""
     tools = ("matrixctl", BOUND, BARE)
     theirs: list[float] = []
     times: dict[str, list[float]] = {tool: [] for tool in tools}
