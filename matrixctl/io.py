@@ -1168,14 +1168,18 @@ def _unblock_signals(previous: set[int] | None) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def _drain_set(done: str, folder: str) -> None:
-    """Rename the members left in the committed set folder `done` into place, in order."""
+def _set_order(done: str) -> list[str]:
+    """The members of the set folder `done` in publication order (none without its list)."""
     try:
         with open(os.path.join(done, SET_ORDER), encoding="utf-8") as fp:
-            names = [n for n in fp.read().split("\n") if n and "/" not in n and n != SET_ORDER]
+            return [n for n in fp.read().split("\n") if n and "/" not in n and n != SET_ORDER]
     except FileNotFoundError:
-        names = []
-    for name in names:
+        return []
+
+
+def _drain_set(done: str, folder: str) -> None:
+    """Rename the members left in the committed set folder `done` into place, in order."""
+    for name in _set_order(done):
         with contextlib.suppress(FileNotFoundError):  # already in place
             os.replace(os.path.join(done, name), os.path.join(folder, name))
     if durable():
@@ -1190,8 +1194,7 @@ def set_members(folder: str) -> dict[str, str]:
         m = _TEMP_RE.fullmatch(os.path.basename(path))
         if m is not None and m["base"].endswith(".set") and os.path.isdir(path):
             try:
-                with open(os.path.join(path, SET_ORDER), encoding="utf-8") as fp:
-                    names = [n for n in fp.read().split("\n") if n]
+                names = _set_order(path)
             except OSError:
                 continue
             if any(os.path.lexists(os.path.join(path, n)) for n in names):  # not all in place
@@ -1200,13 +1203,20 @@ def set_members(folder: str) -> dict[str, str]:
 
 
 def complete_dead_sets(folder: str) -> None:
-    """Finish the publication of the sets dead runs committed but did not put in place."""
+    """Finish the publication of the sets dead runs committed but did not put in place. A set
+    one of whose members already put in place has been removed since (by hand, or by a tool
+    clearing the outputs) cannot be completed: the rest of it is removed, not published, so
+    no sidecar appears without the files it describes."""
     for path, _pid in stale_temps(folder):
         name = os.path.basename(path)
         m = _TEMP_RE.fullmatch(name)
         if m is not None and m["base"].endswith(".set") and os.path.isdir(path):
             with contextlib.suppress(OSError):
-                _drain_set(path, folder)
+                placed = [n for n in _set_order(path) if not os.path.lexists(os.path.join(path, n))]
+                if all(os.path.lexists(os.path.join(folder, n)) for n in placed):
+                    _drain_set(path, folder)
+                else:
+                    rmtree(path)
 
 
 @contextlib.contextmanager

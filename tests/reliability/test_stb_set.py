@@ -101,3 +101,50 @@ def test_an_stb_set_killed_at_every_step_is_whole_or_completed_by_the_next_run(
     assert _digests(out) == complete
     assert sorted(n for n in os.listdir(out) if n.startswith(".")) == []
     assert torn >= 1, "no kill landed between the commit point and the last rename"
+
+
+def _dead_set(out: Path, members: dict[str, bytes], placed: list[str]) -> Path:
+    """A set a killed run committed in `out` (its owner dead): `placed` already renamed into
+    place, the other members still in the set folder."""
+    made = subprocess.run(  # the folder named by a process that is gone once it returns
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; from matrixctl.io import sibling_temp_name; "
+            "p = sibling_temp_name(sys.argv[1]); os.mkdir(p); print(p)",
+            str(out / "o.stb.set"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    folder = Path(made.stdout.strip())
+    (folder / "set-order").write_text("".join(n + "\n" for n in members))
+    for name, data in members.items():
+        (out / name if name in placed else folder / name).write_bytes(data)
+    return folder
+
+
+def test_a_dead_set_is_completed_unless_a_member_put_in_place_was_removed(tmp_path: Path) -> None:
+    """The crash campaign caught this: a torn set (o.stb in place, the sidecar in the set
+    folder), its outputs then removed, and the next run published the old sidecar alone."""
+    small = tmp_path / "small.npz"
+    np.savez(small, a=np.ones(3, dtype=np.float32))
+    members = {"o.stb": b"new data", "o.stb.json": b"{}"}
+    for removed in (False, True):
+        out = tmp_path / f"out{int(removed)}"
+        out.mkdir()
+        _dead_set(out, members, placed=["o.stb"])
+        res = run_cli("verify", str(out / "o.stb"))
+        assert res.code == 1 and "TORN_SET" in res.stderr, res.stderr
+        if removed:
+            (out / "o.stb").unlink()
+        # The next run writing into the folder: completes the set, or drops what is left.
+        assert run_cli("convert", str(small), str(out / "other.npz")).code == 0
+        assert not [n for n in os.listdir(out) if n.startswith(".")]
+        if removed:
+            assert not (out / "o.stb").exists() and not (out / "o.stb.json").exists()
+        else:
+            assert (out / "o.stb").read_bytes() == b"new data"
+            assert (out / "o.stb.json").read_bytes() == b"{}"
