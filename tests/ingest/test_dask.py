@@ -323,7 +323,11 @@ def test_merged_units_resume_from_the_killed_builds_atom_file(cluster, tmp_path:
     staging = _staging(out)
     merged = _merged(staging)
     assert len(merged) >= 3
-    assert not any((staging / f"{key}.tokens").exists() for key in merged)
+    # The client points a merged unit's record at the atom file, then drops its tokens file
+    # (DaskWorkers._merged), one unit after the other: the kill may land between the two steps
+    # of the unit being merged (a CI run caught it there), never of an earlier one.
+    left = [key for key in merged if (staging / f"{key}.tokens").exists()]
+    assert len(left) <= 1, left
     key, (atoms, offset, size) = sorted(merged.items())[0]
     with open(staging / atoms, "r+b") as fp:  # one byte of one merged unit's tokens
         fp.seek(offset + size // 2)
