@@ -26,10 +26,17 @@ $(KERNELS): $(STAMP) setup.py $(wildcard matrixctl/*.c)
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(KERNELS)
 
+# llama.cpp's tokenizer test vocabularies (tests/helpers/llama_vocab.py): about 90 MB, fetched
+# from the llama-cpp-python source distribution on PyPI, not committed.
+VOCAB := $(VENV)/llama-vocab/.fetched
+$(VOCAB): $(STAMP) tools/fetch_llama_vocab.py
+	$(BIN)/python tools/fetch_llama_vocab.py $(VENV)/llama-vocab
+	touch $(VOCAB)
+
 demo: $(KERNELS)
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash tools/demo.sh $(DEMO)
 
-test: $(KERNELS)
+test: $(KERNELS) $(VOCAB)
 	$(BIN)/python -m pytest -n 2 -q
 
 lint: $(KERNELS)
