@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -33,15 +33,19 @@ class MissingField(StrEnum):
     error = "error"
 
 
-class InputKind(StrEnum):
-    auto = "auto"
-    text = "text"
-    markdown = "markdown"
-    html = "html"
-    json = "json"
-    jsonl = "jsonl"
-    parquet = "parquet"
-    arrow = "arrow"
+def _input_kinds() -> type[StrEnum]:
+    """--input-kind's choices: auto and every kind the registry holds (ingest/kinds/)."""
+    from matrixctl.ingest import kinds
+
+    made: type[StrEnum] = StrEnum("InputKind", {name: name for name in ("auto", *kinds.NAMES)})  # type: ignore[misc]
+    return made
+
+
+if TYPE_CHECKING:
+    InputKind = StrEnum
+else:
+    InputKind = _input_kinds()
+AUTO_KIND = InputKind("auto")
 
 
 def parse_size(text: str) -> int:
@@ -225,7 +229,7 @@ def docs(
             help="The kind of every input (stdin included) instead of names and bytes; "
             "compression is still recognised.",
         ),
-    ] = InputKind.auto,
+    ] = AUTO_KIND,
     executor: Annotated[
         str,
         typer.Option(
@@ -266,7 +270,7 @@ def docs(
     system lists files in; no time is recorded unless SOURCE_DATE_EPOCH is set.
     """
     from matrixctl.cli.common import keep_freed_memory
-    from matrixctl.ingest.pipeline import IngestOptions, ingest_docs
+    from matrixctl.ingest.docs import IngestOptions, ingest_docs
     from matrixctl.ingest.sources import enumerate_sources
 
     keep_freed_memory()

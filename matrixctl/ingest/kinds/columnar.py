@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError
-from matrixctl.ingest import extract
+from matrixctl.ingest.kinds import Kind
+from matrixctl.ingest.kinds import base as extract
 
 BATCH_ROWS = 1024  # rows converted to Python strings at a time, at most...
 BATCH_BYTES = 1 << 20  # ...and about this many bytes of text (from the footer's sizes)
@@ -418,3 +419,11 @@ def documents(
     """`texts` as documents (`(item, pieces)`, as the other extractors give them)."""
     for row, text in texts(kind, path, name, opts, counters, groups, first_row):
         yield row, iter([text if isinstance(text, str) else str(text, "utf-8")])
+
+
+KINDS = (
+    Kind("parquet", 5, magics=(b"PAR1",), by_path=texts, cut="row-groups"),
+    # Arrow IPC files start with ARROW1, Arrow IPC streams (`datasets` save_to_disk) with a
+    # continuation marker.
+    Kind("arrow", 6, magics=(b"ARROW1", b"\xff\xff\xff\xff"), by_path=texts),
+)

@@ -33,6 +33,7 @@ IN_PIECE = 1 << 16  # stored bytes read at a time
 OUT_PIECE = 1 << 20  # most decompressed bytes produced by one step
 ZSTD_IN = 1 << 11  # zstd has no output cap: 2 KiB of input yields at most 64 MiB
 
+SUFFIXES = (".gz", ".gzip", ".zst", ".zstd", ".xz", ".bz2")  # names stripped of them
 MAGICS = (
     (b"\x1f\x8b", "gzip"),
     (b"\x28\xb5\x2f\xfd", "zstd"),

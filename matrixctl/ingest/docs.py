@@ -1,0 +1,191 @@
+"""`ingest docs`: documents to a complete ingest pack.
+
+The shape (docs/architecture.md, "ingest docs"): the input kinds (`ingest/kinds/`) say how each
+input is sniffed, read and cut; the planner (`ingest/units.py`) turns the inputs into work
+units; the one tokenizing step (`ingest/step.py`) turns a unit into ids through the tokenizer
+interface (`ingest/tokenizer.py`); an executor (`ingest/executors/`: serial, processes, dask)
+runs the units; the one ordered writer (`ingest/writer.py`) builds the pack, the same bytes
+whatever the executor and `--jobs`.
+
+This module checks the options, loads the tokenizer, starts the executor and hands the rest to
+the writer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from matrixctl.errors import UsageError
+from matrixctl.ingest import kinds
+from matrixctl.ingest.executors import start
+from matrixctl.ingest.kinds.base import MAX_WHOLE, Options
+from matrixctl.ingest.sources import parse_shard
+from matrixctl.ingest.step import Step
+from matrixctl.ingest.tokenizer import PiRecipe
+from matrixctl.ingest.writer import Tick, write_pack
+from matrixctl.tokenizers import pi
+
+
+@dataclass
+class IngestOptions:
+    symbols: str | None = None
+    atom_size: int = 256
+    dtype: str = "auto"
+    svgt: str | None = None
+    eos_id: str | None = None  # an id, "none", or None for the map's eos_id
+    jobs: int = 1
+    shard: str | None = None
+    text_field: str = "text"
+    missing_field: str = "skip"
+    encoding_errors: str = "error"
+    on_error: str = "fail"
+    strict: bool = False
+    max_doc_size: int = MAX_WHOLE
+    input_kind: str = "auto"
+    executor: str = "local"  # local (serial or --jobs processes) | dask (ingest/executors/)
+    scheduler: str | None = None  # dask: a scheduler address; None: DASK_SCHEDULER_ADDRESS or local
+    resume: bool = False  # dask: reuse the staged units that check out
+
+
+def resolve_eos(smap: pi.SymbolMap, value: str | None) -> int | None:
+    if value is None:
+        if smap.eos_id is None:
+            raise UsageError(
+                "the symbol map has no eos_id, so documents cannot be separated",
+                hint="pass --eos-id ID (an id of the map's vocabulary) or --eos-id none",
+            )
+        return smap.eos_id
+    if value.lower() == "none":
+        return None
+    if not value.isdigit():
+        raise UsageError(f"--eos-id must be an id or none, got {value!r}")
+    eos = int(value)
+    if eos >= smap.vocab_size:
+        raise UsageError(f"--eos-id {eos} is outside the vocabulary [0, {smap.vocab_size})")
+    return eos
+
+
+def _load_map(path: str, build: bool) -> tuple[pi.SymbolMap, bytes, pi.Tokenizer | None]:
+    """The symbol map at `path`, its bytes, and (when `build`: the local executor) its
+    tokenizer, through the per-user map cache (tokenizers/pi_cache.py) as `tokenize pi
+    encode` does: a sound entry for the map's exact bytes gives the checked map and its
+    compiled matcher; otherwise the map is checked in full (and with `build`, its matcher is
+    compiled and the entry stored). `--jobs N` workers share this process's matcher
+    (`Workers`); Dask workers build their own."""
+    from matrixctl.tokenizers import pi_cache
+
+    if build:
+        return pi_cache.load_tokenizer(path)
+    raw = pi.read_map_bytes(path)
+    hit = pi_cache.load(raw)
+    return (pi.check_map_bytes(raw, path) if hit is None else hit[0]), raw, None
+
+
+def ingest_docs(
+    srcs: list[str], out_dir: str, opts: IngestOptions, tick: Tick | None = None
+) -> dict[str, Any]:
+    """Documents to a complete, verified-by-construction ingest pack. Returns a summary."""
+    from matrixctl.formats import matrix_atom
+    from matrixctl.formats import svgt as svgt_fmt
+    from matrixctl.ingest.pack import PackPlan
+
+    if opts.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    if opts.missing_field not in ("skip", "error"):
+        raise UsageError("--missing-field must be skip or error")
+    if opts.encoding_errors not in ("error", "replace", "skip-file"):
+        raise UsageError("--encoding-errors must be error, replace or skip-file")
+    if opts.on_error not in ("fail", "skip"):
+        raise UsageError("--on-error must be fail or skip")
+    if opts.max_doc_size < 1:
+        raise UsageError("--max-doc-size must be at least 1 byte")
+    if opts.input_kind != "auto" and opts.input_kind not in kinds.REGISTRY:
+        raise UsageError(f"--input-kind must be auto or one of {', '.join(kinds.NAMES)}")
+    if srcs.count("-") > 1:
+        raise UsageError("stdin (-) can be read only once")
+    if opts.executor not in ("local", "dask"):
+        raise UsageError("--executor must be local or dask")
+    if opts.executor != "dask" and (opts.scheduler or opts.resume):
+        raise UsageError("--scheduler and --resume go with --executor dask")
+    shard = parse_shard(opts.shard)
+    map_path = opts.symbols or pi.default_map_path()
+    smap, map_raw, tok = _load_map(map_path, opts.executor == "local")
+    eos = resolve_eos(smap, opts.eos_id)
+    dtype = matrix_atom.choose_dtype(opts.dtype, smap.vocab_size)
+    assert dtype is not None
+    if dtype == "uint16" and smap.vocab_size > matrix_atom.UINT16_LIMIT:
+        raise UsageError(
+            f"--dtype uint16 cannot hold the map's ids (vocab_size {smap.vocab_size:,})"
+        )
+    if not 1 <= opts.atom_size < matrix_atom.UINT32_LIMIT:
+        raise UsageError("--atom-size must be between 1 and 2**32 - 1")
+    grid = svgt_fmt.parse_grid(opts.svgt, opts.atom_size) if opts.svgt else None
+    if grid and smap.vocab_size > matrix_atom.UINT16_LIMIT:
+        raise UsageError(
+            "--svgt needs ids below 65536 (SVG-Tensor stores uint16) but the map's vocab_size "
+            f"is {smap.vocab_size:,}"
+        )
+    step = Step(
+        None,
+        eos,
+        Options(
+            opts.text_field,
+            opts.missing_field,
+            opts.encoding_errors,
+            opts.max_doc_size,
+            opts.input_kind,
+        ),
+        "",
+        "<u2" if dtype == "uint16" else "<u4",
+        opts.on_error,
+        opts.strict,
+    )
+    plan = PackPlan(
+        atom_size=opts.atom_size,
+        dtype=dtype,
+        vocab_size=smap.vocab_size,
+        pad_id=smap.pad_id,
+        eos_id=eos,
+        grid=grid,
+        map_raw=map_raw,
+        map_hash=smap.canonical_hash(),
+        manifest_head={"source": srcs[0] if len(srcs) == 1 else list(srcs)},
+    )
+    options = {
+        "text_field": opts.text_field,
+        "missing_field": opts.missing_field,
+        "encoding_errors": opts.encoding_errors,
+        "on_error": opts.on_error,
+        "strict": opts.strict,
+        "max_doc_size": opts.max_doc_size,
+        "input_kind": opts.input_kind,
+    }
+    # The executor starts now (worker processes forked with the matcher loaded above, or a
+    # Dask cluster starting), while the writer lists the inputs.
+    executor = start(
+        opts.executor,
+        step,
+        opts.jobs,
+        out_dir=out_dir,
+        scheduler=opts.scheduler,
+        resume=opts.resume,
+        recipe=PiRecipe(smap, map_raw, tok),
+    )
+    try:
+        summary = write_pack(
+            srcs,
+            out_dir,
+            plan,
+            executor,
+            options=options,
+            shard=shard,
+            serial=opts.executor == "local" and opts.jobs == 1,
+            tick=tick,
+        )
+        report = executor.report()
+        if report is not None:
+            summary["executor"] = report
+        return summary
+    finally:
+        executor.close()
