@@ -10,7 +10,7 @@ one record per file, large files cut into ~256 KiB records), --size-mb of it. Ea
   worker processes on 127.0.0.1 and stops it: what a user without a cluster pays);
 - dask, running cluster: `--executor dask --scheduler ADDR` on a LocalCluster of 2
   single-threaded workers started by this script before the clock, once with the worker
-  settings docs/scale-out.md recommends (`dask_exec.QUIET_WORKERS`), once with Dask's defaults.
+  settings docs/scale-out.md recommends (`dask_ex.QUIET_WORKERS`), once with Dask's defaults.
 - the fixed cost: local and own LocalCluster on two small files.
 
 Overhead = dask / local - 1 (target: at most 15 %), in wall seconds and in CPU seconds of every
@@ -106,7 +106,7 @@ def main() -> int:
     import dask
     import distributed
 
-    from matrixctl.ingest.dask_exec import QUIET_WORKERS
+    from matrixctl.ingest.executors.dask import QUIET_WORKERS
 
     WORK.mkdir(parents=True, exist_ok=True)
     jsonl = WORK / f"corpus-{args.size_mb}.jsonl"
@@ -143,7 +143,7 @@ def main() -> int:
                 client.wait_for_workers(2)
                 # Workers that have imported matrixctl, as after an earlier build or with
                 # `dask worker --preload matrixctl.ingest.dask_exec` (docs/scale-out.md).
-                client.run(importlib.import_module, "matrixctl.ingest.dask_exec")
+                client.run(importlib.import_module, "matrixctl.ingest.executors.dask")
                 return run([*base(src), *own, "--scheduler", lc.scheduler_address])
         finally:
             lc.close()

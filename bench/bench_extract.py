@@ -63,13 +63,13 @@ sys.path.insert(0, str(HERE.parent))
 
 
 def matrixctl_fast(text: str) -> str:
-    from matrixctl.ingest.extract import html_text
+    from matrixctl.ingest.kinds.html import html_text
 
     return html_text(text)
 
 
 def matrixctl_walk(text: str) -> str:
-    from matrixctl.ingest.extract import html_text_walk
+    from matrixctl.ingest.kinds.html import html_text_walk
 
     return html_text_walk(text)
 

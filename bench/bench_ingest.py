@@ -96,7 +96,8 @@ def build_text(limit: int | None) -> int:
     if TEXT.exists():
         return TEXT.stat().st_size
     sys.path.insert(0, str(HERE.parent))
-    from matrixctl.ingest import extract
+    from matrixctl.ingest import kinds
+    from matrixctl.ingest.kinds import base as kinds_base
     from matrixctl.ingest.sources import enumerate_sources
 
     files, _ = enumerate_sources([str(CORPUS)], exclude=[])
@@ -104,13 +105,15 @@ def build_text(limit: int | None) -> int:
     with open(TEXT, "wb") as out:
         for f in files:
             with open(f.path, "rb") as fp:
-                reader = extract.HashingReader(fp)
-                kind = extract.sniff_kind(fp.read(8192), f.path)
+                reader = kinds_base.HashingReader(fp)
+                kind = kinds.sniff_kind(fp.read(8192), f.path)
                 fp.seek(0)
                 if kind == "binary":
                     continue
-                opts = extract.Options(encoding_errors="replace")
-                for _, pieces in extract.documents(kind, reader, f.path, opts, extract.Counters()):
+                opts = kinds_base.Options(encoding_errors="replace")
+                documents = kinds.get(kind).documents
+                assert documents is not None
+                for _, pieces in documents(reader, f.path, opts, kinds_base.Counters()):
                     data = ("".join(pieces) + "\n").encode("utf-8", "surrogatepass")
                     out.write(data)
                     total += len(data)

@@ -21,7 +21,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from matrixctl.ingest import extract, pack, pipeline  # noqa: E402
+from matrixctl.ingest import docs, pack, writer  # noqa: E402
+from matrixctl.ingest.kinds import html  # noqa: E402
 from matrixctl.tokenizers import pi  # noqa: E402
 
 CORPUS = HERE / "out" / "corpus"
@@ -49,20 +50,20 @@ def main() -> int:
     if args.jobs == 1:
         wrap(pi, "load_symbol_map", "symbol map load (serial)")
         wrap(pi.Tokenizer, "__init__", "matcher build")
-        wrap(pipeline, "enumerate_sources", "listing the inputs (serial)")
-        wrap(extract, "_read_whole", "reading + SHA-256 of HTML")
-        wrap(extract, "decode_whole", "UTF-8 decoding of HTML")
-        wrap(extract, "html_text", "HTML to text")
+        wrap(writer, "enumerate_sources", "listing the inputs (serial)")
+        wrap(html, "read_whole", "reading + SHA-256 of HTML")
+        wrap(html, "decode_whole", "UTF-8 decoding of HTML")
+        wrap(html, "html_text", "HTML to text")
         wrap(pi.Tokenizer, "encode", "tokenizer (whole documents)")
         wrap(pi.StreamEncoder, "feed", "tokenizer (streamed pieces)")
-        wrap(pipeline, "_append", "writing atoms and index")
+        wrap(writer, "_append", "writing atoms and index")
         wrap(pack.PackBuilder, "finish", "finish: projection, hashes, manifest (serial)")
     shutil.rmtree(PACK, ignore_errors=True)
     start = time.perf_counter()
-    pipeline.ingest_docs(
+    docs.ingest_docs(
         [str(CORPUS)],
         str(PACK),
-        pipeline.IngestOptions(jobs=args.jobs, encoding_errors="replace", svgt="16x16"),
+        docs.IngestOptions(jobs=args.jobs, encoding_errors="replace", svgt="16x16"),
     )
     wall = time.perf_counter() - start
     shutil.rmtree(PACK, ignore_errors=True)

@@ -67,13 +67,16 @@ def cbor_target() -> Callable[[bytes], None]:
 
 def extractor_target(kind: str) -> Callable[[bytes], None]:
     from matrixctl.errors import MatrixError
-    from matrixctl.ingest import extract
+    from matrixctl.ingest import kinds
+    from matrixctl.ingest.kinds import base as kinds_base
 
     def target(data: bytes) -> None:
-        reader = extract.HashingReader(io.BytesIO(data))  # type: ignore[arg-type]
+        reader = kinds_base.HashingReader(io.BytesIO(data))  # type: ignore[arg-type]
         try:
-            for _n, pieces in extract.documents(
-                kind, reader, "fuzz", extract.Options(), extract.Counters()
+            documents = kinds.get(kind).documents
+            assert documents is not None
+            for _n, pieces in documents(
+                reader, "fuzz", kinds_base.Options(), kinds_base.Counters()
             ):
                 for _ in pieces:
                     pass
@@ -96,7 +99,8 @@ def jsonl_target() -> Callable[[bytes], None]:
 
     from matrixctl import _jsonl_kernel
     from matrixctl.errors import MatrixError
-    from matrixctl.ingest import extract
+    from matrixctl.ingest.kinds import base as kinds_base
+    from matrixctl.ingest.kinds import jsonl as kinds_jsonl
 
     documents = extractor_target("jsonl")
 
@@ -107,16 +111,16 @@ def jsonl_target() -> Callable[[bytes], None]:
                 got.append((line, text if isinstance(text, str) else str(text, "utf-8")))
         except MatrixError as err:
             return got, (err.code, err.message, err.offset), None
-        except extract.SkipFile as skip:
+        except kinds_base.SkipFile as skip:
             return got, ("skip", skip.reason), None
         return got, None, (counters.lines, counters.skipped_records)
 
     def target(data: bytes) -> None:
         documents(data)
-        for opts in (extract.Options(), extract.Options(missing_field="error", max_doc=64)):
-            c1, c2 = extract.Counters(), extract.Counters()
-            a = outcome(extract.jsonl_texts_stream(io.BytesIO(data), "f", opts, c1), c1)
-            b = outcome(extract.jsonl_texts(bytearray(data), "f", opts, c2), c2)
+        for opts in (kinds_base.Options(), kinds_base.Options(missing_field="error", max_doc=64)):
+            c1, c2 = kinds_base.Counters(), kinds_base.Counters()
+            a = outcome(kinds_jsonl.texts_stream(io.BytesIO(data), "f", opts, c1), c1)
+            b = outcome(kinds_jsonl.texts(bytearray(data), "f", opts, c2), c2)
             if a != b:
                 raise AssertionError(f"the two JSON Lines paths differ: {a!r} != {b!r}")
         out = bytearray(len(data) + 16)
@@ -204,21 +208,21 @@ DECOMPRESS_CAP = 64 << 20  # decompressed bytes one input may produce before the
 
 
 def decompress_target(kind: str) -> Callable[[bytes], None]:
-    """The bytes as a compressed input of `ingest docs` (`matrixctl.ingest.inputs`), its kind
+    """The bytes as a compressed input of `ingest docs` (`ingest/kinds/compressed.py`), its kind
     forced (gzip, zstd, xz, bz2) so a mutated magic still reaches the decompressor; every
     member / frame / stream is read. A bomb is a legitimate input (it costs time, never
     memory): the target stops after DECOMPRESS_CAP decompressed bytes."""
     from matrixctl.errors import MatrixError
-    from matrixctl.ingest import inputs
+    from matrixctl.ingest.kinds import compressed
 
-    inputs._new(kind)  # the decompressor's module imported now, for instrument_all()
+    compressed._new(kind)  # the decompressor's module imported now, for instrument_all()
 
     def target(data: bytes) -> None:
-        fp, _dec = inputs.decompressing(io.BytesIO(data), kind, "fuzz")
+        fp, _dec = compressed.decompressing(io.BytesIO(data), kind, "fuzz")
         got = 0
         try:
             while got < DECOMPRESS_CAP:
-                piece = fp.read(inputs.OUT_PIECE)
+                piece = fp.read(compressed.OUT_PIECE)
                 if not piece:
                     break
                 got += len(piece)
@@ -229,10 +233,11 @@ def decompress_target(kind: str) -> Callable[[bytes], None]:
 
 
 def columnar_target(kind: str) -> Callable[[bytes], None]:
-    """The bytes as a Parquet or Arrow IPC input of `ingest docs` (`ingest/columnar.py`,
+    """The bytes as a Parquet or Arrow IPC input of `ingest docs` (`ingest/kinds/columnar.py`,
     through pyarrow), every row of the `text` column read as a document."""
     from matrixctl.errors import MatrixError
-    from matrixctl.ingest import columnar, extract
+    from matrixctl.ingest.kinds import base as kinds_base
+    from matrixctl.ingest.kinds import columnar
 
     columnar._pyarrow("fuzz")  # pyarrow imported before instrument_all()
     folder = Path("/dev/shm") if os.path.isdir("/dev/shm") else Path(tempfile.gettempdir())
@@ -242,7 +247,7 @@ def columnar_target(kind: str) -> Callable[[bytes], None]:
         path.write_bytes(data)
         try:
             for _row, pieces in columnar.documents(
-                kind, str(path), "fuzz", extract.Options(), extract.Counters()
+                kind, str(path), "fuzz", kinds_base.Options(), kinds_base.Counters()
             ):
                 for _ in pieces:
                     pass

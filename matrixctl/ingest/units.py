@@ -46,13 +46,19 @@ SPLIT_MIN = 2 * PIECE_BYTES  # files from this size on are cut into pieces
 class Cutting:
     """An executor's parameters for the planner and the cutter."""
 
-    unit_bytes: int = UNIT_MAX_BYTES  # a unit of small files: at most this many bytes
+    unit_bytes: int = 0  # a unit of small files: at most this many bytes (0: UNIT_MAX_BYTES)
     units_per_job: int = UNITS_PER_JOB
-    piece_bytes: int = PIECE_BYTES  # a piece: at least this many bytes (the last: the rest)
-    read_bytes: int = 0  # bytes per read while cutting (0: piece_bytes)
+    piece_bytes: int = 0  # a piece: about this many bytes (0: PIECE_BYTES)
+    read_bytes: int = 0  # at most this many bytes per read while cutting (0: the piece size)
     keep_stored: bool = False  # a stored file's pieces carry their bytes (one read of the file)
     ahead: bool = False  # decompress on a helper thread while the pieces are tokenized
     defer_hash: bool = False  # a Parquet file's last piece carries its running hash
+
+    def piece(self) -> int:
+        return self.piece_bytes or PIECE_BYTES
+
+    def unit(self) -> int:
+        return self.unit_bytes or UNIT_MAX_BYTES
 
 
 @dataclass
@@ -145,7 +151,7 @@ def cut(
     and no byte is kept. `sha`: every read is hashed into it on a helper thread (hashlib
     releases the GIL) while the next one is searched and read; all are hashed when this ends.
     """
-    chunk = read_bytes or piece_bytes
+    chunk = min(read_bytes, piece_bytes) if read_bytes else piece_bytes
     bufs = [bytearray(), bytearray()]
     hashing: list[Any] = [None, None]  # the hash of each buffer's last read, in flight
     cur = filled = start = pos = 0
@@ -409,7 +415,7 @@ def split_file(
             stored = inp.compression is None and sf.path != "-"
             how = kinds.get(inp.kind).cut if inp.kind in kinds.REGISTRY else None
             if how == "row-groups" and stored:
-                yield from split_parquet(sf, cutting.piece_bytes, cutting.defer_hash)
+                yield from split_parquet(sf, cutting.piece(), cutting.defer_hash)
                 return
             if how == "text" and (followers is None or not stored):
                 how = None
@@ -423,12 +429,12 @@ def split_file(
 
             followers = followers if how == "text" else None
             if stored:
-                yield from _split_stored(sf, raw, cutting, opts, followers, long_line, how)
+                yield from _split_stored(sf, cutting, opts, followers, long_line, how)
                 return
-            ahead = ReadAhead(inp.stream, cutting.piece_bytes) if cutting.ahead else None
+            ahead = ReadAhead(inp.stream, cutting.piece()) if cutting.ahead else None
             try:
                 fill = stream_fill(inp.stream) if ahead is None else ahead.fill
-                cuts = cut(fill, cutting.piece_bytes, opts.max_doc, long_line, keep=True)
+                cuts = cut(fill, cutting.piece(), opts.max_doc, long_line, keep=True)
                 last: Piece | None = None
                 for piece in _pieces(sf, cuts, how_kind(how), False):
                     if piece.last:
@@ -455,7 +461,6 @@ def how_kind(how: str) -> str:
 
 def _split_stored(
     sf: SourceFile,
-    raw: Any,
     cutting: Cutting,
     opts: Options,
     followers: bytes | None,
@@ -469,7 +474,7 @@ def _split_stored(
         keep = cutting.keep_stored and how == "lines"
         cuts = cut(
             fp.readinto,
-            cutting.piece_bytes,
+            cutting.piece(),
             opts.max_doc,
             long_line,
             read_bytes=cutting.read_bytes,
@@ -506,7 +511,7 @@ def plan(
     to a file first)."""
     total = sum(f.size for f in files)
     target = min(
-        cutting.unit_bytes, max(UNIT_MIN_BYTES, total // max(1, jobs * cutting.units_per_job))
+        cutting.unit(), max(UNIT_MIN_BYTES, total // max(1, jobs * cutting.units_per_job))
     )
     unit: list[SourceFile] = []
     size = 0

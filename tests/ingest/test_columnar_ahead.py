@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from matrixctl.ingest import columnar, extract, pipeline
+from matrixctl.ingest import step, units
+from matrixctl.ingest.kinds import base as kinds_base
+from matrixctl.ingest.kinds import columnar
 from tests.helpers.cli import run_cli
 
 pyarrow = pytest.importorskip("pyarrow", reason="the parquet extra is not installed")
@@ -37,9 +39,9 @@ def decoders() -> list[threading.Thread]:
 @pytest.fixture
 def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every row group a piece of its own, every file cut (as 64 MiB row groups are)."""
-    monkeypatch.setattr(pipeline, "PIECE_BYTES", 1)
-    monkeypatch.setattr(pipeline, "SPLIT_MIN", 1)
-    monkeypatch.setattr(pipeline, "UNIT_MAX_BYTES", 1)  # every file a unit of its own
+    monkeypatch.setattr(units, "PIECE_BYTES", 1)
+    monkeypatch.setattr(units, "SPLIT_MIN", 1)
+    monkeypatch.setattr(units, "UNIT_MAX_BYTES", 1)  # every file a unit of its own
     monkeypatch.setattr(columnar, "AHEAD_BATCHES", 2)
     monkeypatch.setattr(columnar, "BATCH_ROWS", 16)
 
@@ -71,7 +73,7 @@ def test_pieces_read_through_one_decoder_give_the_pack_of_the_files_read_whole(
     assert made == [0, 0, 0]  # one decoder per file, not one per piece (6 row groups each)
     assert prefetched == ["train-1.parquet", "train-2.parquet"]  # started ahead of their turn
     assert decoders() == [] and columnar._SHARED == []
-    monkeypatch.setattr(pipeline, "SPLIT_MIN", 1 << 40)  # not cut: one unit per file
+    monkeypatch.setattr(units, "SPLIT_MIN", 1 << 40)  # not cut: one unit per file
     whole = pack(tmp_path / "whole", folder)
     assert cut == whole
     assert pack(tmp_path / "j2", folder, jobs=2) == whole
@@ -93,11 +95,11 @@ def test_a_damaged_row_group_fails_in_its_own_piece_and_stops_the_decoders(
     assert decoders() == [] and columnar._SHARED == []
     # Read piece by piece, the rows of row groups 0-3 come before the error, none after.
     texts: list[int] = []
-    counters = extract.Counters()
+    counters = kinds_base.Counters()
     with pytest.raises(Exception, match="not a readable parquet file"):
         for first in range(6):
             for row, _ in columnar.texts(
-                "parquet", str(bad), "b", extract.Options(), counters, (first, first + 1),
+                "parquet", str(bad), "b", kinds_base.Options(), counters, (first, first + 1),
                 first * 100, ahead=True,
             ):  # fmt: skip
                 texts.append(row)
@@ -111,7 +113,14 @@ def test_a_caller_that_stops_between_pieces_leaves_no_decoder(
     path = shard(tmp_path / "a.parquet", ROWS[:600], 100)
     rows = list(
         columnar.texts(
-            "parquet", str(path), "a", extract.Options(), extract.Counters(), (0, 1), 0, ahead=True
+            "parquet",
+            str(path),
+            "a",
+            kinds_base.Options(),
+            kinds_base.Counters(),
+            (0, 1),
+            0,
+            ahead=True,
         )
     )
     assert [r for r, _ in rows] == list(range(100))
@@ -138,14 +147,14 @@ def test_the_last_pieces_file_hash_is_taken_after_it_is_tokenized(
         order.append("hash")
         return real_result(self)
 
-    real_tokenize = pipeline._tokenize
+    real_tokenize = step._tokenize
 
     def tokenize(*args: object, **kwargs: object) -> None:
         order.append("piece")
         real_tokenize(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(mio.FileHash, "result", result)
-    monkeypatch.setattr(pipeline, "_tokenize", tokenize)
+    monkeypatch.setattr(step, "_tokenize", tokenize)
     out = tmp_path / "p"
     pack(out, path)
     # The Parquet file's hash is taken after its 15 pieces (then the pack's atoms' hash).

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from matrixctl.ingest.executors import dask as dask_ex
+from matrixctl.ingest.kinds import base as kinds_base
 from tests.helpers.cli import ROOT, Run, run_cli, run_sub
 
 distributed = pytest.importorskip(
@@ -149,7 +151,8 @@ def test_own_local_cluster_from_the_cli(small, tmp_path: Path) -> None:
 SHOUT = """
 import logging, sys
 import distributed
-from matrixctl.ingest.dask_exec import _local_cluster
+from matrixctl.ingest.kinds import base as kinds_base
+from matrixctl.ingest.executors.dask import _local_cluster
 
 def shout():
     logging.getLogger("distributed.worker").error("worker shouts\\nTraceback (most recent call)")
@@ -334,7 +337,7 @@ def test_merged_units_resume_from_the_killed_builds_atom_file(cluster, tmp_path:
         byte = fp.read(1)
         fp.seek(offset + size // 2)
         fp.write(bytes([byte[0] ^ 0xFF]))
-    from matrixctl.ingest.dask_exec import load_unit
+    from matrixctl.ingest.executors.dask import load_unit
 
     assert load_unit(str(staging), key) is None
     assert all(load_unit(str(staging), k) is not None for k in merged if k != key)
@@ -364,7 +367,7 @@ def test_corrupt_staged_units_are_redone(cluster, tmp_path: Path) -> None:
     data[len(data) // 2] ^= 0xFF
     results.write_bytes(bytes(data))
     records[2].unlink()
-    from matrixctl.ingest.dask_exec import load_unit
+    from matrixctl.ingest.executors.dask import load_unit
 
     for record in records:
         assert load_unit(str(staging), record.stem) is None
@@ -480,7 +483,6 @@ def test_own_cluster_that_cannot_start_is_one_error_line(tmp_path: Path, monkeyp
     """The own LocalCluster starts on a helper thread while the client cuts the first units;
     a cluster that cannot start is the one error line INGEST_DASK_CLUSTER, raised where the
     build needs it, and leaves neither a pack nor a staging folder."""
-    from matrixctl.ingest import dask_exec
 
     src = _corpus(tmp_path, 5, 40)
     started: list[str] = []
@@ -491,7 +493,7 @@ def test_own_cluster_that_cannot_start_is_one_error_line(tmp_path: Path, monkeyp
         started.append(threading.current_thread().name)
         raise OSError(98, "Address already in use")
 
-    monkeypatch.setattr(dask_exec, "_local_cluster", refuse)
+    monkeypatch.setattr(dask_ex, "_local_cluster", refuse)
     out = tmp_path / "p"
     run = run_cli("ingest", "docs", str(src), "-o", str(out), "--executor", "dask")
     assert run.code == 2, run.stderr
@@ -506,11 +508,11 @@ def test_pieces_of_a_large_jsonl_file_travel_to_the_workers(
 ) -> None:
     """A JSON Lines file cut into pieces (sizes lowered here, in the client that cuts): the
     workers read each piece's byte range from the file and the pack is that of --jobs 1."""
-    from matrixctl.ingest import pipeline
+    from matrixctl.ingest import units
 
     lc, _ = cluster
-    monkeypatch.setattr(pipeline, "SPLIT_MIN", 64 << 10)
-    monkeypatch.setattr(pipeline, "PIECE_BYTES", 16 << 10)
+    monkeypatch.setattr(units, "SPLIT_MIN", 64 << 10)
+    monkeypatch.setattr(units, "PIECE_BYTES", 16 << 10)
     src = tmp_path / "big.jsonl"
     lines = [json.dumps({"text": f"{WORDS[i % len(WORDS)]} matrix {i} " * 8}) for i in range(3000)]
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -558,28 +560,28 @@ def _big_jsonl(path: Path, n: int = 3000) -> bytes:
 
 
 def _small_units(monkeypatch) -> None:
-    from matrixctl.ingest import pipeline
+    from matrixctl.ingest import units
 
-    monkeypatch.setattr(pipeline, "SPLIT_MIN", 64 << 10)
-    monkeypatch.setattr(pipeline, "PIECE_BYTES", 16 << 10)
+    monkeypatch.setattr(units, "SPLIT_MIN", 64 << 10)
+    monkeypatch.setattr(units, "PIECE_BYTES", 16 << 10)
 
 
 def _state():
-    from matrixctl.ingest import extract, pipeline
+    from matrixctl.ingest.step import Step
     from matrixctl.tokenizers import pi
 
     smap, _ = pi.load_symbol_map(pi.default_map_path())
-    opts = extract.Options("text", "skip", "error", extract.MAX_WHOLE, "auto")
-    return pipeline.WorkerState(None, smap.eos_id, opts, "", smap, "<u2")
+    opts = kinds_base.Options("text", "skip", "error", kinds_base.MAX_WHOLE, "auto")
+    return Step(None, smap.eos_id, opts, "", "<u2")
 
 
 def _plan(path: Path, staging: Path) -> Any:
-    from matrixctl.ingest import dask_exec
+    from matrixctl.ingest.executors import dask as dask_ex
     from matrixctl.ingest.sources import enumerate_sources
 
     files, _ = enumerate_sources([str(path)], exclude=[])
     staging.mkdir(exist_ok=True)
-    return dask_exec.plan(files, _state(), 2, str(staging))
+    return dask_ex.plan(files, _state(), 2, str(staging))
 
 
 def test_range_pieces_cover_the_file_in_whole_lines(tmp_path: Path, monkeypatch) -> None:
@@ -588,30 +590,30 @@ def test_range_pieces_cover_the_file_in_whole_lines(tmp_path: Path, monkeypatch)
     file's SHA-256."""
     import hashlib
 
-    from matrixctl.ingest import dask_exec
+    from matrixctl.ingest.executors import dask as dask_ex
 
     _small_units(monkeypatch)
     src = tmp_path / "big.jsonl"
     data = _big_jsonl(src)
     units = list(_plan(src, tmp_path / "staging"))
-    assert len(units) > 4 and all(isinstance(u, dask_exec.RangePiece) for u in units)
+    assert len(units) > 4 and all(isinstance(u, dask_ex.RangePiece) for u in units)
     pos = 0
-    # A worker's reused buffer (dask_exec._unit_buffer): left longer by an earlier unit.
+    # A worker's reused buffer (dask_ex._unit_buffer): left longer by an earlier unit.
     buf = bytearray(b"\xff" * (max(u.length for u in units) + 7))
     for index, u in enumerate(units):
         assert u.path == str(src) and u.offset == pos and u.piece.index == index
         # Lines are counted by the worker, from 0 (the writer adds the lines before it).
         assert u.piece.first_line == -1
-        got = dask_exec.read_range(u)
+        got = dask_ex.read_range(u)
         assert got == data[pos : pos + u.length] and got.endswith(b"\n")
-        assert dask_exec.read_range(u, buf) is buf and bytes(buf[: u.length]) == got
+        assert dask_ex.read_range(u, buf) is buf and bytes(buf[: u.length]) == got
         pos += u.length
-    assert dask_exec.read_range(units[0], bytearray()) == data[: units[0].length]  # grown
+    assert dask_ex.read_range(units[0], bytearray()) == data[: units[0].length]  # grown
     # The worker's own buffer is kept for units up to twice the largest; a longer piece
     # (one long line) gets a buffer of its own.
-    kept = dask_exec._unit_buffer(1)
-    assert dask_exec._unit_buffer(2 * dask_exec.UNIT_MAX_BYTES) is kept
-    assert dask_exec._unit_buffer(2 * dask_exec.UNIT_MAX_BYTES + 1) is not kept
+    kept = dask_ex._unit_buffer(1)
+    assert dask_ex._unit_buffer(2 * dask_ex.UNIT_MAX_BYTES) is kept
+    assert dask_ex._unit_buffer(2 * dask_ex.UNIT_MAX_BYTES + 1) is not kept
     assert pos == len(data)
     assert units[-1].piece.last and not any(u.piece.last for u in units[:-1])
     assert units[-1].piece.file_sha256 == "sha256:" + hashlib.sha256(data).hexdigest()
@@ -624,7 +626,7 @@ def test_a_source_changed_under_a_worker_is_io_changed(
     """A worker reads a range only from the file the client cut (same size, mtime_ns and
     inode): a source rewritten in place, grown, or replaced by another file at its path gives
     the IO_CHANGED error for the unit, never tokens of other bytes."""
-    from matrixctl.ingest import dask_exec
+    from matrixctl.ingest.executors import dask as dask_ex
 
     _small_units(monkeypatch)
     src = tmp_path / "big.jsonl"
@@ -646,9 +648,14 @@ def test_a_source_changed_under_a_worker_is_io_changed(
     import hashlib
     import pickle
 
-    state = pickle.dumps((_state(), None))  # the state file: (state, the map's bytes)
+    from matrixctl.ingest.tokenizer import PiRecipe
+    from matrixctl.tokenizers import pi
+
+    raw = pi.read_map_bytes(pi.default_map_path())
+    recipe = PiRecipe(pi.check_map_bytes(raw, "map"), raw)
+    state = pickle.dumps((_state(), recipe))  # the state file: (step, the tokenizer's recipe)
     blob.write_bytes(state)
-    status, payload = dask_exec.run_unit(
+    status, payload = dask_ex.run_unit(
         hashlib.sha256(state).hexdigest(), str(blob), first, "k", str(staging)
     )
     assert status == "error"
@@ -767,15 +774,16 @@ def test_workers_take_their_matcher_from_the_map_cache(
     import hashlib
     import pickle
 
-    from matrixctl.ingest import dask_exec, extract, pipeline
+    from matrixctl.ingest.step import Step
+    from matrixctl.ingest.tokenizer import PiRecipe
     from matrixctl.tokenizers import pi, pi_cache
 
     monkeypatch.setenv("MATRIXCTL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("MATRIXCTL_NO_CACHE", raising=False)
     raw = pi.read_map_bytes(pi.default_map_path())
     smap = pi.check_map_bytes(raw, "map")
-    state = pipeline.WorkerState(None, smap.eos_id, extract.Options(), "", smap)
-    blob = pickle.dumps((state, raw))
+    state = Step(None, smap.eos_id, kinds_base.Options(), "")
+    blob = pickle.dumps((state, PiRecipe(smap, raw)))
     key = hashlib.sha256(blob).hexdigest()
     path = tmp_path / f"state-{key}.pickle"
     path.write_bytes(blob)
@@ -797,11 +805,11 @@ def test_workers_take_their_matcher_from_the_map_cache(
             data = bytearray(entry.read_bytes())
             data[-1] ^= 0xFF
             entry.write_bytes(bytes(data))
-        dask_exec._WORKER_STATES.clear()
+        dask_ex._WORKER_STEPS.clear()
         built.clear()
-        got = dask_exec._worker_state(key, str(path))
+        got = dask_ex._worker_step(key, str(path))
         assert built == [round_ != "entry stored"], round_
         assert pi_cache.load(raw) is not None  # stored (again) after a build
-        ids.append(got.tok.encode(text).tolist())
-    dask_exec._WORKER_STATES.clear()
+        ids.append(got.tok.tok.encode(text).tolist())
+    dask_ex._WORKER_STEPS.clear()
     assert ids == [want.encode(text).tolist()] * 3

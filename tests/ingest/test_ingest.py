@@ -13,7 +13,11 @@ import numpy as np
 import pytest
 
 from matrixctl.formats import doc_index, matrix_atom
-from matrixctl.ingest import extract
+from matrixctl.ingest import kinds
+from matrixctl.ingest.kinds import base as kinds_base
+from matrixctl.ingest.kinds import html as kinds_html
+from matrixctl.ingest.kinds import jsonl as kinds_jsonl
+from matrixctl.ingest.kinds import markdown as kinds_markdown
 from matrixctl.tokenizers import pi
 from matrixctl.validate import ingest_pack as pack_checks
 from matrixctl.validate import manifest_folder
@@ -47,7 +51,7 @@ def test_html_visible_text_only() -> None:
         "<body><!-- hidden --><p>One <b>bold</b>\n   word</p><div>Two<br>lines</div>"
         "<pre>  keep\n  this</pre><noscript>no</noscript><ul><li>a</li><li>b</li></ul></body>"
     )
-    assert extract.html_text(html) == "T & t\nOne bold word\nTwo\nlines\n  keep\n  this\na\nb"
+    assert kinds_html.html_text(html) == "T & t\nOne bold word\nTwo\nlines\n  keep\n  this\na\nb"
 
 
 def test_markdown_syntax_is_stripped() -> None:
@@ -55,7 +59,7 @@ def test_markdown_syntax_is_stripped() -> None:
         "# Title #\n\nSome **bold** and *em* with [a link](http://x) and `code`.\n\n"
         "```\nx = 1\n```\n---\n"
     )
-    out = "".join(extract.markdown_lines(extract.split_lines(iter([md]))))
+    out = "".join(kinds_markdown.markdown_lines(kinds_markdown.split_lines(iter([md]))))
     assert out == "Title\n\nSome bold and em with a link and code.\n\nx = 1\n"
 
 
@@ -88,7 +92,7 @@ def test_kind_is_sniffed_from_bytes(head: bytes, name: str, kind: str) -> None:
     """Decision: the name decides for .md/.markdown/.txt/.rst/.html (and their variants), the
     bytes only where the name says nothing; a NUL byte means binary whatever the name, except
     for the Parquet/Arrow magics; .json/.jsonl/.ndjson are hints the bytes must agree with."""
-    assert extract.sniff_kind(head, name) == kind
+    assert kinds.sniff_kind(head, name) == kind
 
 
 # The pack ------------------------------------------------------------------------------------
@@ -197,11 +201,12 @@ def test_shards_merge_into_the_unsharded_pack(tmp_path: Path) -> None:
 
 def test_large_file_spills_and_streams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Decision: bounded memory: tokens and records spill to the temporary folder."""
-    from matrixctl.ingest import pipeline
+    from matrixctl.ingest import step
 
-    monkeypatch.setattr(pipeline, "MEM_TOKENS", 1000)
-    monkeypatch.setattr(pipeline, "MEM_DOCS", 7)
-    monkeypatch.setattr(extract, "PIECE", 4096)
+    monkeypatch.setattr(step, "MEM_TOKENS", 1000)
+    monkeypatch.setattr(step, "MEM_DOCS", 7)
+    monkeypatch.setattr(kinds_base, "PIECE", 4096)
+    monkeypatch.setattr(kinds_jsonl, "PIECE", 4096)
     src = tmp_path / "src"
     src.mkdir()
     (src / "big.txt").write_text("word and more words, " * 5000, encoding="utf-8")
@@ -211,9 +216,10 @@ def test_large_file_spills_and_streams(tmp_path: Path, monkeypatch: pytest.Monke
     pack = ingest(tmp_path, src=src)
     report, _ = examine(str(pack), scan=True)
     assert report.ok(strict=True), report.findings
-    monkeypatch.setattr(pipeline, "MEM_TOKENS", 1 << 20)
-    monkeypatch.setattr(pipeline, "MEM_DOCS", 1 << 16)
-    monkeypatch.setattr(extract, "PIECE", 1 << 20)
+    monkeypatch.setattr(step, "MEM_TOKENS", 1 << 20)
+    monkeypatch.setattr(step, "MEM_DOCS", 1 << 16)
+    monkeypatch.setattr(kinds_base, "PIECE", 1 << 20)
+    monkeypatch.setattr(kinds_jsonl, "PIECE", 1 << 20)
     again = ingest(tmp_path, src=src, name="again")
     assert tree_bytes(pack) == tree_bytes(again)
 

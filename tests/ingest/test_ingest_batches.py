@@ -15,7 +15,10 @@ import numpy as np
 import pytest
 
 from matrixctl.errors import FormatError
-from matrixctl.ingest import columnar, extract, pipeline
+from matrixctl.ingest import pipeline
+from matrixctl.ingest.kinds import base as kinds_base
+from matrixctl.ingest.kinds import columnar
+from matrixctl.ingest.kinds import jsonl as kinds_jsonl
 from matrixctl.tokenizers import pi, pi_cache
 from tests.helpers.cli import run_cli
 
@@ -34,17 +37,17 @@ def outcome(gen: Any) -> tuple[list[Any], Any, Any]:
                 got.append(item)
     except FormatError as err:
         return got, (err.code, err.message, err.offset, err.field), None
-    except extract.SkipFile as skip:
+    except kinds_base.SkipFile as skip:
         return got, ("skip", skip.reason), None
     return got, None, None
 
 
-def both(data: bytes, opts: extract.Options, line_no: int = 0, offset: int = 0) -> None:
+def both(data: bytes, opts: kinds_base.Options, line_no: int = 0, offset: int = 0) -> None:
     """`jsonl_texts` over a buffer gives what the line reader gives over a stream."""
-    c1, c2 = extract.Counters(), extract.Counters()
-    a = outcome(extract.jsonl_texts_stream(io.BytesIO(data), "f", opts, c1, line_no, offset))
+    c1, c2 = kinds_base.Counters(), kinds_base.Counters()
+    a = outcome(kinds_jsonl.texts_stream(io.BytesIO(data), "f", opts, c1, line_no, offset))
     padded = bytearray(data + b"\n{}garbage after the size")
-    b = outcome(extract.jsonl_texts(padded, "f", opts, c2, line_no, offset, len(data)))
+    b = outcome(kinds_jsonl.texts(padded, "f", opts, c2, line_no, offset, len(data)))
     assert a == b
     assert (c1.lines, c1.skipped_records) == (c2.lines, c2.skipped_records)
 
@@ -68,7 +71,7 @@ LINES = [
 @pytest.mark.parametrize("missing", ["skip", "error"])
 @pytest.mark.parametrize("start", [0, 3])
 def test_a_buffer_of_lines_gives_what_the_line_reader_gives(missing: str, start: int) -> None:
-    opts = extract.Options(missing_field=missing)
+    opts = kinds_base.Options(missing_field=missing)
     data = b"".join(LINES)
     both(data, opts)
     both(BOM + data, opts)  # a BOM at the file's start is dropped
@@ -88,7 +91,7 @@ def test_a_buffer_of_lines_gives_what_the_line_reader_gives(missing: str, start:
 )
 @pytest.mark.parametrize("encoding", ["error", "replace", "skip-file"])
 def test_errors_and_their_offsets_are_the_same(bad: bytes, encoding: str) -> None:
-    opts = extract.Options(encoding_errors=encoding)
+    opts = kinds_base.Options(encoding_errors=encoding)
     data = LINES[0] + LINES[2] + bad + LINES[1]
     both(data, opts)
     both(data, opts, line_no=40, offset=5000)
@@ -97,7 +100,7 @@ def test_errors_and_their_offsets_are_the_same(bad: bytes, encoding: str) -> Non
 @pytest.mark.parametrize("size", [9, 10, 11])
 def test_the_max_doc_size_bound_is_the_same(size: int) -> None:
     """A line is over --max-doc-size when its bytes without the line feed are."""
-    opts = extract.Options(max_doc=size)
+    opts = kinds_base.Options(max_doc=size)
     for line in (b'{"text":1}', b'{"text":"a"}'):  # 10 and 12 bytes
         both(line + b"\n", opts)
         both(b'{"t":1}\n' + line, opts)  # the last line, without a line feed
@@ -107,7 +110,7 @@ def test_the_max_doc_size_bound_is_the_same(size: int) -> None:
 # Parquet and Arrow cells ----------------------------------------------------------------------
 
 
-def reference_texts(values: list[Any], opts: extract.Options) -> tuple[list[Any], Any]:
+def reference_texts(values: list[Any], opts: kinds_base.Options) -> tuple[list[Any], Any]:
     """What the rows gave before: a Python value per cell (`to_pylist`), a str is a text."""
     out: list[Any] = []
     for row, value in enumerate(values):
@@ -117,13 +120,13 @@ def reference_texts(values: list[Any], opts: extract.Options) -> tuple[list[Any]
             continue
         if len(value.encode("utf-8")) > opts.max_doc:
             return out, f"row {row} is larger than --max-doc-size"
-        out.append((row, extract.crlf(value)))
+        out.append((row, kinds_base.crlf(value)))
     return out, None
 
 
 def columnar_texts(
     path: Path,
-    opts: extract.Options,
+    opts: kinds_base.Options,
     kind: str = "parquet",
     ahead: bool = False,
     types: list[type] | None = None,
@@ -132,7 +135,7 @@ def columnar_texts(
     was replaced: `types` collects what each came as)."""
     got: list[Any] = []
     try:
-        texts = columnar.texts(kind, str(path), "f", opts, extract.Counters(), ahead=ahead)
+        texts = columnar.texts(kind, str(path), "f", opts, kinds_base.Counters(), ahead=ahead)
         for row, text in texts:
             if types is not None:
                 types.append(type(text))
@@ -167,11 +170,11 @@ def test_cells_from_the_arrow_buffers_are_the_python_values(
     path = tmp_path / "t.parquet"
     parquet.write_table(table, path, row_group_size=group)
     for opts in (
-        extract.Options(),
-        extract.Options(missing_field="error"),
-        extract.Options(max_doc=299),  # the long cell is over
-        extract.Options(max_doc=300),
-        extract.Options(max_doc=15),  # over before CRLF is replaced, not after
+        kinds_base.Options(),
+        kinds_base.Options(missing_field="error"),
+        kinds_base.Options(max_doc=299),  # the long cell is over
+        kinds_base.Options(max_doc=300),
+        kinds_base.Options(max_doc=15),  # over before CRLF is replaced, not after
     ):
         types: list[type] = []
         got, err = columnar_texts(path, opts, ahead=ahead, types=types)
@@ -198,7 +201,7 @@ def test_columns_read_ahead_give_the_rows_and_the_error_of_columns_read_in_turn(
     rows = [f"row {i} " + "w" * (i % 50) for i in range(4000)]
     path = tmp_path / "t.parquet"
     parquet.write_table(pyarrow.table({"text": rows}), path, row_group_size=500)
-    opts = extract.Options()
+    opts = kinds_base.Options()
     good = columnar_texts(path, opts, ahead=True)
     assert good == columnar_texts(path, opts) and good[1] is None
     assert [text for _, text in good[0]] == rows
@@ -212,7 +215,7 @@ def test_columns_read_ahead_give_the_rows_and_the_error_of_columns_read_in_turn(
     got, err = columnar_texts(bad, opts, ahead=True)
     assert (got, err) == columnar_texts(bad, opts)
     assert err is not None and len(got) <= 2500
-    texts = columnar.texts("parquet", str(path), "f", opts, extract.Counters(), ahead=True)
+    texts = columnar.texts("parquet", str(path), "f", opts, kinds_base.Counters(), ahead=True)
     next(texts)
     texts.close()  # stops the helper thread
     assert not [t for t in threading.enumerate() if t.name == "matrixctl-columns"]
@@ -234,13 +237,13 @@ def test_arrow_batches_sliced_and_columns_that_are_not_strings(tmp_path: Path) -
     path = tmp_path / "t.arrow"
     with pyarrow.ipc.new_file(str(path), table.schema) as writer:
         writer.write_table(table, max_chunksize=2000)  # batches cut at BATCH_ROWS inside
-    opts = extract.Options()
+    opts = kinds_base.Options()
     got, _ = columnar_texts(path, opts, "arrow")
     assert got == reference_texts(CELLS * 400, opts)[0]
     for field in ("blob", "n"):
-        got, _ = columnar_texts(path, extract.Options(text_field=field), "arrow")
+        got, _ = columnar_texts(path, kinds_base.Options(text_field=field), "arrow")
         assert got == []
-    got, _ = columnar_texts(path, extract.Options(text_field="doc.body"), "arrow")
+    got, _ = columnar_texts(path, kinds_base.Options(text_field="doc.body"), "arrow")
     assert got == reference_texts(CELLS * 400, opts)[0]
 
 
@@ -341,7 +344,7 @@ def test_batches_give_what_each_document_alone_gives(
     # An ASCII text handed over as bytes (a Parquet cell) is the same document.
     mixed = [t.encode() if t.isascii() else t for t in TEXTS]
     assert batched(tok, mixed, eos_id) == want
-    # Every text handed over as UTF-8 (a JSON Lines record's, extract.jsonl_texts) too.
+    # Every text handed over as UTF-8 (a JSON Lines record's, kinds_jsonl.texts) too.
     utf8 = memoryview(b"".join(t.encode() for t in TEXTS))
     views, at = [], 0
     for t in TEXTS:

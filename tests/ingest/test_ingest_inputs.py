@@ -464,7 +464,6 @@ def test_stdin_input_kind_and_usage(tmp_path: Path) -> None:
 
 
 def test_progress_moves_within_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from matrixctl.ingest import extract
 
     monkeypatch.setattr(extract, "PIECE", 4096)
     src = tmp_path / "one.txt"
@@ -613,7 +612,7 @@ def test_pieces_are_stable_self_contained_and_checkable(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "one.jsonl", records(300))
     data = path.read_bytes()
     sf = SourceFile(0, str(path), "one.jsonl", len(data), True)
-    state = pipeline.WorkerState(None, 1, pipeline.extract.Options(), str(tmp_path))
+    state = pipeline.WorkerState(None, 1, pipeline.kinds_base.Options(), str(tmp_path))
     pieces = list(pipeline.split_file(sf, state))
     again = [p.id for p in pipeline.split_file(sf, state)]
     assert len(pieces) > 5 and [p.id for p in pieces] == again
@@ -646,7 +645,7 @@ def test_one_parquet_file_is_cut_by_row_groups_with_the_same_bytes(tmp_path: Pat
     rows = parquet_rows(600)
     path = write_parquet(tmp_path / "one.parquet", rows, 40)
     assert path.stat().st_size >= 4096
-    from matrixctl.ingest import columnar
+    from matrixctl.ingest.kinds import columnar
 
     assert len(columnar.row_group_pieces(str(path), "one.parquet", 2048)) > 3
     packs = [
@@ -718,7 +717,7 @@ def test_a_large_text_file_is_cut_into_pieces_with_the_same_bytes(tmp_path: Path
     assert path.stat().st_size > 2 << 20
     data = path.read_bytes()
     smap = pi.load_symbol_map(pi.default_map_path())[0]
-    state = pipeline.WorkerState(None, 1, pipeline.extract.Options(), str(tmp_path), smap)
+    state = pipeline.WorkerState(None, 1, pipeline.kinds_base.Options(), str(tmp_path), smap)
     sf = SourceFile(0, str(path), "book.txt", len(data), True)
     pieces = list(pipeline.split_file(sf, state, ranged=True))
     assert len(pieces) > 20 and all(p is not None and p.kind == "text" for p in pieces)
@@ -751,9 +750,9 @@ def test_text_is_never_cut_where_each_document_gets_a_prefix(tmp_path: Path) -> 
         if marking is not None:
             doc["space_marking"] = marking
         smap = pi.check_map_bytes(json.dumps(doc).encode(), "m.json")
-        state = pipeline.WorkerState(None, 1, pipeline.extract.Options(), str(tmp_path), smap)
+        state = pipeline.WorkerState(None, 1, pipeline.kinds_base.Options(), str(tmp_path), smap)
         assert (pipeline.text_cut_followers(state) is not None) is expect_cut, marking
-    skip = pipeline.extract.Options(encoding_errors="skip-file")
+    skip = pipeline.kinds_base.Options(encoding_errors="skip-file")
     state = pipeline.WorkerState(
         None, 1, skip, str(tmp_path), pi.load_symbol_map(pi.default_map_path())[0]
     )
@@ -877,7 +876,7 @@ def test_verify_checks_the_compression_fields(tmp_path: Path) -> None:
 
 
 def test_text_field_paths_in_json_json_lines_and_parquet(tmp_path: Path) -> None:
-    """Decision (extract.field_value, columnar.Table): `--text-field a.b` is the key `b` of the
+    """Decision (kinds_base.field_value, columnar.Table): `--text-field a.b` is the key `b` of the
     object under `a` in JSON and JSON Lines, as it is the field `b` of the struct column `a` in
     Parquet; a key or column named exactly `a.b` wins; a path that is not there (or runs into
     something that is not an object) is a missing field: skipped and counted, or the error."""

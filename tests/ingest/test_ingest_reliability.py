@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from matrixctl.ingest import swap
+from matrixctl.ingest.kinds import base as kinds_base
 from matrixctl.validate import ingest_pack as pack_checks
 from matrixctl.validate.engine import examine
 from tests.helpers.cli import ROOT, run_cli
@@ -376,11 +377,11 @@ def test_killing_the_parent_ends_the_workers_silently(tmp_path: Path) -> None:
 
 
 def _ingest_state() -> object:
-    from matrixctl.ingest import extract, pipeline
+    from matrixctl.ingest import pipeline
     from matrixctl.tokenizers import pi
 
     smap, _ = pi.load_symbol_map(pi.default_map_path())
-    opts = extract.Options("text", "skip", "error", 1 << 20, "auto")
+    opts = kinds_base.Options("text", "skip", "error", 1 << 20, "auto")
     return pipeline.WorkerState(None, smap.eos_id, opts, "", smap)
 
 

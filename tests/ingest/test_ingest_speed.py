@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies
 
-from matrixctl.ingest import extract, pipeline
+from matrixctl.ingest import pipeline
+from matrixctl.ingest.kinds import html as kinds_html
 from matrixctl.ingest.sources import SourceFile, enumerate_sources
 from tests.helpers.cli import ROOT, run_cli
 
@@ -75,9 +76,9 @@ def test_fast_html_text_equals_the_walk_on_tag_soup(page: str) -> None:
     """Decision: the fast HTML path must give exactly the node walk's text (issue 3's rules),
     so packs keep their bytes; generated tag soup (unclosed, stray and nested tags, skipped
     elements, <pre> with every HTML white space, entities) checks it."""
-    fast = extract.html_text_fast(page)
+    fast = kinds_html.html_text_fast(page)
     assert fast is not None  # no marker character in the soup: the fast path took it
-    assert fast == extract.html_text_walk(page)
+    assert fast == kinds_html.html_text_walk(page)
 
 
 @pytest.mark.parametrize(
@@ -97,8 +98,8 @@ def test_fast_html_text_equals_the_walk_on_tag_soup(page: str) -> None:
 )
 def test_odd_pages_by_hand(page: str, text: str) -> None:
     """Decision: expected texts typed by hand; both paths give them."""
-    assert extract.html_text(page) == text
-    assert extract.html_text_walk(page) == text
+    assert kinds_html.html_text(page) == text
+    assert kinds_html.html_text_walk(page) == text
 
 
 @pytest.mark.parametrize(
@@ -118,12 +119,12 @@ def test_pages_holding_marker_characters_take_the_walk(page: str) -> None:
     """Decision: a page holding U+E000..U+E008 (the fast path's markers), literally or as a
     numeric character reference, is extracted by the node walk, so its text is unchanged:
     U+E000..U+E003 are dropped as before, U+E004..U+E008 kept."""
-    assert extract.html_text_fast(page) is None
-    assert extract.html_text(page) == extract.html_text_walk(page)
+    assert kinds_html.html_text_fast(page) is None
+    assert kinds_html.html_text(page) == kinds_html.html_text_walk(page)
 
 
 def test_marker_reference_lookalikes_stay_on_the_fast_path() -> None:
-    assert extract.html_text_fast("&#57353; &#xE0061; &#5734;") == "\ue009 \U000e0061 \u1666"
+    assert kinds_html.html_text_fast("&#57353; &#xE0061; &#5734;") == "\ue009 \U000e0061 \u1666"
 
 
 # Work units -------------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies
 
 from matrixctl import _jsonl_kernel
-from matrixctl.ingest import extract
+from matrixctl.ingest.kinds import base as kinds_base
+from matrixctl.ingest.kinds import jsonl as kinds_jsonl
 from matrixctl.tokenizers import pi
 from tests.ingest.test_ingest_batches import both
 
@@ -176,8 +177,8 @@ def test_it_leaves_every_unusual_line_to_the_python_path(reason: str) -> None:
     line = LEFT[reason]
     rows = scan(line)
     assert rows and all(kind == 0 and text is None for _, _, kind, text in rows), reason
-    both(line, extract.Options())  # and that path gives the line reader's outcome
-    both(line, extract.Options(missing_field="error", encoding_errors="replace"))
+    both(line, kinds_base.Options())  # and that path gives the line reader's outcome
+    both(line, kinds_base.Options(missing_field="error", encoding_errors="replace"))
 
 
 @pytest.mark.parametrize("limit", [11, 12, 13])
@@ -186,14 +187,14 @@ def test_a_line_over_the_limit_is_left_for_its_error(limit: int) -> None:
     for data in (line, line + b"\n", line + b"\r\n"):
         kinds = [r[2] for r in scan(data, limit=limit)]
         assert kinds == [0 if len(data.rstrip(b"\n")) > limit else 1]
-        both(data, extract.Options(max_doc=limit))
+        both(data, kinds_base.Options(max_doc=limit))
 
 
 def test_a_field_with_a_lone_surrogate_never_matches() -> None:
     line = b'{"\\ud800": "a"}\n'
     key = "\ud800".encode("utf-8", "surrogatepass")
     assert scan(line, key)[0][2] == 0
-    both(line, extract.Options(text_field="\ud800"))
+    both(line, kinds_base.Options(text_field="\ud800"))
 
 
 def test_rows_cover_the_buffer_and_the_text_buffer_is_reused() -> None:
@@ -202,14 +203,14 @@ def test_rows_cover_the_buffer_and_the_text_buffer_is_reused() -> None:
         TAKEN
     )
     data = b"\n".join([*lines, b'{"id": 1}', b"", b'{"text": 7}'])
-    buffer = extract.TextBuffer()
-    opts = extract.Options()
+    buffer = kinds_jsonl.TextBuffer()
+    opts = kinds_base.Options()
     first = [
-        bytes(t) for _, t in extract.jsonl_texts(data, "f", opts, extract.Counters(), into=buffer)
+        bytes(t) for _, t in kinds_jsonl.texts(data, "f", opts, kinds_base.Counters(), into=buffer)
     ]
     kept = buffer.data
     again = [
-        bytes(t) for _, t in extract.jsonl_texts(data, "f", opts, extract.Counters(), into=buffer)
+        bytes(t) for _, t in kinds_jsonl.texts(data, "f", opts, kinds_base.Counters(), into=buffer)
     ]
     assert first == again == [t[1].encode() for t in TAKEN]
     assert buffer.data is kept
@@ -223,18 +224,18 @@ def test_a_forked_worker_writes_its_own_copy_of_the_text_buffer() -> None:
     """`--jobs N` forks its workers after a `--jobs 1` run in the same process may have made
     this thread's buffer: each must write its own copy (an anonymous mapping is shared by
     default, and two workers' texts got mixed)."""
-    buffer = extract.TextBuffer()
-    opts = extract.Options()
+    buffer = kinds_jsonl.TextBuffer()
+    opts = kinds_base.Options()
     assert [
         bytes(t)
-        for _, t in extract.jsonl_texts(
-            b'{"text": "parent"}', "f", opts, extract.Counters(), into=buffer
+        for _, t in kinds_jsonl.texts(
+            b'{"text": "parent"}', "f", opts, kinds_base.Counters(), into=buffer
         )
     ] == [b"parent"]
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
-        for _ in extract.jsonl_texts(
-            b'{"text": "child!"}', "f", opts, extract.Counters(), into=buffer
+        for _ in kinds_jsonl.texts(
+            b'{"text": "child!"}', "f", opts, kinds_base.Counters(), into=buffer
         ):
             pass
         os._exit(0)
@@ -485,7 +486,7 @@ def test_jsonl_texts_gives_what_the_line_reader_gives(
 ) -> None:
     """The (line, text) sequence, the counters and the error (code, message, offset) of the
     kernel and its fallback are those of orjson and the standard library, line by line."""
-    opts = extract.Options(
+    opts = kinds_base.Options(
         text_field=field, missing_field=missing, encoding_errors=encoding, max_doc=limit
     )
     both(data, opts, line_no=start * 10, offset=start * 100)

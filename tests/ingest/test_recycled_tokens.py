@@ -1,5 +1,5 @@
 """Dask workers overwrite the token files of units the client has merged already instead of
-writing new ones (`WorkerState.recycle`, `pipeline._Acc`; docs/scale-out.md): the bytes,
+writing new ones (`executors.dask.StagingSink`, `step.UnitTokens`; docs/scale-out.md): the bytes,
 counts and CRC-32 must be exactly those of a new file, whatever the recycled file held."""
 
 from __future__ import annotations
@@ -12,19 +12,21 @@ import numpy as np
 import pytest
 
 from matrixctl.crc import crc32
-from matrixctl.ingest import dask_exec, pipeline
+from matrixctl.ingest import step
+from matrixctl.ingest.executors import dask as dask_ex
 from matrixctl.ingest.sources import SourceFile
 
 
 def tokens_through_acc(
     tmp_path: Path, name: str, parts: list[np.ndarray], recycle: str | None
-) -> pipeline.FileResult:
+) -> step.FileResult:
     work = tmp_path / name
     work.mkdir()
-    acc = pipeline._Acc(str(work), 0, "<u2", direct=True, recycle=recycle)
+    sink = dask_ex.StagingSink(recycle if recycle is not None else str(tmp_path / "none"))
+    acc = step.UnitTokens(str(work), 0, "<u2", sink)
     for part in parts:
         acc.add(part)
-    result = pipeline.FileResult(SourceFile(0, "x", "x", 0, True), "")
+    result = step.FileResult(SourceFile(0, "x", "x", 0, True), "")
     acc.close(result)
     return result
 
@@ -33,7 +35,7 @@ def tokens_through_acc(
 def test_a_recycled_file_holds_exactly_the_new_tokens(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old_size: int
 ) -> None:
-    monkeypatch.setattr(pipeline, "MEM_TOKENS", 100)  # several spills into the one file
+    monkeypatch.setattr(step, "MEM_TOKENS", 100)  # several spills into the one file
     rng = np.random.default_rng(7)
     parts = [rng.integers(0, 60000, size=n, dtype=np.uint32) for n in (90, 40, 300, 7, 1)]
     expected = np.concatenate(parts).astype("<u2").tobytes()
@@ -70,23 +72,23 @@ def test_two_claims_never_take_the_same_file(tmp_path: Path) -> None:
     folder = tmp_path / "recycle"
     folder.mkdir()
     (folder / "a.tokens").write_bytes(b"a")
-    assert pipeline._claim(str(folder), str(tmp_path / "first"))
-    assert not pipeline._claim(str(folder), str(tmp_path / "second"))
+    assert dask_ex._claim(str(folder), str(tmp_path / "first"))
+    assert not dask_ex._claim(str(folder), str(tmp_path / "second"))
     assert (tmp_path / "first").read_bytes() == b"a" and not (tmp_path / "second").exists()
 
 
 def test_the_client_keeps_a_few_files_per_worker_and_removes_the_rest(tmp_path: Path) -> None:
     staging = tmp_path / "staging"
-    (staging / dask_exec.RECYCLE).mkdir(parents=True)
+    (staging / dask_ex.RECYCLE).mkdir(parents=True)
     client = types.SimpleNamespace(staging=str(staging), jobs=2)
     made = []
-    for i in range(dask_exec.RECYCLE_FILES * 2 + 3):
+    for i in range(dask_ex.RECYCLE_FILES * 2 + 3):
         path = staging / f"u{i}.tokens"
         path.write_bytes(b"t" * (i + 1))
         made.append(path)
-        dask_exec.DaskWorkers._recycle(client, str(path))  # type: ignore[arg-type]
-    kept = sorted(os.listdir(staging / dask_exec.RECYCLE))
-    assert kept == sorted(p.name for p in made[: dask_exec.RECYCLE_FILES * 2])
+        dask_ex.DaskExecutor._recycle(client, str(path))  # type: ignore[arg-type]
+    kept = sorted(os.listdir(staging / dask_ex.RECYCLE))
+    assert kept == sorted(p.name for p in made[: dask_ex.RECYCLE_FILES * 2])
     assert not any(p.exists() for p in made)  # every merged file left the staging folder
 
 

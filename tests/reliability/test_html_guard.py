@@ -8,19 +8,19 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies
 
-from matrixctl.ingest import extract
+from matrixctl.ingest.kinds import html as kinds_html
 from tests.helpers.cli import ROOT, run_cli
 
 
 def test_deep_nesting_is_hostile_and_still_extracted() -> None:
     """Decision: nesting deeper than MAX_TREE_DEPTH (4,096) takes the streaming extractor;
     lexbor needs minutes for 200,000 levels (its time grows with the square of the depth)."""
-    n = extract.MAX_TREE_DEPTH + 1
+    n = kinds_html.MAX_TREE_DEPTH + 1
     page = "<html><body>" + "<div>" * n + "deep &amp; down" + "</div>" * n + "</body></html>"
-    assert extract.tree_is_hostile(page)
-    assert extract.html_text(page) == "deep & down"
-    shallow = "<div>" * extract.MAX_TREE_DEPTH + "x" + "</div>" * extract.MAX_TREE_DEPTH
-    assert not extract.tree_is_hostile(shallow)
+    assert kinds_html.tree_is_hostile(page)
+    assert kinds_html.html_text(page) == "deep & down"
+    shallow = "<div>" * kinds_html.MAX_TREE_DEPTH + "x" + "</div>" * kinds_html.MAX_TREE_DEPTH
+    assert not kinds_html.tree_is_hostile(shallow)
 
 
 @pytest.mark.parametrize(
@@ -34,8 +34,8 @@ def test_deep_nesting_is_hostile_and_still_extracted() -> None:
     ],
 )
 def test_wide_pages_are_not_hostile(page: str) -> None:
-    assert page.count("<") > extract.MAX_TREE_DEPTH
-    assert not extract.tree_is_hostile(page)
+    assert page.count("<") > kinds_html.MAX_TREE_DEPTH
+    assert not kinds_html.tree_is_hostile(page)
 
 
 @pytest.mark.parametrize(
@@ -49,19 +49,19 @@ def test_wide_pages_are_not_hostile(page: str) -> None:
     ],
 )
 def test_deep_pages_are_hostile(page: str) -> None:
-    assert extract.tree_is_hostile(page)
+    assert kinds_html.tree_is_hostile(page)
 
 
 def test_too_many_tags_take_the_stream(monkeypatch: pytest.MonkeyPatch) -> None:
     """Decision: more than MAX_TREE_TAGS (500,000) "<" in one page takes the streaming
     extractor (an 8 MB page of "<p>x" builds a 650 MB lexbor tree)."""
-    monkeypatch.setattr(extract, "MAX_TREE_TAGS", 100)
+    monkeypatch.setattr(kinds_html, "MAX_TREE_TAGS", 100)
     page = "<p>one<p>two &lt;3" * 60
-    assert extract.tree_is_hostile(page)
+    assert kinds_html.tree_is_hostile(page)
     called = []
-    real = extract.html_text_stream
-    monkeypatch.setattr(extract, "html_text_stream", lambda t: called.append(1) or real(t))
-    assert extract.html_text(page) == "\n".join(["one", "two <3"] * 60)
+    real = kinds_html.html_text_stream
+    monkeypatch.setattr(kinds_html, "html_text_stream", lambda t: called.append(1) or real(t))
+    assert kinds_html.html_text(page) == "\n".join(["one", "two <3"] * 60)
     assert called
 
 
@@ -69,7 +69,7 @@ def test_real_pages_take_the_tree() -> None:
     pages = sorted((ROOT / "fixtures" / "corpus").rglob("*.htm*"))
     assert pages
     for path in pages:
-        assert not extract.tree_is_hostile(path.read_text("utf-8", "replace")), path
+        assert not kinds_html.tree_is_hostile(path.read_text("utf-8", "replace")), path
 
 
 # Well-formed pages: the streaming extractor and the tree walk give the same text.
@@ -126,13 +126,13 @@ def _tree(depth: int) -> strategies.SearchStrategy[str]:
 @given(strategies.lists(_tree(3), max_size=5).map("".join))
 def test_stream_equals_the_walk_on_well_formed_pages(body: str) -> None:
     page = f"<html><head><title>t</title></head><body>{body}</body></html>"
-    assert extract.html_text_stream(page) == extract.html_text_walk(page)
+    assert kinds_html.html_text_stream(page) == kinds_html.html_text_walk(page)
 
 
 def test_a_hostile_page_is_ingested(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
-    n = extract.MAX_TREE_DEPTH * 2
+    n = kinds_html.MAX_TREE_DEPTH * 2
     (src / "deep.html").write_text("<html><body>" + "<div>" * n + "bottom" + "</div>" * n)
     run = run_cli("ingest", "docs", str(src), "-o", str(tmp_path / "pack"), "--json")
     assert run.code == 0, run.stderr
