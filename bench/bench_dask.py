@@ -142,7 +142,7 @@ def main() -> int:
             with distributed.Client(lc) as client:
                 client.wait_for_workers(2)
                 # Workers that have imported matrixctl, as after an earlier build or with
-                # `dask worker --preload matrixctl.ingest.dask_exec` (docs/scale-out.md).
+                # `dask worker --preload matrixctl.ingest.executors.dask` (docs/scale-out.md).
                 client.run(importlib.import_module, "matrixctl.ingest.executors.dask")
                 return run([*base(src), *own, "--scheduler", lc.scheduler_address])
         finally:

@@ -437,6 +437,7 @@ def split_file(
                 cuts = cut(fill, cutting.piece(), opts.max_doc, long_line, keep=True)
                 last: Piece | None = None
                 for piece in _pieces(sf, cuts, how_kind(how), False):
+                    piece.stored_end = reader.size  # progress: the stored bytes read so far
                     if piece.last:
                         last = piece
                         break

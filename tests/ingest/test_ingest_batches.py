@@ -1,6 +1,6 @@
 """The batched record path of `ingest docs` (docs/inputs.md, "`--jobs 1`: one read,
 batches"): JSON Lines parsed in place, Parquet/Arrow cells read from the Arrow buffers,
-documents matched many at a time (`pipeline._encode_texts`), a file read once, each checked
+documents matched many at a time (`tokenizer.PiIngest.encode_texts`), a file read once, each checked
 against the path it replaces; and the symbol map taken from the per-user map cache."""
 
 from __future__ import annotations
@@ -15,10 +15,14 @@ import numpy as np
 import pytest
 
 from matrixctl.errors import FormatError
-from matrixctl.ingest import pipeline
+from matrixctl.ingest import step
+from matrixctl.ingest import step as ingest_step
+from matrixctl.ingest import tokenizer as ingest_tokenizer
+from matrixctl.ingest import units as ingest_units
 from matrixctl.ingest.kinds import base as kinds_base
 from matrixctl.ingest.kinds import columnar
 from matrixctl.ingest.kinds import jsonl as kinds_jsonl
+from matrixctl.ingest.tokenizer import PiIngest
 from matrixctl.tokenizers import pi, pi_cache
 from tests.helpers.cli import run_cli
 
@@ -290,12 +294,16 @@ TEXTS = [
 
 
 def per_document(tok: pi.Tokenizer, texts: list[str], eos_id: int | None) -> tuple[Any, ...]:
-    """The loop `_encode_texts` replaces: `_encode_doc` on each text."""
-    acc = pipeline._Acc("", "ref")
-    result = pipeline.FileResult(None, "jsonl")  # type: ignore[arg-type]
+    """The loop `encode_texts` replaces: `encode_document` on each text."""
+    acc = step.UnitTokens("", "ref", "<u4", step.TokenSink())
+    result = step.FileResult(None, "jsonl")  # type: ignore[arg-type]
     eos = None if eos_id is None else np.array([eos_id], dtype=tok.dtype)
+    ingest_tok = PiIngest(tok, tok.map)
     for item, text in enumerate(texts):
-        n = pipeline._encode_doc(tok, iter([text]), acc)
+        n = 0
+        for ids in ingest_tok.encode_document(iter([text])):
+            acc.add(ids)
+            n += ids.size
         if n == 0:
             result.empty_documents += 1
             continue
@@ -316,9 +324,18 @@ def per_document(tok: pi.Tokenizer, texts: list[str], eos_id: int | None) -> tup
 
 
 def batched(tok: pi.Tokenizer, texts: list[Any], eos_id: int | None) -> tuple[Any, ...]:
-    acc = pipeline._Acc("", "new")
-    result = pipeline.FileResult(None, "jsonl")  # type: ignore[arg-type]
-    pipeline._encode_texts(tok, iter(enumerate(texts)), acc, result, eos_id)
+    acc = step.UnitTokens("", "new", "<u4", step.TokenSink())
+    result = step.FileResult(None, "jsonl")  # type: ignore[arg-type]
+    extra = 0 if eos_id is None else 1
+    for ids, docs in PiIngest(tok, tok.map).encode_texts(iter(enumerate(texts)), eos_id):
+        acc.add(ids)
+        for item, n in docs:
+            if n == 0:
+                result.empty_documents += 1
+                continue
+            acc.record(n + extra, item)
+            result.documents += 1
+            result.tokens += n + extra
     acc.close(result)
     ids = [] if result.ids is None else result.ids.tolist()
     return ids, result.records, result.documents, result.tokens, result.empty_documents
@@ -338,7 +355,7 @@ def test_batches_give_what_each_document_alone_gives(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marking: Any, norm: str, eos_id: int | None
 ) -> None:
     tok = small_map(tmp_path, "m", marking, norm)
-    monkeypatch.setattr(pipeline, "TEXT_BATCH", 8)  # several kernel calls
+    monkeypatch.setattr(ingest_tokenizer, "TEXT_BATCH", 8)  # several kernel calls
     want = per_document(tok, TEXTS, eos_id)
     assert batched(tok, TEXTS, eos_id) == want
     # An ASCII text handed over as bytes (a Parquet cell) is the same document.
@@ -366,10 +383,10 @@ def test_spilled_batches_give_the_same_pack(
     src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     packs = []
     for n, (mem, batch) in enumerate(((1 << 22, 1 << 22), (100, 64), (7, 1))):
-        monkeypatch.setattr(pipeline, "MEM_TOKENS", mem)
-        monkeypatch.setattr(pipeline, "TEXT_BATCH", batch)
-        monkeypatch.setattr(pipeline, "SPLIT_MIN", 4096)
-        monkeypatch.setattr(pipeline, "PIECE_BYTES", 2048)
+        monkeypatch.setattr(ingest_step, "MEM_TOKENS", mem)
+        monkeypatch.setattr(ingest_tokenizer, "TEXT_BATCH", batch)
+        monkeypatch.setattr(ingest_units, "SPLIT_MIN", 4096)
+        monkeypatch.setattr(ingest_units, "PIECE_BYTES", 2048)
         out = tmp_path / f"p{n}"
         run = run_cli("ingest", "docs", str(src), "-o", str(out))
         assert run.code == 0, run.stderr
@@ -475,8 +492,8 @@ def lines_file(path: Path, tail: bytes = b"") -> Path:
 def test_one_read_gives_the_pack_of_ranges_and_of_the_whole_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: bytes
 ) -> None:
-    monkeypatch.setattr(pipeline, "SPLIT_MIN", 4096)
-    monkeypatch.setattr(pipeline, "PIECE_BYTES", 2048)
+    monkeypatch.setattr(ingest_units, "SPLIT_MIN", 4096)
+    monkeypatch.setattr(ingest_units, "PIECE_BYTES", 2048)
     src = lines_file(tmp_path / "r.jsonl", tail)
     packs = {}
     for name, args in (("one", ()), ("two", ("-j", "2")), ("whole", ("--on-error", "skip"))):
@@ -500,8 +517,8 @@ def test_one_read_reports_a_line_too_long_as_ranges_do(
     src.write_text("\n".join(rows) + "\n", encoding="utf-8")
     errors = []
     for jobs, split in (("1", 4096), ("2", 4096), ("1", 1 << 30)):
-        monkeypatch.setattr(pipeline, "SPLIT_MIN", split)
-        monkeypatch.setattr(pipeline, "PIECE_BYTES", 2048)
+        monkeypatch.setattr(ingest_units, "SPLIT_MIN", split)
+        monkeypatch.setattr(ingest_units, "PIECE_BYTES", 2048)
         run = run_cli(
             "ingest", "docs", str(src), "-o", str(tmp_path / "x"), "-j", jobs,
             "--max-doc-size", "6000",
@@ -522,8 +539,8 @@ def test_compressed_pieces_read_ahead_give_the_plain_pack_and_its_errors(
 
     import zstandard
 
-    monkeypatch.setattr(pipeline, "SPLIT_MIN", 4096)
-    monkeypatch.setattr(pipeline, "PIECE_BYTES", 2048)
+    monkeypatch.setattr(ingest_units, "SPLIT_MIN", 4096)
+    monkeypatch.setattr(ingest_units, "PIECE_BYTES", 2048)
     plain = lines_file(tmp_path / "r.jsonl", b"\n")
     data = plain.read_bytes()
     packed = gzip.compress(data) if kind == "gzip" else zstandard.ZstdCompressor().compress(data)
@@ -539,7 +556,7 @@ def test_compressed_pieces_read_ahead_give_the_plain_pack_and_its_errors(
     src.write_bytes(packed[: len(packed) * 2 // 3])  # cut short
     errors = []
     for split in (4096, 1 << 30):
-        monkeypatch.setattr(pipeline, "SPLIT_MIN", split)
+        monkeypatch.setattr(ingest_units, "SPLIT_MIN", split)
         run = run_cli("ingest", "docs", str(src), "-o", str(tmp_path / "x"))
         assert run.code == 1 and not (tmp_path / "x").exists(), run.stderr
         assert run.stderr.count("error[") == 1 and "Traceback" not in run.stderr

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from matrixctl.ingest import pipeline
+from matrixctl.ingest import docs, units, writer
+from matrixctl.ingest.kinds import base as kinds_base
+from matrixctl.ingest.tokenizer import PiIngest
 from matrixctl.validate.engine import examine
 from tests.helpers.cli import run_cli
 
@@ -123,14 +125,14 @@ def test_a_file_that_vanishes_is_skipped_as_unreadable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     src = docs_tree(tmp_path)
-    real = pipeline.enumerate_sources
+    real = writer.enumerate_sources
 
     def listing_then_delete(*args, **kwargs):  # type: ignore[no-untyped-def]
         out = real(*args, **kwargs)
         (src / "bash" / "changes").unlink()
         return out
 
-    monkeypatch.setattr(pipeline, "enumerate_sources", listing_then_delete)
+    monkeypatch.setattr(writer, "enumerate_sources", listing_then_delete)
     out = tmp_path / "p"
     run = run_cli("ingest", "docs", str(src), "-o", str(out), "--on-error", "skip")
     assert run.code == 0, run.stderr
@@ -465,12 +467,12 @@ def test_stdin_input_kind_and_usage(tmp_path: Path) -> None:
 
 def test_progress_moves_within_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
-    monkeypatch.setattr(extract, "PIECE", 4096)
+    monkeypatch.setattr(kinds_base, "PIECE", 4096)
     src = tmp_path / "one.txt"
     src.write_text("words and more words\n" * 20_000)
     ticks: list[tuple[int, int, int]] = []
-    pipeline.ingest_docs(
-        [str(src)], str(tmp_path / "p"), pipeline.IngestOptions(), tick=lambda *a: ticks.append(a)
+    docs.ingest_docs(
+        [str(src)], str(tmp_path / "p"), docs.IngestOptions(), tick=lambda *a: ticks.append(a)
     )
     before_done = [b for f, b, _ in ticks if f == 0]
     assert len(set(before_done)) > 10 and max(before_done) == src.stat().st_size
@@ -573,8 +575,8 @@ def test_parquet_without_pyarrow_names_the_extra(
 @pytest.fixture
 def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pieces of ~2 KiB and files cut from 4 KiB on, so small test files are cut."""
-    monkeypatch.setattr(pipeline, "PIECE_BYTES", 2048)
-    monkeypatch.setattr(pipeline, "SPLIT_MIN", 4096)
+    monkeypatch.setattr(units, "PIECE_BYTES", 2048)
+    monkeypatch.setattr(units, "SPLIT_MIN", 4096)
 
 
 @pytest.mark.usefixtures("small_pieces")
@@ -612,18 +614,20 @@ def test_pieces_are_stable_self_contained_and_checkable(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "one.jsonl", records(300))
     data = path.read_bytes()
     sf = SourceFile(0, str(path), "one.jsonl", len(data), True)
-    state = pipeline.WorkerState(None, 1, pipeline.kinds_base.Options(), str(tmp_path))
-    pieces = list(pipeline.split_file(sf, state))
-    again = [p.id for p in pipeline.split_file(sf, state)]
-    assert len(pieces) > 5 and [p.id for p in pieces] == again
-    assert b"".join(p.data for p in pieces) == data
-    lines = 0
-    for n, p in enumerate(pieces):
+    cutting = units.Cutting(keep_stored=True)  # the serial executor's: pieces with bytes
+
+    def cut() -> list[tuple[units.Piece, bytes]]:  # a piece's bytes are valid until the next
+        split = units.split_file(sf, kinds_base.Options(), cutting, None)
+        return [(p, bytes(memoryview(p.data)[: p.data_size])) for p in split if p is not None]
+
+    cuts = cut()
+    pieces = [p for p, _ in cuts]
+    assert len(pieces) > 5 and [p.id for p in pieces] == [p.id for p, _ in cut()]
+    assert b"".join(b for _, b in cuts) == data
+    for n, (p, got) in enumerate(cuts):
         start, end = (int(x) for x in p.id.split(":")[1].split("-"))
-        assert data[start:end] == p.data and p.data.endswith(b"\n") and p.index == n
-        assert p.sha256 == "sha256:" + hashlib.sha256(p.data).hexdigest()
-        assert p.first_line == lines
-        lines += p.lines
+        assert data[start:end] == got and got.endswith(b"\n") and p.index == n
+        assert p.first_line == -1  # a file as stored: lines counted by the worker
     assert pieces[-1].last and not any(p.last for p in pieces[:-1])
     assert pieces[-1].file_sha256 == "sha256:" + hashlib.sha256(data).hexdigest()
 
@@ -698,8 +702,8 @@ def text_corpus(paragraphs: int) -> str:
 @pytest.fixture
 def text_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pieces of 64 KiB, files cut from 128 KiB on: a few-MB text file becomes many pieces."""
-    monkeypatch.setattr(pipeline, "PIECE_BYTES", 64 << 10)
-    monkeypatch.setattr(pipeline, "SPLIT_MIN", 128 << 10)
+    monkeypatch.setattr(units, "PIECE_BYTES", 64 << 10)
+    monkeypatch.setattr(units, "SPLIT_MIN", 128 << 10)
 
 
 @pytest.mark.usefixtures("text_pieces")
@@ -717,9 +721,9 @@ def test_a_large_text_file_is_cut_into_pieces_with_the_same_bytes(tmp_path: Path
     assert path.stat().st_size > 2 << 20
     data = path.read_bytes()
     smap = pi.load_symbol_map(pi.default_map_path())[0]
-    state = pipeline.WorkerState(None, 1, pipeline.kinds_base.Options(), str(tmp_path), smap)
+    followers = PiIngest(pi.Tokenizer(smap), smap).cut_followers()
     sf = SourceFile(0, str(path), "book.txt", len(data), True)
-    pieces = list(pipeline.split_file(sf, state, ranged=True))
+    pieces = list(units.split_file(sf, kinds_base.Options(), units.Cutting(), followers))
     assert len(pieces) > 20 and all(p is not None and p.kind == "text" for p in pieces)
     cuts = [p.start for p in pieces[1:] if p is not None]
     assert all(data[c - 1] == 10 and data[c] < 0x80 and data[c] not in b"\r\n" for c in cuts)
@@ -750,13 +754,23 @@ def test_text_is_never_cut_where_each_document_gets_a_prefix(tmp_path: Path) -> 
         if marking is not None:
             doc["space_marking"] = marking
         smap = pi.check_map_bytes(json.dumps(doc).encode(), "m.json")
-        state = pipeline.WorkerState(None, 1, pipeline.kinds_base.Options(), str(tmp_path), smap)
-        assert (pipeline.text_cut_followers(state) is not None) is expect_cut, marking
-    skip = pipeline.kinds_base.Options(encoding_errors="skip-file")
-    state = pipeline.WorkerState(
-        None, 1, skip, str(tmp_path), pi.load_symbol_map(pi.default_map_path())[0]
-    )
-    assert pipeline.text_cut_followers(state) is None
+        followers = PiIngest(pi.Tokenizer(smap), smap).cut_followers()
+        assert (followers is not None) is expect_cut, marking
+    # --encoding-errors skip-file: a file must be skipped whole, so it is never cut.
+    from matrixctl.ingest.executors import plan
+    from matrixctl.ingest.sources import SourceFile
+    from matrixctl.ingest.step import Step
+
+    big = tmp_path / "big.txt"
+    big.write_text("words\n" * 4096, encoding="utf-8")
+    sf = SourceFile(0, str(big), "big.txt", units.SPLIT_MIN, True)  # as large as cut files
+    smap = pi.load_symbol_map(pi.default_map_path())[0]
+    tok = PiIngest(pi.Tokenizer(smap), smap)
+    cutting = units.Cutting(piece_bytes=1024)
+    for encoding, cut in (("error", True), ("skip-file", False)):
+        step = Step(tok, None, kinds_base.Options(encoding_errors=encoding), str(tmp_path))
+        work = list(plan([sf], step, 1, cutting))
+        assert any(isinstance(u, units.Piece) for u in work) is cut, encoding
 
 
 @pytest.mark.usefixtures("text_pieces")
@@ -780,18 +794,18 @@ def test_a_file_that_shrinks_under_a_worker_is_one_error(tmp_path: Path) -> None
     path = tmp_path / "one.jsonl"
     path.write_bytes(b'{"text": "a"}\n' * 100)
     sf = SourceFile(0, str(path), "one.jsonl", 1400, True)
-    assert pipeline._read_range(sf, 14, 28) == b'{"text": "a"}\n' * 2
+    assert units.read_range(sf, 14, 28) == b'{"text": "a"}\n' * 2
     with pytest.raises(InputError) as caught:
-        pipeline._read_range(sf, 1386, 28)
+        units.read_range(sf, 1386, 28)
     assert caught.value.code == "INGEST_CHANGED" and caught.value.offset == 1386
 
 
 def _ticks(tmp_path: Path, src: Path, jobs: int, name: str) -> list[tuple[int, int, int]]:
     ticks: list[tuple[int, int, int]] = []
-    pipeline.ingest_docs(
+    docs.ingest_docs(
         [str(src)],
         str(tmp_path / name),
-        pipeline.IngestOptions(jobs=jobs),
+        docs.IngestOptions(jobs=jobs),
         tick=lambda *a: ticks.append(a),
     )
     return ticks

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -377,12 +378,13 @@ def test_killing_the_parent_ends_the_workers_silently(tmp_path: Path) -> None:
 
 
 def _ingest_state() -> object:
-    from matrixctl.ingest import pipeline
+    from matrixctl.ingest.step import Step
+    from matrixctl.ingest.tokenizer import PiIngest
     from matrixctl.tokenizers import pi
 
     smap, _ = pi.load_symbol_map(pi.default_map_path())
     opts = kinds_base.Options("text", "skip", "error", 1 << 20, "auto")
-    return pipeline.WorkerState(None, smap.eos_id, opts, "", smap)
+    return Step(PiIngest(pi.Tokenizer(smap), smap), smap.eos_id, opts, "")
 
 
 def test_workers_closed_as_they_start_end_by_their_sigterm() -> None:
@@ -390,7 +392,7 @@ def test_workers_closed_as_they_start_end_by_their_sigterm() -> None:
     own. Closing the workers right after the fork (an error or Ctrl-C as they start) must end
     every one by that SIGTERM: one that received it in between used to lose it in an
     "Exception ignored" and live on, and the parent waited for it forever."""
-    from matrixctl.ingest import pipeline
+    from matrixctl.ingest.executors.processes import Processes
 
     def raising(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -399,7 +401,7 @@ def test_workers_closed_as_they_start_end_by_their_sigterm() -> None:
     previous = signal.signal(signal.SIGTERM, raising)
     try:
         for _ in range(4):
-            workers = pipeline.Workers(state, 2)  # type: ignore[arg-type]
+            workers = Processes(state, 2)  # type: ignore[arg-type]
             procs = list(workers.procs)
             started = time.monotonic()
             workers.close()
@@ -413,7 +415,7 @@ def test_a_worker_killed_midway_is_a_clear_error(tmp_path: Path) -> None:
     """A worker that dies without its reply (the kernel's out-of-memory killer, say) is
     INGEST_WORKER_LOST naming the signal: no hang, no traceback, no pack."""
     from matrixctl.errors import InputError
-    from matrixctl.ingest import pipeline
+    from matrixctl.ingest.executors.processes import Processes
     from matrixctl.ingest.sources import enumerate_sources
 
     src = tmp_path / "src"
@@ -422,11 +424,11 @@ def test_a_worker_killed_midway_is_a_clear_error(tmp_path: Path) -> None:
         (src / f"f{i:02}.txt").write_text("some text\n" * 10000, encoding="utf-8")
     files, _ = enumerate_sources([str(src)], [])
     state = _ingest_state()
-    workers = pipeline.Workers(state, 2)  # type: ignore[arg-type]
+    workers = Processes(state, 2)  # type: ignore[arg-type]
     try:
         spill = tmp_path / "spill"
         spill.mkdir()
-        results = workers.results(files, str(spill))
+        results = workers.results(files, types.SimpleNamespace(spill_dir=str(spill)))
         next(results)
         os.kill(workers.procs[0].pid, signal.SIGKILL)
         with pytest.raises(InputError) as caught:

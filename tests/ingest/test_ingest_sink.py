@@ -1,5 +1,6 @@
 """`--jobs 1` under `--on-error fail`: a unit's tokens past MEM_TOKENS go straight into the
-atoms (`WorkerState.sink`) instead of a spill file the writer copies again (docs/inputs.md)."""
+atoms (the serial executor's `WriteThrough` sink) instead of a spill file the writer copies
+again (docs/inputs.md)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from matrixctl.ingest import pipeline
+from matrixctl.ingest import step as ingest_step
+from matrixctl.ingest import tokenizer as ingest_tokenizer
+from matrixctl.ingest import units as ingest_units
+from matrixctl.ingest import writer
 from tests.helpers.cli import run_cli
 
 ROWS = [{"text": f"record {i} " + "caf\u00e9 the quick brown fox " * (i % 9)} for i in range(600)]
 
 
 def small_units(monkeypatch: pytest.MonkeyPatch, mem: int) -> None:
-    monkeypatch.setattr(pipeline, "MEM_TOKENS", mem)
-    monkeypatch.setattr(pipeline, "TEXT_BATCH", 256)
-    monkeypatch.setattr(pipeline, "SPLIT_MIN", 4096)
-    monkeypatch.setattr(pipeline, "PIECE_BYTES", 2048)
+    monkeypatch.setattr(ingest_step, "MEM_TOKENS", mem)
+    monkeypatch.setattr(ingest_tokenizer, "TEXT_BATCH", 256)
+    monkeypatch.setattr(ingest_units, "SPLIT_MIN", 4096)
+    monkeypatch.setattr(ingest_units, "PIECE_BYTES", 2048)
 
 
 def built(out: Path) -> dict[str, bytes]:
@@ -30,13 +34,13 @@ def built(out: Path) -> dict[str, bytes]:
 def sunk(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The number of tokens each call of the sink wrote."""
     calls: list[int] = []
-    real = pipeline._TokenBuffer.write_through
+    real = writer.TokenBuffer.write_through
 
-    def spy(self: pipeline._TokenBuffer, parts: list) -> None:
+    def spy(self: writer.TokenBuffer, parts: list) -> None:
         calls.append(sum(int(p.size) for p in parts))
         real(self, parts)
 
-    monkeypatch.setattr(pipeline._TokenBuffer, "write_through", spy)
+    monkeypatch.setattr(writer.TokenBuffer, "write_through", spy)
     return calls
 
 

@@ -7,16 +7,27 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies
 
-from matrixctl.ingest import pipeline
+from matrixctl.ingest import step as ingest_step
+from matrixctl.ingest import units as ingest_units
+from matrixctl.ingest import writer
 from matrixctl.ingest.kinds import html as kinds_html
 from matrixctl.ingest.sources import SourceFile, enumerate_sources
+from matrixctl.tokenizers import pi
 from tests.helpers.cli import ROOT, run_cli
 
 CORPUS = ROOT / "fixtures" / "corpus"
+
+
+def plan_units(files: list[Any], jobs: int) -> list[Any]:
+    """The runs of files the planner makes when no file is cut."""
+    cutting = ingest_units.Cutting()
+    none = lambda sf: iter([None])  # noqa: E731
+    return list(ingest_units.plan(files, jobs, cutting, can_cut=False, split=none))
 
 
 def tree_bytes(folder: Path) -> dict[str, bytes]:
@@ -137,24 +148,24 @@ def files_of(sizes: list[int]) -> list[SourceFile]:
 @given(strategies.lists(strategies.integers(0, 20 << 20), max_size=200), strategies.integers(1, 8))
 def test_units_are_consecutive_runs_within_the_limits(sizes: list[int], jobs: int) -> None:
     files = files_of(sizes)
-    units = pipeline.plan_units(files, jobs)
+    units = plan_units(files, jobs)
     assert [f for unit in units for f in unit] == files
     assert all(unit for unit in units)
     for unit in units:
-        assert len(unit) <= pipeline.UNIT_MAX_FILES
+        assert len(unit) <= ingest_units.UNIT_MAX_FILES
         if len(unit) > 1:
-            assert sum(f.size for f in unit) <= pipeline.UNIT_MAX_BYTES
+            assert sum(f.size for f in unit) <= ingest_units.UNIT_MAX_BYTES
 
 
 def test_units_balance_bytes() -> None:
     """Decision: units aim at total / (32 x jobs) bytes, between 64 KiB and 4 MiB; a file
     larger than that is a unit alone."""
-    units = pipeline.plan_units(files_of([100 << 10] * 100 + [9 << 20] + [1 << 10] * 3), 2)
+    units = plan_units(files_of([100 << 10] * 100 + [9 << 20] + [1 << 10] * 3), 2)
     sizes = [sum(f.size for f in u) for u in units]
     assert len(units[0]) == 3  # target 19,219 KiB / 64 = 300.3 KiB: three 100 KiB files
     assert [len(u) for u in units].count(1) >= 1 and (9 << 20) in sizes
-    assert pipeline.plan_units([], 2) == []
-    tiny = pipeline.plan_units(files_of([10] * 1000), 2)
+    assert plan_units([], 2) == []
+    tiny = plan_units(files_of([10] * 1000), 2)
     assert [len(u) for u in tiny] == [256, 256, 256, 232]  # 64 KiB target, 256 files at most
 
 
@@ -188,17 +199,17 @@ def test_unit_grouping_and_spills_never_change_the_pack(
     and spilled or in-memory tokens give the same pack bytes."""
     src = make_sources(tmp_path)
     base = ingest(src, tmp_path / "one", "--jobs", "1")
-    monkeypatch.setattr(pipeline, "UNIT_MAX_BYTES", 1)
-    monkeypatch.setattr(pipeline, "UNIT_MIN_BYTES", 1)
-    assert len(pipeline.plan_units(enumerate_sources([str(src)], [])[0], 2)) == 15
+    monkeypatch.setattr(ingest_units, "UNIT_MAX_BYTES", 1)
+    monkeypatch.setattr(ingest_units, "UNIT_MIN_BYTES", 1)
+    assert len(plan_units(enumerate_sources([str(src)], [])[0], 2)) == 15
     assert ingest(src, tmp_path / "each", "--jobs", "2") == base  # one file per unit
-    monkeypatch.setattr(pipeline, "UNIT_MAX_BYTES", 1 << 30)
-    monkeypatch.setattr(pipeline, "UNIT_MIN_BYTES", 1 << 30)
+    monkeypatch.setattr(ingest_units, "UNIT_MAX_BYTES", 1 << 30)
+    monkeypatch.setattr(ingest_units, "UNIT_MIN_BYTES", 1 << 30)
     assert ingest(src, tmp_path / "all", "--jobs", "3") == base  # one unit for every file
-    monkeypatch.setattr(pipeline, "UNIT_MAX_BYTES", 3000)
-    monkeypatch.setattr(pipeline, "UNIT_MIN_BYTES", 3000)
-    monkeypatch.setattr(pipeline, "MEM_TOKENS", 50)  # the larger files spill inside units
-    monkeypatch.setattr(pipeline._TokenBuffer, "LIMIT", 7)
+    monkeypatch.setattr(ingest_units, "UNIT_MAX_BYTES", 3000)
+    monkeypatch.setattr(ingest_units, "UNIT_MIN_BYTES", 3000)
+    monkeypatch.setattr(ingest_step, "MEM_TOKENS", 50)  # the larger files spill inside units
+    monkeypatch.setattr(writer.TokenBuffer, "LIMIT", 7)
     assert ingest(src, tmp_path / "mixed", "--jobs", "2") == base
     assert ingest(src, tmp_path / "mixed1", "--jobs", "1") == base
 
@@ -209,8 +220,8 @@ def test_an_error_inside_a_unit_stops_the_ingest_with_its_file(
     """A worker's error names its file and offset, whatever unit it was in; nothing is left."""
     src = make_sources(tmp_path)
     (src / "t05.txt").write_bytes(b"ok\nbad \xff here\n")
-    monkeypatch.setattr(pipeline, "UNIT_MAX_BYTES", 1 << 30)
-    monkeypatch.setattr(pipeline, "UNIT_MIN_BYTES", 1 << 30)
+    monkeypatch.setattr(ingest_units, "UNIT_MAX_BYTES", 1 << 30)
+    monkeypatch.setattr(ingest_units, "UNIT_MIN_BYTES", 1 << 30)
     for jobs in ("1", "2"):
         run = run_cli("ingest", "docs", str(src), "-o", str(tmp_path / "p"), "--jobs", jobs)
         assert run.code == 1, run.stderr
@@ -243,7 +254,7 @@ def test_the_workers_share_the_parents_automaton(
     the workers are forked (they read the same pages); no worker builds another."""
     src = make_sources(tmp_path)
     base = ingest(src, tmp_path / "one", "--jobs", "1")
-    real = pipeline.pi.Tokenizer
+    real = pi.Tokenizer
     built: list[int] = []
 
     def counted(*args: object) -> object:
@@ -253,6 +264,6 @@ def test_the_workers_share_the_parents_automaton(
         return real(*args)  # type: ignore[arg-type]
 
     parent = os.getpid()
-    monkeypatch.setattr(pipeline.pi, "Tokenizer", counted)
+    monkeypatch.setattr(pi, "Tokenizer", counted)
     assert ingest(src, tmp_path / "two", "--jobs", "2") == base
     assert built == [parent]
