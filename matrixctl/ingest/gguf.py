@@ -25,10 +25,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from matrixctl import __version__, codes
+from matrixctl import codes
 from matrixctl.errors import FormatError, OutputError, UsageError
 from matrixctl.formats import gguf as gguf_format
 from matrixctl.formats import gguf_ingest as gguf_ingest_format
+from matrixctl.package import __version__
 from matrixctl.tensors import TensorInfo, TensorSource, drop_pages
 from matrixctl.tokenizers import pi
 

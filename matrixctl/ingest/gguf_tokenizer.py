@@ -46,11 +46,9 @@ class Measured:
 
 def sample() -> bytes:
     """The bundled sample text (package data beside the default symbol map)."""
-    import os
+    from matrixctl.package import data_path
 
-    import matrixctl
-
-    with open(os.path.join(os.path.dirname(matrixctl.__file__), "data", SAMPLE), "rb") as fp:
+    with open(data_path(SAMPLE), "rb") as fp:
         return fp.read()
 
 
