@@ -948,6 +948,34 @@ def metadata_value(gf: GgufFile, buf: Any, kv: GgufKV) -> Any:
     return value
 
 
+def tokenizer_merges(gf: GgufFile, buf: Any) -> list[bytes] | None:
+    """tokenizer.ggml.merges as raw strings, or None when absent, empty or not strings."""
+    kv = gf.kvs.get("tokenizer.ggml.merges")
+    if (
+        kv is None
+        or not isinstance(kv.value, GgufArray)
+        or kv.value.item_type != STRING
+        or kv.value.count == 0
+    ):
+        return None
+    arr = kv.value
+    joined = arr.joined(buf)
+    if joined.count(b"\x00") == arr.count - 1:
+        return joined.split(b"\x00")
+    return arr.strings(buf)
+
+
+def float_array(gf: GgufFile, buf: Any, key: str, n: int) -> list[float] | None:
+    """The float array under `key` as Python floats when it has `n` items, else None."""
+    kv = gf.kvs.get(key)
+    if kv is None or not isinstance(kv.value, GgufArray) or kv.value.count != n:
+        return None
+    if kv.value.item_type not in (FLOAT32, FLOAT64):
+        return None
+    values: list[float] = kv.value.numpy(buf).astype("float64").tolist()
+    return values
+
+
 def _plain(items: list[Any]) -> list[Any]:
     return [
         i.decode("utf-8", "backslashreplace")
