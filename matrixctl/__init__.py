@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         Report,
         TensorFile,
         Tokenizer,
+        convert,
         inspect,
         load,
         load_tokenizer,
@@ -55,12 +56,6 @@ def __getattr__(name: str) -> Any:
 
         globals()[name] = __version__
         return __version__
-    if name == "convert":
-        # The subpackage `matrixctl.convert` is the name's owner (any `import matrixctl.convert`
-        # sets it); the module is callable and runs `matrixctl.api.convert` (docs/api.md).
-        import importlib
-
-        return importlib.import_module("matrixctl.convert")
     if name in _API:
         import importlib
 

@@ -113,7 +113,7 @@ def run(
     quiet: bool = False,
 ) -> None:
     """The body of `matrixctl convert` (its help is cli/convert.py's docstring)."""
-    from matrixctl import convert as conv
+    from matrixctl import converters as conv
     from matrixctl.cli.common import emit_json, note, progress, warn
     from matrixctl.errors import UsageError
     from matrixctl.io import STDIO, Source

@@ -475,7 +475,7 @@ def _json_lines(doc: dict[str, Any], indent: str = "  ") -> str:
 
 def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
     """Write the folder; return the manifest."""
-    from matrixctl.convert.tensors import convert_source
+    from matrixctl.converters.tensors import convert_source
     from matrixctl.ingest.gguf_tokenizer import measure as measure_tokenizer
     from matrixctl.ingest.pack import created_stamp
     from matrixctl.io import sha256_file
