@@ -265,3 +265,28 @@ def test_tests_demo_tools_and_ci_read_nothing_beside_the_repository() -> None:
         if outside.search(line) and not line.lstrip().startswith("#")
     ]
     assert not bad, bad
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["convert", "x.zt", "-"],
+        ["pack", "atoms", "x", "-n", "4", "-o", "-"],
+        ["pack", "svgt", "x", "--grid", "4x4", "-o", "-"],
+        ["tokenize", "scx", "sign", "x", "-k", "k", "-o", "-"],
+        ["tokenize", "scx", "encode", "x", "-r", "r", "-o", "-"],
+        ["tokenize", "scx", "decode", "x", "-r", "r", "-o", "-"],
+    ],
+)
+def test_json_with_output_to_stdout_is_one_refusal(words: list[str]) -> None:
+    """Every command with an output file and --json refuses `-` as that file the same way
+    (`cli.common.json_needs_stdout`), before it reads anything: exit 2, one error line, and
+    the failure document alone on stdout."""
+    run = run_cli(*words, "--json")
+    assert run.code == 2
+    assert error_lines(run.stderr) == [
+        "matrixctl: error[USAGE]: --json needs stdout, so the output cannot be - as well"
+    ]
+    assert run.json()["error"]["message"] == (
+        "--json needs stdout, so the output cannot be - as well"
+    )
