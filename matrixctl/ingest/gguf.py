@@ -72,7 +72,7 @@ class Options:
 
 
 def _special_ids(gf: gguf_format.GgufFile) -> dict[str, int]:
-    from matrixctl.validate.gguf import SPECIALS
+    from matrixctl.formats.gguf_constants import SPECIALS
 
     out: dict[str, int] = {}
     for key, short in SPECIALS.items():
