@@ -172,7 +172,7 @@ def read_with(tool: str, path: str) -> None:
     elif tool == BARE:
         total += bare_read(path)
     else:
-        from matrixctl.convert.tensors import open_source
+        from matrixctl.converters.tensors import open_source
 
         with open_source(path) as src:
             verify = tool.endswith("(digests checked)")

@@ -87,7 +87,7 @@ def run_one(op: str, src: str, dst: str, repeat: int) -> float:
             crc_pass(src)
             best = min(best, time.perf_counter() - t)
         return best
-    from matrixctl import convert as conv
+    from matrixctl import converters as conv
     from matrixctl.formats import registry
     from matrixctl.io import Folder
     from matrixctl.validate.engine import examine

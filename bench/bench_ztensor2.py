@@ -106,7 +106,7 @@ def read_with(tool: str, path: str) -> int:
         return total
     if tool == BARE:
         return bare_read(path)
-    from matrixctl.convert.tensors import open_source
+    from matrixctl.converters.tensors import open_source
 
     with open_source(path) as src:
         for info in src.tensors():

@@ -2,14 +2,14 @@
 
 The package is a library with a thin command line on top (`matrixctl.cli`). Its Python API
 (docs/api.md) is `open`, `load`, `save`, `convert`, `verify`, `inspect`, `load_tokenizer` and
-`open_pack`, defined in `matrixctl.api`. Importing the package is cheap: those names are
-loaded on first use (module `__getattr__`), and numpy only by the code that needs it.
+`open_pack`, defined in `matrixctl.api`. Importing the package is cheap: those names, and
+`__version__` (kept in the base module `matrixctl.package`), are loaded on first use (module
+`__getattr__`), and numpy only by the code that needs it.
 """
 
 from __future__ import annotations
 
 TYPE_CHECKING = False  # typing itself costs start-up time; mypy treats this name as typing's
-__version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from typing import Any
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         Report,
         TensorFile,
         Tokenizer,
+        convert,
         inspect,
         load,
         load_tokenizer,
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
         verify,
     )
     from matrixctl.dataset import PackDataset
+    from matrixctl.package import __version__
 
 __all__ = [
     "PackDataset",
@@ -47,12 +49,13 @@ _API = frozenset(__all__) - {"__version__"}  # the names `matrixctl.api` defines
 
 
 def __getattr__(name: str) -> Any:
-    if name == "convert":
-        # The subpackage `matrixctl.convert` is the name's owner (any `import matrixctl.convert`
-        # sets it); the module is callable and runs `matrixctl.api.convert` (docs/api.md).
-        import importlib
+    if name == "__version__":
+        # Kept in the base module `matrixctl.package` (which every module reads it from);
+        # loaded on first use too, so `import matrixctl` loads no other module.
+        from matrixctl.package import __version__
 
-        return importlib.import_module("matrixctl.convert")
+        globals()[name] = __version__
+        return __version__
     if name in _API:
         import importlib
 
@@ -63,4 +66,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_API})
+    return sorted({*globals(), *_API, "__version__"})

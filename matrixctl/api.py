@@ -88,7 +88,7 @@ class TensorFile(Mapping[str, "np.ndarray"]):
         info = self.infos[name]  # KeyError for a name the file does not hold
         source = self._open_source()
         if info.layout in ("sparse_csr", "sparse_coo"):
-            from matrixctl.convert.tensors import densify
+            from matrixctl.converters.tensors import densify
 
             flat = densify(source, info)
         elif info.layout == "dense":
@@ -218,8 +218,8 @@ def save(
     (`.zt`, `.safetensors`, `.npy`, `.npz`, `.weights`, `.stb`). Atomic: the file appears only
     complete. `options` are `convert`'s (`compress="zstd"`, `digest`, `dtype=[...]`,
     `per_file`). Returns the converter's summary (what `convert --json` reports)."""
-    from matrixctl.convert import destination_format
-    from matrixctl.convert.tensors import convert_source
+    from matrixctl.converters import destination_format
+    from matrixctl.converters.tensors import convert_source
     from matrixctl.formats.registry import TENSOR_CONTAINERS
 
     dst = os.fspath(path)
@@ -241,7 +241,7 @@ def convert(
     `exclude`, `dtype`, `compress`, `digest`, `meta`, `per_file`, `densify`, `keep_quantized`,
     `atoms`; list options take lists). Returns what `convert --json` prints after
     `schema_version` and `ok`, plus `notes` (the warnings the CLI prints)."""
-    from matrixctl import convert as conversions
+    from matrixctl import converters as conversions
     from matrixctl.opening import open_sniffed
 
     src_path, dst_path = os.fspath(src), os.fspath(dst)

@@ -188,7 +188,7 @@ def stats_of(source: TensorSource, info: TensorInfo) -> dict[str, Any]:
 
 def tensor_stats(path: str) -> list[dict[str, Any]]:
     """Every tensor of the container at `path`, in storage order, with its statistics."""
-    from matrixctl.convert.tensors import open_source
+    from matrixctl.converters.tensors import open_source
 
     rows = []
     with open_source(path) as source:

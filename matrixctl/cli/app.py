@@ -14,11 +14,11 @@ from typing import Annotated, Any
 
 import typer
 
-from matrixctl import __version__
 from matrixctl.cli.common import PROG, write_err
 from matrixctl.cli.entry import fail, failure, interrupted, json_word, start_run
 from matrixctl.cli.lazy import Lazy, LazyCommands
 from matrixctl.errors import UsageError
+from matrixctl.package import __version__
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 

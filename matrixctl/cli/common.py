@@ -218,6 +218,16 @@ def emit_json_error(err: MatrixError) -> None:
     )
 
 
+def json_needs_stdout(json_out: bool, output: str) -> None:
+    """Refuse `-` as the output file under --json: stdout carries the one JSON document, so it
+    cannot carry the command's output as well (a UsageError, exit 2)."""
+    from matrixctl.errors import UsageError
+    from matrixctl.io import STDIO
+
+    if json_out and output == STDIO:
+        raise UsageError("--json needs stdout, so the output cannot be - as well")
+
+
 def safe(text: object) -> str:
     """Neutralize control characters (terminal escapes included) for display to a person."""
     s = str(text)

@@ -14,12 +14,12 @@ TO_HELP = "Output format, when the output name does not tell it: "
 
 class _ToOption(TyperOption):
     """`--to`, whose help lists the formats convert can write. The list comes from the
-    converter registry (`matrixctl.convert.describe_writable`), which imports every codec, so
+    converter registry (`matrixctl.converters.describe_writable`), which imports every codec, so
     it is computed only when the help is shown (--help, docs), never when a command runs."""
 
     @property
     def help(self) -> str:
-        from matrixctl.convert import describe_writable
+        from matrixctl.converters import describe_writable
 
         return TO_HELP + describe_writable() + "."
 

@@ -113,14 +113,12 @@ def run(
     quiet: bool = False,
 ) -> None:
     """The body of `matrixctl convert` (its help is cli/convert.py's docstring)."""
-    from matrixctl import convert as conv
-    from matrixctl.cli.common import emit_json, note, progress, warn
-    from matrixctl.errors import UsageError
-    from matrixctl.io import STDIO, Source
+    from matrixctl import converters as conv
+    from matrixctl.cli.common import emit_json, json_needs_stdout, note, progress, warn
+    from matrixctl.io import Source
     from matrixctl.opening import open_path
 
-    if json_out and dst == STDIO:
-        raise UsageError("--json needs stdout, so the output cannot be - as well")
+    json_needs_stdout(json_out, dst)
     dst_fmt = conv.destination_format(dst, to)
     with open_path(src) as (source, src_fmt):
         if src_fmt is None:

@@ -87,9 +87,9 @@ def cli_reference() -> str:
 
 def import_everything() -> None:
     """Import every module of the package so every diagnostic code is defined."""
-    import matrixctl
+    from matrixctl.package import PACKAGE_DIR
 
-    for mod in pkgutil.walk_packages(matrixctl.__path__, "matrixctl."):
+    for mod in pkgutil.walk_packages([PACKAGE_DIR], "matrixctl."):
         if mod.name.endswith("__main__"):
             continue
         importlib.import_module(mod.name)

@@ -12,6 +12,7 @@ from matrixctl.cli.common import (
     QuietOption,
     SpoolLimitOption,
     emit_json,
+    json_needs_stdout,
     note,
     progress,
 )
@@ -70,11 +71,8 @@ def atoms(
 ) -> None:
     """Pack token ids into a MATRIX-ATOM v1 file (streaming, bounded memory, atomic)."""
     from matrixctl.atoms import input_size, write_atoms
-    from matrixctl.errors import UsageError
-    from matrixctl.io import STDIO
 
-    if json_out and output == STDIO:
-        raise UsageError("--json needs stdout, so the output cannot be - as well")
+    json_needs_stdout(json_out, output)
     _hint_terminal_input(input_path)
     with progress("packing", input_size(input_path)) as bar:
         summary = write_atoms(
@@ -118,11 +116,8 @@ def svgt(
 ) -> None:
     """Project MATRIX-ATOM atoms onto RxC grids in an SVG-Tensor file (ids must fit uint16)."""
     from matrixctl.atoms import input_size, write_svgt
-    from matrixctl.errors import UsageError
-    from matrixctl.io import STDIO
 
-    if json_out and output == STDIO:
-        raise UsageError("--json needs stdout, so the output cannot be - as well")
+    json_needs_stdout(json_out, output)
     with progress("projecting", input_size(atoms_path)) as bar:
         summary = write_svgt(atoms_path, output, grid=grid, tick=bar.advance)
     if json_out:

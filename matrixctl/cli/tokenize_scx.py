@@ -11,6 +11,7 @@ from matrixctl.cli.common import (
     QuietOption,
     SpoolLimitOption,
     emit_json,
+    json_needs_stdout,
     note,
     progress,
     warn,
@@ -115,13 +116,12 @@ def sign(
     import json
 
     from matrixctl.errors import FormatError, UsageError
-    from matrixctl.io import STDIO, Source, atomic_output, refuse_binary_to_terminal
+    from matrixctl.io import Source, atomic_output, refuse_binary_to_terminal
     from matrixctl.tokenizers.scx import manifest as scx_manifest
     from matrixctl.tokenizers.scx import registry as scx_registry
     from matrixctl.tokenizers.scx import signing
 
-    if json_out and output == STDIO:
-        raise UsageError("--json needs stdout, so the output cannot be - as well")
+    json_needs_stdout(json_out, output)
     private = signing.load_private(key)
     with Source.open(source) as src:
         data = bytes(src.buf[: src.size])
@@ -254,13 +254,11 @@ def encode(
     import numpy as np
 
     from matrixctl.atoms import input_size
-    from matrixctl.errors import UsageError
     from matrixctl.formats.token_stream import TokenStreamWriter
-    from matrixctl.io import STDIO, atomic_output, display_name, open_input_stream
+    from matrixctl.io import atomic_output, display_name, open_input_stream
     from matrixctl.tokenizers.scx import api
 
-    if json_out and output == STDIO:
-        raise UsageError("--json needs stdout, so the output cannot be - as well")
+    json_needs_stdout(json_out, output)
     tok, _ = api.load_config(registry, trust)
     warnings: list[api.Issue] = []
     padding: list[int] = []
@@ -361,13 +359,11 @@ def decode(
     that disagrees) stops with its code and token index; nothing is written.
     """
     from matrixctl.atoms import input_size
-    from matrixctl.errors import UsageError
-    from matrixctl.io import STDIO, atomic_output, display_name, open_input_stream
+    from matrixctl.io import atomic_output, display_name, open_input_stream
     from matrixctl.tokenizers.scx import api
     from matrixctl.tokenizing import decode_token_stream
 
-    if json_out and output == STDIO:
-        raise UsageError("--json needs stdout, so the output cannot be - as well")
+    json_needs_stdout(json_out, output)
 
     tok, _ = api.load_config(registry, trust)
     with (

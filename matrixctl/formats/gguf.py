@@ -25,10 +25,9 @@ is refused at once. Strings stay raw bytes (a token that is not UTF-8 survives);
 are walked once and kept as the offsets of their items; numeric arrays are not read at all until
 asked for (zero-copy numpy views). A byte-swapped (big-endian) file is recognised and named.
 
-The ggml type table (block size, bytes per block) is a file-format fact kept here so that
-`inspect` never needs the `gguf` package (its import alone costs ~0.25 s); a test checks it
-against `gguf.constants.GGML_QUANT_SIZES`, and a type id this table lacks is looked up there.
-Dequantization is `gguf.quants.dequantize`, block range by block range.
+The format's facts (magic, value types, the ggml type table, key names) are
+`matrixctl.formats.gguf_constants`, re-exported here under the same names. Dequantization is
+`gguf.quants.dequantize`, block range by block range.
 
 Judging a file (rules, findings) is `matrixctl.validate.gguf`; `GgufSource` is the source side
 of `convert` (dequantized to f32 by default, or the raw blocks as zTensor `quantized_group`).
@@ -47,6 +46,39 @@ from matrixctl import codes
 from matrixctl.codes import Severity
 from matrixctl.errors import FormatError
 from matrixctl.findings import Problem
+
+# The format's facts, also read through this module (gguf_format.STRING, GGML_TYPES, ...).
+from matrixctl.formats.gguf_constants import (  # noqa: F401
+    ALIGNMENT_KEY,
+    ARRAY,
+    BOOL,
+    DEFAULT_ALIGNMENT,
+    FLOAT32,
+    FLOAT64,
+    GGML_BY_NAME,
+    GGML_TYPES,
+    HEADER_SIZE,
+    INT8,
+    INT16,
+    INT32,
+    INT64,
+    INTEGER_TYPES,
+    MAGIC,
+    MAX_DIMS,
+    MAX_KEY,
+    MAX_NAME,
+    MERGES,
+    SCALARS,
+    STRING,
+    TYPE_NAMES,
+    UINT8,
+    UINT16,
+    UINT32,
+    UINT64,
+    VERSIONS,
+    GgmlType,
+    ggml_type,
+)
 from matrixctl.tensors import (
     CHUNK_BYTES,
     Component,
@@ -64,14 +96,6 @@ if TYPE_CHECKING:
     from matrixctl.io import Source
 
 FORMAT = "gguf"
-MAGIC = b"GGUF"
-VERSIONS = (2, 3)
-HEADER_SIZE = 24
-DEFAULT_ALIGNMENT = 32
-ALIGNMENT_KEY = "general.alignment"
-MAX_DIMS = 4  # GGML_MAX_DIMS: llama.cpp refuses more
-MAX_NAME = 63  # GGML_MAX_NAME is 64 with the terminating NUL
-MAX_KEY = (1 << 16) - 1  # the spec: a key is at most 2**16 - 1 bytes
 # Limits on what a file may make this reader create (each also bounded by the bytes left).
 MAX_KV = 1 << 16
 MAX_TENSORS = 1 << 18
@@ -82,122 +106,10 @@ MAX_RANK_PARSED = 64  # n_dims above this cannot be a tensor: stop parsing there
 MIN_KV_BYTES = 8 + 4 + 1  # empty key, type, a one-byte value
 MIN_TENSOR_BYTES = 8 + 4 + 4 + 8  # empty name, n_dims 0, type, offset
 
-# Metadata value types.
-UINT8, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY = range(10)
-UINT64, INT64, FLOAT64 = 10, 11, 12
-TYPE_NAMES = {
-    UINT8: "uint8",
-    INT8: "int8",
-    UINT16: "uint16",
-    INT16: "int16",
-    UINT32: "uint32",
-    INT32: "int32",
-    FLOAT32: "float32",
-    BOOL: "bool",
-    STRING: "string",
-    ARRAY: "array",
-    UINT64: "uint64",
-    INT64: "int64",
-    FLOAT64: "float64",
-}
-# Fixed-size types: struct format (little-endian) and numpy dtype.
-SCALARS: dict[int, tuple[str, str]] = {
-    UINT8: ("<B", "|u1"),
-    INT8: ("<b", "|i1"),
-    UINT16: ("<H", "<u2"),
-    INT16: ("<h", "<i2"),
-    UINT32: ("<I", "<u4"),
-    INT32: ("<i", "<i4"),
-    FLOAT32: ("<f", "<f4"),
-    BOOL: ("<B", "|u1"),
-    UINT64: ("<Q", "<u8"),
-    INT64: ("<q", "<i8"),
-    FLOAT64: ("<d", "<f8"),
-}
 SCALAR_STRUCTS = {t: struct.Struct(f) for t, (f, _) in SCALARS.items()}
-INTEGER_TYPES = frozenset({UINT8, INT8, UINT16, INT16, UINT32, INT32, UINT64, INT64})
 
 _U32 = struct.Struct("<I").unpack_from
 _U64 = struct.Struct("<Q").unpack_from
-
-
-@dataclass(frozen=True)
-class GgmlType:
-    """One ggml tensor type: `block_size` elements are stored in `type_size` bytes."""
-
-    id: int
-    name: str
-    block_size: int
-    type_size: int
-    dtype: str | None = None  # the matrixctl dtype of a plain (not quantized) type
-
-    @property
-    def quantized(self) -> bool:
-        return self.dtype is None
-
-
-# ggml's types (ggml.h `enum ggml_type`, ggml.c type traits); ids 4, 5, 31-33, 36-38 are
-# retired or unassigned.
-GGML_TYPES: dict[int, GgmlType] = {
-    t.id: t
-    for t in (
-        GgmlType(0, "F32", 1, 4, "f32"),
-        GgmlType(1, "F16", 1, 2, "f16"),
-        GgmlType(2, "Q4_0", 32, 18),
-        GgmlType(3, "Q4_1", 32, 20),
-        GgmlType(6, "Q5_0", 32, 22),
-        GgmlType(7, "Q5_1", 32, 24),
-        GgmlType(8, "Q8_0", 32, 34),
-        GgmlType(9, "Q8_1", 32, 40),
-        GgmlType(10, "Q2_K", 256, 84),
-        GgmlType(11, "Q3_K", 256, 110),
-        GgmlType(12, "Q4_K", 256, 144),
-        GgmlType(13, "Q5_K", 256, 176),
-        GgmlType(14, "Q6_K", 256, 210),
-        GgmlType(15, "Q8_K", 256, 292),
-        GgmlType(16, "IQ2_XXS", 256, 66),
-        GgmlType(17, "IQ2_XS", 256, 74),
-        GgmlType(18, "IQ3_XXS", 256, 98),
-        GgmlType(19, "IQ1_S", 256, 50),
-        GgmlType(20, "IQ4_NL", 32, 18),
-        GgmlType(21, "IQ3_S", 256, 110),
-        GgmlType(22, "IQ2_S", 256, 82),
-        GgmlType(23, "IQ4_XS", 256, 136),
-        GgmlType(24, "I8", 1, 1, "i8"),
-        GgmlType(25, "I16", 1, 2, "i16"),
-        GgmlType(26, "I32", 1, 4, "i32"),
-        GgmlType(27, "I64", 1, 8, "i64"),
-        GgmlType(28, "F64", 1, 8, "f64"),
-        GgmlType(29, "IQ1_M", 256, 56),
-        GgmlType(30, "BF16", 1, 2, "bf16"),
-        GgmlType(34, "TQ1_0", 256, 54),
-        GgmlType(35, "TQ2_0", 256, 66),
-        GgmlType(39, "MXFP4", 32, 17),
-        GgmlType(40, "NVFP4", 64, 36),
-        GgmlType(41, "Q1_0", 128, 18),
-    )
-}
-GGML_BY_NAME = {t.name: t for t in GGML_TYPES.values()}
-
-
-def ggml_type(type_id: int) -> GgmlType | None:
-    """The ggml type with this id: our table, else the installed `gguf` package's (newer types
-    appear there first), else None."""
-    known = GGML_TYPES.get(type_id)
-    if known is not None or not 0 <= type_id < 1 << 16:
-        return known
-    try:
-        from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-    except ImportError:  # pragma: no cover - gguf is a dependency
-        return None
-    try:
-        qtype = GGMLQuantizationType(type_id)
-    except ValueError:
-        return None
-    sizes = GGML_QUANT_SIZES.get(qtype)
-    if sizes is None:
-        return None
-    return GgmlType(type_id, qtype.name, sizes[0], sizes[1])
 
 
 G = FORMAT
@@ -946,6 +858,34 @@ def metadata_value(gf: GgufFile, buf: Any, kv: GgufKV) -> Any:
     if kv.vtype == BOOL:
         return bool(value)
     return value
+
+
+def tokenizer_merges(gf: GgufFile, buf: Any) -> list[bytes] | None:
+    """tokenizer.ggml.merges as raw strings, or None when absent, empty or not strings."""
+    kv = gf.kvs.get(MERGES)
+    if (
+        kv is None
+        or not isinstance(kv.value, GgufArray)
+        or kv.value.item_type != STRING
+        or kv.value.count == 0
+    ):
+        return None
+    arr = kv.value
+    joined = arr.joined(buf)
+    if joined.count(b"\x00") == arr.count - 1:
+        return joined.split(b"\x00")
+    return arr.strings(buf)
+
+
+def float_array(gf: GgufFile, buf: Any, key: str, n: int) -> list[float] | None:
+    """The float array under `key` as Python floats when it has `n` items, else None."""
+    kv = gf.kvs.get(key)
+    if kv is None or not isinstance(kv.value, GgufArray) or kv.value.count != n:
+        return None
+    if kv.value.item_type not in (FLOAT32, FLOAT64):
+        return None
+    values: list[float] = kv.value.numpy(buf).astype("float64").tolist()
+    return values
 
 
 def _plain(items: list[Any]) -> list[Any]:

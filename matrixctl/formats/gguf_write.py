@@ -30,6 +30,14 @@ from typing import Any
 from matrixctl import codes
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.formats.gguf import GgufSource
+from matrixctl.formats.gguf_constants import (
+    ALIGNMENT_KEY,
+    ARCHITECTURE_KEY,
+    DEFAULT_ALIGNMENT,
+    MAGIC,
+    QUANTIZATION_VERSION_KEY,
+    TOKEN_TYPE,
+)
 from matrixctl.tensors import (
     DTYPES,
     Outputs,
@@ -40,9 +48,7 @@ from matrixctl.tensors import (
 )
 
 FORMAT = "gguf"
-MAGIC = b"GGUF"
 VERSION = 3
-DEFAULT_ALIGNMENT = 32
 QK8_0 = 32
 Q8_0_BYTES = 34
 Q8_0_ID = 8
@@ -59,7 +65,7 @@ TYPE_NAMES = {
 }  # fmt: skip
 _PACK = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F32: "<f",
          U64: "<Q", I64: "<q", F64: "<d", BOOL: "<?"}  # fmt: skip
-INT32_ARRAYS = frozenset({"tokenizer.ggml.token_type"})
+INT32_ARRAYS = frozenset({TOKEN_TYPE})
 
 GGUF_WRITE = codes.define(
     "GGUF_WRITE",
@@ -257,18 +263,18 @@ class GgufSink(TensorSink):
             if k in last:
                 ordered.append((k, *last.pop(k)))
         quantized = [self._plan(i)[2] for i in plan]
-        if any(quantized) and "general.quantization_version" not in seen:
-            ordered.append(("general.quantization_version", U32, 2, None))
+        if any(quantized) and QUANTIZATION_VERSION_KEY not in seen:
+            ordered.append((QUANTIZATION_VERSION_KEY, U32, 2, None))
         if as_json:
             self._notes.append(
                 f"metadata {', '.join(as_json[:5])} has no GGUF type: stored as JSON text"
             )
-        if "general.architecture" not in seen:
+        if ARCHITECTURE_KEY not in seen:
             self._notes.append(
                 "no general.architecture: llama.cpp needs one to load the model "
                 "(--meta general.architecture=NAME)"
             )
-        align = {k: v for k, _, v, _ in ordered}.get("general.alignment", DEFAULT_ALIGNMENT)
+        align = {k: v for k, _, v, _ in ordered}.get(ALIGNMENT_KEY, DEFAULT_ALIGNMENT)
         if not isinstance(align, int) or align < 1 or align & (align - 1):
             raise UsageError(f"general.alignment must be a power of two, got {align!r}")
         self.alignment = align

@@ -22,15 +22,17 @@ import os
 import shutil
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from matrixctl import __version__, codes
+from matrixctl import codes
 from matrixctl.errors import FormatError, OutputError, UsageError
 from matrixctl.formats import gguf as gguf_format
 from matrixctl.formats import gguf_ingest as gguf_ingest_format
+from matrixctl.package import __version__
 from matrixctl.tensors import TensorInfo, TensorSource, drop_pages
 from matrixctl.tokenizers import pi
+from matrixctl.tokenizers.agreement import VocabPlan, keys_of
 
 if TYPE_CHECKING:
     from matrixctl.io import Source
@@ -51,7 +53,6 @@ EMBEDDINGS = {
     "npy": ("npy", ".npy"),
 }
 HASH_CHUNK = 8 << 20
-BATCH = 8192  # tokens keyed per step (bounded temporary memory)
 JOIN_BATCH = 1 << 16  # tokens cut out of the file per step
 MAX_SYMBOL_KEY = pi.MAX_SYMBOL_BYTES
 # GGUF token types (llama.cpp `llama_token_type`).
@@ -67,26 +68,11 @@ class Options:
     progress: Any = None
 
 
-@dataclass
-class VocabPlan:
-    """The symbol map built from a GGUF vocabulary, and what was decided on the way."""
-
-    smap: pi.SymbolMap
-    model: str | None
-    pre: str | None
-    tokens: int
-    special_ids: dict[str, int]  # GGUF's own (bos, eos, unk, pad, sep, cls, mask, ...)
-    not_utf8: dict[int, bytes] = field(default_factory=dict)
-    reasons: dict[str, int] = field(default_factory=dict)  # why tokens are special: counts
-    texts: list[str] = field(default_factory=list)  # every token's text, in GGUF order
-    keys: list[bytes] = field(default_factory=list)  # the bytes each token matches
-
-
 # The symbol map ------------------------------------------------------------------------------
 
 
 def _special_ids(gf: gguf_format.GgufFile) -> dict[str, int]:
-    from matrixctl.validate.gguf import SPECIALS
+    from matrixctl.formats.gguf_constants import SPECIALS
 
     out: dict[str, int] = {}
     for key, short in SPECIALS.items():
@@ -296,25 +282,6 @@ def _decode_all(arr: gguf_format.GgufArray, buf: Any) -> tuple[list[str], dict[i
     return texts, not_utf8
 
 
-def keys_of(texts: list[str], marking: pi.SpaceMarking | None) -> list[bytes]:
-    """The bytes each token matches under the marking (batch by batch over the joined text
-    when the marking is a plain replacement and no token holds a NUL)."""
-    key = marking.key if marking is not None else (lambda t: t.encode("utf-8"))
-    if marking is not None and marking.marker is None:
-        return [key(t) for t in texts]
-    out: list[bytes] = []
-    for first in range(0, len(texts), BATCH):
-        batch = texts[first : first + BATCH]
-        joined = "\x00".join(batch)
-        if joined.count("\x00") != len(batch) - 1:
-            out.extend(key(t) for t in batch)
-            continue
-        if marking is not None:
-            joined = joined.replace(marking.marker or "", " ")
-        out.extend(joined.encode("utf-8").split(b"\x00"))
-    return out
-
-
 def tokenizer_sidecar(gf: gguf_format.GgufFile, buf: Any, plan: VocabPlan) -> dict[str, Any]:
     """Everything the GGUF says about its tokenizer that the map does not hold."""
     metadata: dict[str, Any] = {}
@@ -508,12 +475,12 @@ def _json_lines(doc: dict[str, Any], indent: str = "  ") -> str:
 
 def ingest_gguf(src: Source, dest: str, opts: Options) -> dict[str, Any]:
     """Write the folder; return the manifest."""
-    from matrixctl.convert.tensors import convert_source
+    from matrixctl.converters.tensors import convert_source
     from matrixctl.ingest.gguf_tokenizer import measure as measure_tokenizer
-    from matrixctl.ingest.gguf_tokenizer import report_line
     from matrixctl.ingest.pack import created_stamp
     from matrixctl.io import sha256_file
     from matrixctl.opening import open_checked
+    from matrixctl.tokenizers.agreement import report_line
 
     if opts.embeddings != "none" and opts.embeddings not in EMBEDDINGS:
         raise UsageError(f"--embeddings must be one of {', '.join(EMBEDDINGS)} or none")

@@ -21,12 +21,13 @@ import shutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from matrixctl import __version__, codes
+from matrixctl import codes
 from matrixctl.errors import InputError, OutputError
 from matrixctl.formats import doc_index, matrix_atom, svgt
 from matrixctl.formats import ingest_pack as pack_format
 from matrixctl.ingest.swap import clean_stale, make_temp_dir, publish
 from matrixctl.io import FileHash, sha256_file
+from matrixctl.package import __version__
 
 if TYPE_CHECKING:
     import numpy as np

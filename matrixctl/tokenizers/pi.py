@@ -885,13 +885,10 @@ def check_map_bytes(raw: bytes, path: str) -> SymbolMap:
 
 
 def default_map_path() -> str:
-    """The bundled default symbol map (see tools/build_default_symbols.py). A path beside the
-    package (importlib.resources costs ~10 ms of start-up; matrixctl is never zipped)."""
-    import os
+    """The bundled default symbol map (see tools/build_default_symbols.py)."""
+    from matrixctl.package import data_path
 
-    import matrixctl
-
-    return os.path.join(os.path.dirname(matrixctl.__file__), "data", "pi_symbol_map.json")
+    return data_path("pi_symbol_map.json")
 
 
 NORMALIZE_GAP = 64  # segments to normalize closer than this many characters are merged

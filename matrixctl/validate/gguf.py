@@ -14,6 +14,18 @@ from typing import Any
 
 from matrixctl.findings import Finding, finding, findings_of
 from matrixctl.formats import gguf
+from matrixctl.formats.gguf_constants import (
+    ARCHITECTURE_KEY,
+    NAME_KEY,
+    SCORES,
+    SPECIALS,
+    TOKEN_TYPE,
+    TOKEN_TYPES,
+    TOKENIZER_MODEL,
+    TOKENIZER_PRE,
+    TOKENIZER_PREFIX,
+    TOKENS,
+)
 from matrixctl.io import Source
 from matrixctl.tensors import human_bytes, tensor_row
 from matrixctl.validate.engine import first_nonzero, rule, shown
@@ -23,25 +35,7 @@ PREVIEW = 6  # array items shown by inspect
 STRING_PREVIEW = 160  # characters of a string value shown by inspect
 SCAN_CHUNK = 8 << 20
 
-TOKENS = "tokenizer.ggml.tokens"
-SCORES = "tokenizer.ggml.scores"
-TOKEN_TYPE = "tokenizer.ggml.token_type"
-# Special token ids (tokenizer.ggml.<key>): the spec's names, llama.cpp's spelling `seperator`,
-# and the short names inspect shows them under.
-SPECIALS = {
-    "bos_token_id": "bos_id",
-    "eos_token_id": "eos_id",
-    "unknown_token_id": "unk_id",
-    "separator_token_id": "sep_id",
-    "seperator_token_id": "sep_id",
-    "padding_token_id": "pad_id",
-    "cls_token_id": "cls_id",
-    "mask_token_id": "mask_id",
-    "eot_token_id": "eot_id",
-    "eom_token_id": "eom_id",
-}
 SPECIAL_KEYS = tuple(SPECIALS)
-TOKEN_TYPES = {1: "normal", 2: "unknown", 3: "control", 4: "user_defined", 5: "unused", 6: "byte"}
 
 
 class GgufSubject:
@@ -100,10 +94,10 @@ def describe(s: GgufSubject) -> dict[str, Any]:
         "alignment": gf.alignment,
         "data_offset": gf.data_offset,
     }
-    arch = gf.text("general.architecture")
+    arch = gf.text(ARCHITECTURE_KEY)
     if arch is not None:
         out["architecture"] = gguf.neutral(arch, 80)
-    name = gf.text("general.name")
+    name = gf.text(NAME_KEY)
     if name is not None:
         out["name"] = gguf.neutral(name, 80)
     tok = tokenizer_summary(s)
@@ -148,17 +142,17 @@ def tokenizer_summary(s: GgufSubject) -> dict[str, Any]:
     gf = s.gf
     tokens = gf.get(TOKENS)
     out: dict[str, Any] = {}
-    model = gf.text("tokenizer.ggml.model")
+    model = gf.text(TOKENIZER_MODEL)
     if model is not None:
         out["model"] = gguf.neutral(model, 40)
-    pre = gf.text("tokenizer.ggml.pre")
+    pre = gf.text(TOKENIZER_PRE)
     if pre is not None:
         out["pre"] = gguf.neutral(pre, 40)
     if isinstance(tokens, gguf.GgufArray):
         out["tokens"] = tokens.count
         out["token_dtype"] = "uint16" if tokens.count <= 1 << 16 else "uint32"
     for key, short in SPECIALS.items():
-        kv = gf.kvs.get(f"tokenizer.ggml.{key}")
+        kv = gf.kvs.get(TOKENIZER_PREFIX + key)
         if kv is not None and kv.vtype in gguf.INTEGER_TYPES:
             out[short] = kv.value
     return out
@@ -306,7 +300,7 @@ def check_tokenizer(s: GgufSubject) -> Iterator[Finding]:
                 field=key,
             )
     for key in SPECIAL_KEYS:
-        kv = gf.kvs.get(f"tokenizer.ggml.{key}")
+        kv = gf.kvs.get(TOKENIZER_PREFIX + key)
         if kv is None:
             continue
         if kv.vtype not in gguf.INTEGER_TYPES:

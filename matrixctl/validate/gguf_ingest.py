@@ -292,14 +292,13 @@ def _sidecar(s: ManifestFolder, tok: dict[str, Any], vocab: int) -> Iterator[Fin
 def _agreement(s: ManifestFolder, tok: dict[str, Any], smap: Any) -> Iterator[Finding]:
     """Measure the agreement again, from the map and the sidecar's merges or scores, and
     compare it with tokenizer.agreement (when the manifest has one, on the bundled sample)."""
-    from matrixctl.ingest import gguf as ingest_gguf
-    from matrixctl.ingest import gguf_tokenizer
+    from matrixctl.tokenizers import agreement
     from matrixctl.tokenizers import reference as ref
 
     recorded = tok.get("agreement")
     if not isinstance(recorded, dict) or not isinstance(tok.get("type"), str):
         return
-    if recorded.get("sample_sha256") != gguf_tokenizer.sample_sha256():
+    if recorded.get("sample_sha256") != agreement.sample_sha256():
         yield finding(
             GGUF_AGREEMENT_SAMPLE,
             f"tokenizer.agreement was measured on a sample with "
@@ -336,16 +335,16 @@ def _agreement(s: ManifestFolder, tok: dict[str, Any], smap: Any) -> Iterator[Fi
     if smap.byte_fallback and smap.byte_base_id is not None:
         for b in range(256):
             texts[smap.byte_base_id + b] = f"<0x{b:02X}>"
-    plan = ingest_gguf.VocabPlan(
+    plan = agreement.VocabPlan(
         smap,
         model if isinstance(model, str) else None,
         pre if isinstance(pre, str) else None,
         smap.vocab_size,
         {k: v for k, v in special_ids.items() if isinstance(v, int)},
         texts=texts,
-        keys=ingest_gguf.keys_of(texts, smap.space_marking),
+        keys=agreement.keys_of(texts, smap.space_marking),
     )
-    again = gguf_tokenizer.measure_with(
+    again = agreement.measure_with(
         plan,
         kind,
         [m.encode("utf-8") for m in merges] if merges is not None else None,

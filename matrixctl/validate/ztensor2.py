@@ -16,7 +16,7 @@ from matrixctl.errors import FormatError, MatrixError
 from matrixctl.findings import Finding, finding, findings_of, from_error
 from matrixctl.formats import ztensor2
 from matrixctl.io import STDIO, Source
-from matrixctl.tensors import human_bytes, mapped_chunks
+from matrixctl.tensors import DTYPES, human_bytes, mapped_chunks
 from matrixctl.validate.engine import first_nonzero, rule
 
 FMT = ztensor2.FORMAT
@@ -480,7 +480,7 @@ def _array(s: Zt2Subject, p: ztensor2.Part) -> Any:
     import numpy as np
 
     data = b"".join(bytes(x) for x in ztensor2.stream_part(s.buf, p, verify_digest=False))
-    return np.frombuffer(data, dtype=np.dtype(ztensor2.DTYPES[p.dtype].storage))
+    return np.frombuffer(data, dtype=np.dtype(DTYPES[p.dtype].storage))
 
 
 def _sparse(s: Zt2Subject, o: ztensor2.Obj) -> Iterator[Finding]:

@@ -43,9 +43,22 @@ def test_import_matrixctl_loads_neither_numpy_nor_the_api() -> None:
 
 def test_api_names_resolve_lazily_and_unknown_names_raise() -> None:
     assert matrixctl.open is matrixctl.api.open
-    assert callable(matrixctl.convert) and hasattr(matrixctl.convert, "find")  # the subpackage
+    assert matrixctl.convert is matrixctl.api.convert
     with pytest.raises(AttributeError):
         matrixctl.no_such_name  # noqa: B018
+
+
+def test_convert_is_the_api_function_also_after_the_converters_are_imported() -> None:
+    """Decision: the converter registry is the subpackage `matrixctl.converters`, so the name
+    `matrixctl.convert` belongs to the API function alone: importing the registry (as the CLI
+    does) leaves it the function, and the registry is a plain module, not callable."""
+    import importlib
+    import types
+
+    converters = importlib.import_module("matrixctl.converters")
+    assert isinstance(matrixctl.convert, types.FunctionType)
+    assert matrixctl.convert is matrixctl.api.convert
+    assert type(converters) is types.ModuleType and not callable(converters)
 
 
 # Tensor containers ------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ def test_to_takes_short_names(tmp_path: Path, npz: Path, to: str, magic: bytes) 
 
 
 def test_to_st_writes_safetensors_and_weights_names_embd(tmp_path: Path, npz: Path) -> None:
-    from matrixctl.convert import destination_format
+    from matrixctl.converters import destination_format
 
     out = tmp_path / "out.bin"
     assert run_cli("convert", str(npz), str(out), "--to", "st", "--json").json()["to"] == (
@@ -57,7 +57,7 @@ def test_formats_that_cannot_be_written_are_never_offered(tmp_path: Path, npz: P
     """Decision: the output formats in help, errors and docs are the formats whose codec has
     a sink (plus svg): hf-model-dir is read, never offered as an output (gguf was refused the
     same way until its writer landed, and then appeared by itself)."""
-    from matrixctl.convert import writable_formats
+    from matrixctl.converters import writable_formats
 
     assert list(writable_formats()) == [
         "embd", "gguf", "matrix-atom", "npy", "npz", "safetensors", "stb", "svg",
@@ -86,12 +86,12 @@ def test_a_container_that_gains_a_writer_is_offered_by_itself(
 ) -> None:
     """The output list is derived from the registry: giving GGUF's codec a sink (as a GGUF
     writer would) makes `gguf` an output everywhere without another edit."""
-    from matrixctl import convert
+    from matrixctl import converters
     from matrixctl.formats import gguf, ztensor
 
     monkeypatch.setitem(gguf.TENSOR_IO, gguf.FORMAT, (gguf.GgufSource, ztensor.ZtSink))
-    assert "gguf" in convert.writable_formats()
-    assert convert.destination_format("m.out", "gguf") == "gguf"
+    assert "gguf" in converters.writable_formats()
+    assert converters.destination_format("m.out", "gguf") == "gguf"
     assert "gguf" in run_cli("convert", "--help").out
 
 
@@ -265,3 +265,28 @@ def test_tests_demo_tools_and_ci_read_nothing_beside_the_repository() -> None:
         if outside.search(line) and not line.lstrip().startswith("#")
     ]
     assert not bad, bad
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["convert", "x.zt", "-"],
+        ["pack", "atoms", "x", "-n", "4", "-o", "-"],
+        ["pack", "svgt", "x", "--grid", "4x4", "-o", "-"],
+        ["tokenize", "scx", "sign", "x", "-k", "k", "-o", "-"],
+        ["tokenize", "scx", "encode", "x", "-r", "r", "-o", "-"],
+        ["tokenize", "scx", "decode", "x", "-r", "r", "-o", "-"],
+    ],
+)
+def test_json_with_output_to_stdout_is_one_refusal(words: list[str]) -> None:
+    """Every command with an output file and --json refuses `-` as that file the same way
+    (`cli.common.json_needs_stdout`), before it reads anything: exit 2, one error line, and
+    the failure document alone on stdout."""
+    run = run_cli(*words, "--json")
+    assert run.code == 2
+    assert error_lines(run.stderr) == [
+        "matrixctl: error[USAGE]: --json needs stdout, so the output cannot be - as well"
+    ]
+    assert run.json()["error"]["message"] == (
+        "--json needs stdout, so the output cannot be - as well"
+    )

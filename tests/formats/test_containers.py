@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings, strategies
 from safetensors.numpy import save, save_file
 
-from matrixctl.convert import tensors as convert_tensors
+from matrixctl.converters import tensors as convert_tensors
 from matrixctl.formats import npy, st_container
 from matrixctl.formats import ztensor as ztensor_v1
 from matrixctl.validate.engine import examine

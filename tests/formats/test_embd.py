@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies
 from safetensors.numpy import load_file, save_file
 
 from matrixctl.codes import Severity
-from matrixctl.convert.tensors import open_source
+from matrixctl.converters.tensors import open_source
 from matrixctl.errors import FormatError
 from matrixctl.formats import embd
 from matrixctl.tensors import DTYPES

@@ -146,7 +146,7 @@ def test_a_conversion_reads_the_source_once(
 def test_outside_a_conversion_the_file_is_checked_when_opened(tmp_path: Path) -> None:
     src = inputs(tmp_path)["stb"]
     damaged(src, data_offset(src) + 8)
-    from matrixctl.convert.tensors import open_source
+    from matrixctl.converters.tensors import open_source
 
     with pytest.raises(FormatError) as info, open_source(str(src)):
         pass

@@ -236,7 +236,7 @@ def test_convert_dequantizes_every_type(model, tmp_path: Path, ext: str) -> None
     """Decision: F32, F16 and BF16 keep their dtype (lossless by default); Q8_0, Q4_K, Q6_K
     and Q5_0 become f32 equal to gguf.quants.dequantize (exact: ggml computes in f32 too);
     shapes are outermost first (numpy order, the reverse of GGUF's ne[])."""
-    from matrixctl.convert.tensors import open_source
+    from matrixctl.converters.tensors import open_source
 
     path, expected = model
     out = tmp_path / f"m{ext}"

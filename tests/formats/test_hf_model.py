@@ -10,7 +10,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from matrixctl.codes import Severity
-from matrixctl.convert.tensors import open_source
+from matrixctl.converters.tensors import open_source
 from matrixctl.formats import embd, hf_model
 from matrixctl.validate.engine import examine
 from tests.helpers.bert_numpy import encode

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from matrixctl.convert.tensors import open_source
+from matrixctl.converters.tensors import open_source
 from matrixctl.formats import embd
 from matrixctl.validate.engine import examine
 from tests.formats.test_minilm_reference import minilm_dir

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings, strategies
 
 from matrixctl.codes import Severity
-from matrixctl.convert.tensors import open_source
+from matrixctl.converters.tensors import open_source
 from matrixctl.formats import stb
 from matrixctl.validate.engine import examine
 from tests.helpers import golden_embd

@@ -126,7 +126,7 @@ def test_every_header_bit_flip_is_reported(tmp_path: Path) -> None:
 
 
 def render(tmp_path: Path, atoms: str | None) -> str:
-    from matrixctl.convert.svg import svgt_to_svg
+    from matrixctl.converters.svg import svgt_to_svg
 
     out = tmp_path / "o.svg"
     with Source.open(write(tmp_path, "g.svgt", golden_bytes.SVGT)) as src:
@@ -143,7 +143,7 @@ def test_svg_has_one_cell_per_token_and_labels(tmp_path: Path) -> None:
 
 
 def test_svg_is_deterministic_and_colors_follow_the_documented_hash(tmp_path: Path) -> None:
-    from matrixctl.convert.svg import token_color
+    from matrixctl.converters.svg import token_color
 
     assert render(tmp_path, None) == render(tmp_path, None)
     # Worked by hand from docs/formats/svgt.md for id 1:
@@ -174,7 +174,7 @@ def test_svg_atom_range(tmp_path: Path) -> None:
 def test_svg_bands_and_legend(tmp_path: Path) -> None:
     """Decision: the hue says the id's range (ids 0-255, 256-1,023, 1,024-4,095, 4,096-16,383,
     16,384-65,535), the hash only the shade; the legend lists every range."""
-    from matrixctl.convert.svg import BANDS, band_of, token_color
+    from matrixctl.converters.svg import BANDS, band_of, token_color
 
     assert [band_of(i) for i in (0, 255, 256, 1023, 1024, 4096, 16383, 16384, 65535)] == [
         0, 0, 1, 1, 2, 3, 3, 4, 4
@@ -200,7 +200,7 @@ def test_svg_of_a_pack_marks_eos_padding_and_document_starts(tmp_path: Path) -> 
     boundary, so the renderer takes them from the ingest pack whose manifest names the file:
     cells past the manifest's `tokens` are padding, cells holding `eos_id` before it are ends of
     documents, and each document index offset (but 0) gets a start bar on its cell."""
-    from matrixctl.convert.svg import PAD_FILL, token_color
+    from matrixctl.converters.svg import PAD_FILL, token_color
     from tests.helpers.cli import FIXTURES, run_cli
 
     pack = tmp_path / "pack"

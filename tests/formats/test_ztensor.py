@@ -352,7 +352,7 @@ def test_zstd_component_of_partial_elements_is_refused_on_read(tmp_path: Path) -
     """Opening runs the structural rules only; a sparse zstd component whose bytes decode to
     a partial element (found by verify's scan) is refused with the scan rule's error when it
     is read, not handed to numpy (which raised ValueError)."""
-    from matrixctl.convert.tensors import open_source
+    from matrixctl.converters.tensors import open_source
 
     coords = zstandard.ZstdCompressor().compress(bytes(7))
     data = blob_file(

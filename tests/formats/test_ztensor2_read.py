@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from matrixctl.convert.tensors import open_source
+from matrixctl.converters.tensors import open_source
 from matrixctl.errors import FormatError
 from matrixctl.formats import ztensor2
 from matrixctl.validate.engine import examine

@@ -206,3 +206,30 @@ def test_shared_rule_helpers() -> None:
         "total_file_size",
         "file is 99 bytes; total_file_size says 1,000 (cut at byte 99)",
     )
+
+
+def test_modules_read_version_and_data_from_the_base_module() -> None:
+    """Decision: the version and the data folder live in `matrixctl.package` (the lowest
+    layer); no module of the package imports the root package for them (`import matrixctl`,
+    `from matrixctl import __version__`), and `matrixctl.__version__` is the same value."""
+    import ast
+
+    import matrixctl
+    from matrixctl import package
+
+    offenders = []
+    for path in sorted((ROOT / "matrixctl").rglob("*.py")):
+        if path == ROOT / "matrixctl" / "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Import):
+                root = any(a.name == "matrixctl" for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module == "matrixctl":
+                root = any(a.name == "__version__" for a in node.names)
+            else:
+                root = False
+            if root:
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []
+    assert matrixctl.__version__ == package.__version__
+    assert Path(package.data_path("pi_symbol_map.json")).is_file()

@@ -15,9 +15,8 @@ import pytest
 
 from matrixctl.formats import gguf
 from matrixctl.ingest import gguf as ingest_gguf
-from matrixctl.ingest import gguf_tokenizer
 from matrixctl.io import Source
-from matrixctl.tokenizers import pi
+from matrixctl.tokenizers import agreement, pi
 from matrixctl.tokenizers import reference as ref
 from tests.helpers import ggufcraft
 from tests.helpers.cli import FIXTURES, run_cli
@@ -144,7 +143,7 @@ def test_gpt2_and_qwen2_pre_tokenizers_split_as_published() -> None:
         "Ελλάδα", " ٣٤", " 東京",
     ]  # fmt: skip
     # A pattern built for a text's own characters splits that text as the full one does.
-    sample = gguf_tokenizer.sample().decode("utf-8")
+    sample = agreement.sample().decode("utf-8")
     for name in ref.PRE_TOKENIZERS:
         full = ref.pretokenizer(name).findall(sample)
         assert ref.pretokenizer(name, frozenset(sample)).findall(sample) == full
@@ -247,18 +246,18 @@ def test_restricted_vocabulary_gives_the_same_tokens(name: str) -> None:
     """The measurement keeps only the symbols and merges whose bytes occur in the sample; on
     the sample, π and the reference then give exactly the tokens of the whole vocabulary."""
     v = vocab(name)
-    text = gguf_tokenizer.sample().decode("utf-8")
+    text = agreement.sample().decode("utf-8")
     _, spans = pi.Tokenizer(v.plan.smap).spans(text)
-    restricted = gguf_tokenizer.pi_spans(v.plan, text)
+    restricted = agreement.pi_spans(v.plan, text)
     if v.kind.family == "wordpiece":
         assert [s[0] for s in restricted] == [s[0] for s in spans]
     else:
         assert restricted == spans
-    merges = gguf_tokenizer.gguf_merges(v.gf, v.src.buf)
+    merges = gguf.tokenizer_merges(v.gf, v.src.buf)
     scores = None
     if v.kind.family == "sentencepiece":
         scores = v.gf.kvs["tokenizer.ggml.scores"].value.numpy(v.src.buf).tolist()
-    made = gguf_tokenizer.reference_for(v.plan, v.kind, text, merges, scores)
+    made = agreement.reference_for(v.plan, v.kind, text, merges, scores)
     assert not isinstance(made, str)
     assert made[0].tokenize(text) == v.full_reference().tokenize(text)  # type: ignore[attr-defined]
 
@@ -302,9 +301,9 @@ def test_wordpiece_differs_only_where_a_word_is_unknown() -> None:
     gives as [UNK] (a word with a character the vocabulary lacks): elsewhere WordPiece's
     greedy longest-match-first per word is π's longest match with the ▁ marker."""
     v = vocab("bert-bge")
-    text = gguf_tokenizer.sample().decode("utf-8")
+    text = agreement.sample().decode("utf-8")
     reference = v.full_reference().tokenize(text)  # type: ignore[attr-defined]
-    got = set(gguf_tokenizer.pi_spans(v.plan, text))
+    got = set(agreement.pi_spans(v.plan, text))
     unk = v.plan.special_ids["unk"]
     missed = [t for t in reference if t not in got]
     assert missed and all(t[0] == unk for t in missed)

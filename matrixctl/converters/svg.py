@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from matrixctl.convert import Result
+from matrixctl.converters import Result
 from matrixctl.errors import FormatError, MatrixError, UsageError
 from matrixctl.formats import svgt
 from matrixctl.io import Source, atomic_output

@@ -1,4 +1,4 @@
-"""`matrixctl convert`: one registry of converters between formats.
+"""The converters of `matrixctl convert`: one registry of converters between formats.
 
 A converter is found by (source format, destination format). The source format is sniffed from
 the file's bytes; the destination format comes from `--to` or, failing that, from the output
@@ -8,7 +8,7 @@ the opened input (`matrixctl.io.Source`), so stdin works too.
 
 Tensor containers need no converter per pair: each container is one line of
 `TENSOR_CONTAINERS` (in `matrixctl/formats/registry.py`) naming its `TensorSource` and/or
-`TensorSink` class (see `matrixctl.tensors`), and `matrixctl.convert.tensors` converts any
+`TensorSink` class (see `matrixctl.tensors`), and `matrixctl.converters.tensors` converts any
 source into any sink.
 """
 
@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
-import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +66,7 @@ class Converter(FrozenRecord):
 
 
 class TensorConverter(Converter):
-    """Any tensor container to any other, through `matrixctl.convert.tensors`."""
+    """Any tensor container to any other, through `matrixctl.converters.tensors`."""
 
     __slots__ = ("sink_cls", "source_cls")
     source_cls: Any
@@ -88,7 +86,7 @@ class TensorConverter(Converter):
     def load(self) -> ConvertFn:
         import functools
 
-        from matrixctl.convert import tensors
+        from matrixctl.converters import tensors
 
         fn: ConvertFn = functools.partial(
             tensors.convert,
@@ -106,12 +104,12 @@ TENSOR_OPTIONS += ("exclude", "meta", "per_file", "keep_quantized", "quantize")
 IDS_OPTIONS: tuple[str, ...] = ("dtype", "vocab_size")
 
 CONVERTERS: list[Converter] = [
-    Converter("svgt", "svg", "matrixctl.convert.svg:svgt_to_svg", options=("atoms",)),
-    # Token ids <-> .npy (matrixctl.convert.ids): 1-D for a stream, atoms x atom_size for atoms.
-    Converter("token-stream", "npy", "matrixctl.convert.ids:stream_to_npy"),
-    Converter("matrix-atom", "npy", "matrixctl.convert.ids:atoms_to_npy"),
-    Converter("npy", "token-stream", "matrixctl.convert.ids:npy_to_stream", IDS_OPTIONS),
-    Converter("npy", "matrix-atom", "matrixctl.convert.ids:npy_to_atoms", IDS_OPTIONS),
+    Converter("svgt", "svg", "matrixctl.converters.svg:svgt_to_svg", options=("atoms",)),
+    # Token ids <-> .npy (matrixctl.converters.ids): 1-D for a stream, atoms x atom_size for atoms.
+    Converter("token-stream", "npy", "matrixctl.converters.ids:stream_to_npy"),
+    Converter("matrix-atom", "npy", "matrixctl.converters.ids:atoms_to_npy"),
+    Converter("npy", "token-stream", "matrixctl.converters.ids:npy_to_stream", IDS_OPTIONS),
+    Converter("npy", "matrix-atom", "matrixctl.converters.ids:npy_to_atoms", IDS_OPTIONS),
 ]
 
 
@@ -209,7 +207,7 @@ def find(src_fmt: str, dst_fmt: str) -> Converter:
             return TensorConverter(
                 src_fmt,
                 dst_fmt,
-                "matrixctl.convert.tensors:convert",
+                "matrixctl.converters.tensors:convert",
                 TENSOR_OPTIONS,
                 source_cls=source_cls,
                 sink_cls=sink_cls,
@@ -232,16 +230,3 @@ def check_options(conv: Converter, options: dict[str, Any]) -> None:
         if value is not None and name not in conv.options:
             flag = "--" + name.replace("_", "-")
             raise UsageError(f"{flag} does not apply to {conv.src} -> {conv.dst}")
-
-
-class _ConvertModule(types.ModuleType):
-    """`matrixctl.convert(src, dst, **options)` is the Python API's convert (docs/api.md): the
-    name belongs to this subpackage, so the subpackage is callable."""
-
-    def __call__(self, src: Any, dst: Any, **options: Any) -> dict[str, Any]:
-        from matrixctl.api import convert
-
-        return convert(src, dst, **options)
-
-
-sys.modules[__name__].__class__ = _ConvertModule

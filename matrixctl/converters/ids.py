@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from matrixctl import codes
-from matrixctl.convert import Result
+from matrixctl.converters import Result
 from matrixctl.errors import FormatError, UsageError
 from matrixctl.formats import matrix_atom, npy, token_stream
 from matrixctl.io import Source, atomic_output

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from matrixctl import codes, tensors
-from matrixctl.convert import Result
+from matrixctl.converters import Result
 from matrixctl.errors import FormatError, MatrixError, UsageError
 from matrixctl.io import STDIO, HashingWriter, atomic_output, output_set
 from matrixctl.opening import open_with_options
