@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from matrixctl.errors import FormatError, MatrixError, UsageError, from_os_error
 from matrixctl.ingest import kinds
 from matrixctl.ingest.kinds import base, compressed
+from matrixctl.ingest.kinds.base import Kind
 from matrixctl.ingest.kinds.jsonl import TextBuffer
 from matrixctl.ingest.sources import SourceFile
 from matrixctl.ingest.tokenizer import IngestTokenizer
@@ -298,7 +299,7 @@ def _text_buffer() -> TextBuffer:
 
 def _read(
     sf: SourceFile,
-    kind: kinds.Kind,
+    kind: Kind,
     stream: Any,
     step: Step,
     counters: base.Counters,
@@ -349,7 +350,7 @@ def _read(
 
 def _tokenize(
     sf: SourceFile,
-    kind: kinds.Kind,
+    kind: Kind,
     stream: Any,
     step: Step,
     result: FileResult,

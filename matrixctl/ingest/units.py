@@ -511,9 +511,7 @@ def plan(
     must leave no token behind); stdin is never cut here (with several workers it is spooled
     to a file first)."""
     total = sum(f.size for f in files)
-    target = min(
-        cutting.unit(), max(UNIT_MIN_BYTES, total // max(1, jobs * cutting.units_per_job))
-    )
+    target = min(cutting.unit(), max(UNIT_MIN_BYTES, total // max(1, jobs * cutting.units_per_job)))
     unit: list[SourceFile] = []
     size = 0
     for sf in files:

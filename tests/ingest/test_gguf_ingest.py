@@ -465,7 +465,7 @@ def model(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray]]:
 
 
 def read_embeddings(out: Path, name: str):
-    from matrixctl.convert.tensors import open_source
+    from matrixctl.converters.tensors import open_source
 
     with open_source(str(out / name)) as src:
         (info,) = src.tensors()

@@ -26,38 +26,11 @@ from __future__ import annotations
 
 import json as jsonlib  # `json` is a kind module of this package
 import pkgutil
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
 
-from matrixctl.ingest.kinds.base import (
-    SNIFF,
-    Counters,
-    Doc,
-    HashingReader,
-    Options,
-    Text,
-)
-
-Documents = Callable[[Any, str, Options, Counters], Iterator[Doc]]
-Texts = Callable[[Any, str, Options, Counters], Iterator[Text]]
-ByPath = Callable[..., Iterator[Text]]
-CUTS = ("lines", "text", "row-groups")
-
-
-@dataclass(frozen=True)
-class Kind:
-    name: str
-    priority: int  # the order of the content sniffs and of the CLI's choices
-    names: tuple[str, ...] = ()
-    hints: tuple[str, ...] = ()
-    magics: tuple[bytes, ...] = ()
-    sniff: Callable[[bytes], bool] | None = None  # the head, BOM and leading blanks stripped
-    documents: Documents | None = None
-    texts: Texts | None = None
-    by_path: ByPath | None = None  # a file as stored, not a stream (no compression, no stdin)
-    cut: str | None = None
+from matrixctl.ingest.kinds.base import CUTS, SNIFF, HashingReader, Kind, Options
 
 
 def _discover() -> dict[str, Kind]:

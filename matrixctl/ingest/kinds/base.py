@@ -223,3 +223,23 @@ def text_field(obj: Any, opts: Options, name: str, where: str, counters: Counter
         )
     counters.skipped_records += 1
     return None
+
+
+Documents = Callable[[Any, str, Options, Counters], Iterator[Doc]]
+Texts = Callable[[Any, str, Options, Counters], Iterator[Text]]
+ByPath = Callable[..., Iterator[Text]]
+CUTS = ("lines", "text", "row-groups")
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    priority: int  # the order of the content sniffs and of the CLI's choices
+    names: tuple[str, ...] = ()
+    hints: tuple[str, ...] = ()
+    magics: tuple[bytes, ...] = ()
+    sniff: Callable[[bytes], bool] | None = None  # the head, BOM and leading blanks stripped
+    documents: Documents | None = None
+    texts: Texts | None = None
+    by_path: ByPath | None = None  # a file as stored, not a stream (no compression, no stdin)
+    cut: str | None = None

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError
-from matrixctl.ingest.kinds import Kind
 from matrixctl.ingest.kinds import base as extract
+from matrixctl.ingest.kinds.base import Kind
 
 BATCH_ROWS = 1024  # rows converted to Python strings at a time, at most...
 BATCH_BYTES = 1 << 20  # ...and about this many bytes of text (from the footer's sizes)

@@ -10,8 +10,15 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from matrixctl.ingest.kinds import Kind
-from matrixctl.ingest.kinds.base import PIECE, Counters, Doc, Options, decode_whole, read_whole
+from matrixctl.ingest.kinds.base import (
+    PIECE,
+    Counters,
+    Doc,
+    Kind,
+    Options,
+    decode_whole,
+    read_whole,
+)
 
 SKIP_TAGS = frozenset(
     [

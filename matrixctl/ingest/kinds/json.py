@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError
-from matrixctl.ingest.kinds import Kind
 from matrixctl.ingest.kinds.base import (
     INGEST_JSON,
     Counters,
     Doc,
+    Kind,
     Options,
     crlf,
     decode_whole,

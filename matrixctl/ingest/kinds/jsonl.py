@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from matrixctl.errors import FormatError
-from matrixctl.ingest.kinds import Kind
 from matrixctl.ingest.kinds.base import (
     INGEST_JSON,
     PIECE,
     Counters,
     Doc,
+    Kind,
     Options,
     SkipFile,
     crlf,

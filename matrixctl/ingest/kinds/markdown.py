@@ -6,8 +6,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from matrixctl.ingest.kinds import Kind
-from matrixctl.ingest.kinds.base import PIECE, Counters, Doc, Options, iter_decoded
+from matrixctl.ingest.kinds.base import PIECE, Counters, Doc, Kind, Options, iter_decoded
 
 _MD_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
 _MD_LINK = re.compile(r"\[([^\]]+)\](?:\([^)]*\)|\[[^\]]*\])")

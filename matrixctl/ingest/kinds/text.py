@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from matrixctl.ingest.kinds import Kind
-from matrixctl.ingest.kinds.base import Counters, Doc, Options, iter_decoded
+from matrixctl.ingest.kinds.base import Counters, Doc, Kind, Options, iter_decoded
 
 
 def documents(fp: Any, name: str, opts: Options, counters: Counters) -> Iterator[Doc]:
