@@ -59,20 +59,25 @@ class _CharsMap:
 
     def __init__(self, blob: bytes) -> None:
         if len(blob) < 4:
-            raise FormatError(TOKENIZER_VOCAB, f"{K_CHARSMAP} is shorter than its header",
-                              field=K_CHARSMAP)
+            raise FormatError(
+                TOKENIZER_VOCAB, f"{K_CHARSMAP} is shorter than its header", field=K_CHARSMAP
+            )
         size = int.from_bytes(blob[:4], "little")
         if size + 4 >= len(blob):
-            raise FormatError(TOKENIZER_VOCAB, f"{K_CHARSMAP} array size {size} exceeds the "
-                              f"blob ({len(blob)} bytes)", field=K_CHARSMAP)
+            raise FormatError(
+                TOKENIZER_VOCAB,
+                f"{K_CHARSMAP} array size {size} exceeds the blob ({len(blob)} bytes)",
+                field=K_CHARSMAP,
+            )
         n = size // 4
         self.array = struct.unpack(f"<{n}I", blob[4 : 4 + 4 * n])
         self.strings = blob[4 + size :]
 
     def _node(self, i: int) -> int:
         if i >= len(self.array):
-            raise FormatError(TOKENIZER_VOCAB, f"{K_CHARSMAP}: node {i} is outside the array",
-                              field=K_CHARSMAP)
+            raise FormatError(
+                TOKENIZER_VOCAB, f"{K_CHARSMAP}: node {i} is outside the array", field=K_CHARSMAP
+            )
         return self.array[i]
 
     def _base(self, i: int) -> int:
@@ -100,12 +105,16 @@ class _CharsMap:
         if not best_len:
             return 0, b""
         if best_off >= len(self.strings):
-            raise FormatError(TOKENIZER_VOCAB, f"{K_CHARSMAP}: replacement {best_off} is "
-                              "outside the strings", field=K_CHARSMAP)
+            raise FormatError(
+                TOKENIZER_VOCAB,
+                f"{K_CHARSMAP}: replacement {best_off} is outside the strings",
+                field=K_CHARSMAP,
+            )
         end = self.strings.find(b"\0", best_off)
         if end < 0:
-            raise FormatError(TOKENIZER_VOCAB, f"{K_CHARSMAP}: unterminated replacement",
-                              field=K_CHARSMAP)
+            raise FormatError(
+                TOKENIZER_VOCAB, f"{K_CHARSMAP}: unterminated replacement", field=K_CHARSMAP
+            )
         return best_len, self.strings[best_off:end]
 
 
@@ -263,8 +272,11 @@ class Unigram(ModelTokenizer):
             is_unknown = tid == unk
             if not (prev_unknown and is_unknown):
                 if tid is None:
-                    raise FormatError(TOKENIZER_VOCAB, "the vocabulary has no unknown token",
-                                      field="tokenizer.ggml.unknown_token_id")
+                    raise FormatError(
+                        TOKENIZER_VOCAB,
+                        "the vocabulary has no unknown token",
+                        field="tokenizer.ggml.unknown_token_id",
+                    )
                 found.append(tid)
             if back_at[at] == 0:
                 break

@@ -72,6 +72,20 @@ _HF_EXTRA_PUNCT = _points(_unicode.HF_EXTRA_PUNCT)
 _HF_LOWER = dict(_unicode.HF_LOWER)
 
 
+class _LowerTable(dict[int, str]):
+    """str.translate's table of Hugging Face's lower-casing, filled as code points come."""
+
+    def __missing__(self, cp: int) -> str:
+        low = _HF_LOWER.get(cp)
+        if low is None:
+            low = chr(cp).lower()
+        self[cp] = low
+        return low
+
+
+_HF_LOWER_TABLE = _LowerTable()
+
+
 def is_chinese(cp: int) -> bool:
     """The CJK ideograph blocks BERT isolates (both references use these bounds)."""
     return (
@@ -417,10 +431,8 @@ class WordPiece(ModelTokenizer):
             text = "".join(f" {c} " if is_chinese(ord(c)) else c for c in text)
         if self.strip_accents:
             text = "".join(c for c in unicodedata.normalize("NFD", text) if not _hf_mn(c))
-        if self.lowercase:
-            text = text.lower()
-            if any(ord(c) in _HF_LOWER for c in text):
-                text = "".join(_HF_LOWER.get(ord(c), c) for c in text)
+        if self.lowercase:  # code point by code point: no final-sigma rule
+            text = text.translate(_HF_LOWER_TABLE)
         return text
 
     def _hf_words(self, text: str) -> list[str]:

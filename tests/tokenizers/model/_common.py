@@ -26,9 +26,7 @@ TOKENS = ("[CLS]", "[SEP]", "[UNK]", "[MASK]", "[PAD]", "<s>", "</s>", "<unk>", 
 
 def texts() -> st.SearchStrategy[str]:
     """Random Unicode text, and text built from the adversarial characters and tokens."""
-    pieces = st.one_of(
-        st.sampled_from(ADVERSARIAL), st.sampled_from(TOKENS), st.text(max_size=4)
-    )
+    pieces = st.one_of(st.sampled_from(ADVERSARIAL), st.sampled_from(TOKENS), st.text(max_size=4))
     return st.one_of(
         st.text(max_size=40),
         st.lists(pieces, max_size=30).map("".join),
