@@ -48,6 +48,9 @@ WHITE_SPACE = frozenset(
     "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
     "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
+_WS_CLASS = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_CHUNKS = re.compile(f"[^{_WS_CLASS}]+")
+_CHUNKS_CLEAN = re.compile("[^\t\n\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
 ASCII_PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 _CACHE_LIMIT = 1 << 18
 
@@ -401,13 +404,16 @@ class WordPiece(ModelTokenizer):
             if isinstance(frag, int):
                 out.append(frag)
                 continue
-            for word in self._llama_words(frag):
-                ids = cache.get(word)
+            # White space only ends words: each run between is tokenized alone, once.
+            for chunk in _CHUNKS.findall(frag):
+                ids = cache.get(chunk)
                 if ids is None:
-                    ids = self._llama_word(word)
+                    ids = []
+                    for word in self._llama_words(chunk):
+                        ids.extend(self._llama_word(word))
                     if len(cache) >= _CACHE_LIMIT:
                         cache.clear()
-                    cache[word] = ids
+                    cache[chunk] = ids
                 out.extend(ids)
         return out
 
@@ -475,28 +481,40 @@ class WordPiece(ModelTokenizer):
         return out
 
     def _hf_model(self, text: str, out: list[int]) -> None:
-        cache = self._cache
         for word in self._hf_words(text):
-            ids = cache.get(word)
-            if ids is None:
-                ids = self._hf_word(word)
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                cache[word] = ids
-            out.extend(ids)
+            out.extend(self._hf_word(word))
 
     def _encode_hf(self, text: str) -> list[int]:
         out: list[int] = []
+        cache = self._cache
+        chunks = _CHUNKS_CLEAN if self.clean_text else _CHUNKS
         for piece in self._raw_added.split(text):
             if isinstance(piece, int):
                 out.append(piece)
                 continue
-            for part in self._norm_added.split(self._hf_normalize(piece)):
-                if isinstance(part, int):
-                    out.append(part)
-                else:
-                    self._hf_model(part, out)
+            if not self._norm_added.empty:
+                self._hf_piece(piece, out)
+                continue
+            # White space (a space once normalized) only ends words: each run between is
+            # normalized and tokenized alone, once (control white space is dropped, not a
+            # space, when the text is cleaned: it does not cut).
+            for chunk in chunks.findall(piece):
+                ids = cache.get(chunk)
+                if ids is None:
+                    ids = []
+                    self._hf_piece(chunk, ids)
+                    if len(cache) >= _CACHE_LIMIT:
+                        cache.clear()
+                    cache[chunk] = ids
+                out.extend(ids)
         return out
+
+    def _hf_piece(self, piece: str, out: list[int]) -> None:
+        for part in self._norm_added.split(self._hf_normalize(piece)):
+            if isinstance(part, int):
+                out.append(part)
+            else:
+                self._hf_model(part, out)
 
     # The contract ----------------------------------------------------------------------------
 
@@ -566,6 +584,7 @@ class _AddedMatcher:
             self._re: re.Pattern[str] | None = re.compile("|".join(map(re.escape, alts)))
         else:
             self._re = None
+        self.empty = not self._tokens
 
     def split(self, text: str) -> list[str | int]:
         if self._re is None or not text:
