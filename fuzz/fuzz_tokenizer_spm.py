@@ -1,8 +1,7 @@
 """Fuzz harness: the spm model tokenizer on llama.cpp's llama-spm vocabulary (see
-fuzz/model_tokenizers.py and fuzz/common.py)."""
+fuzz/common.py, model_tokenizer_target)."""
 
 import common
-import model_tokenizers
 
 if __name__ == "__main__":
-    common.main("tokenizer_spm", model_tokenizers.target("spm", "llama-spm"))
+    common.main("tokenizer_spm", common.model_tokenizer_target("spm", "llama-spm"))

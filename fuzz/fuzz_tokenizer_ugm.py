@@ -1,8 +1,7 @@
 """Fuzz harness: the ugm model tokenizer on llama.cpp's nomic-bert-moe vocabulary (see
-fuzz/model_tokenizers.py and fuzz/common.py)."""
+fuzz/common.py, model_tokenizer_target)."""
 
 import common
-import model_tokenizers
 
 if __name__ == "__main__":
-    common.main("tokenizer_ugm", model_tokenizers.target("ugm", "nomic-bert-moe"))
+    common.main("tokenizer_ugm", common.model_tokenizer_target("ugm", "nomic-bert-moe"))

@@ -1,8 +1,7 @@
 """Fuzz harness: the wpm model tokenizer on llama.cpp's bert-bge vocabulary (see
-fuzz/model_tokenizers.py and fuzz/common.py)."""
+fuzz/common.py, model_tokenizer_target)."""
 
 import common
-import model_tokenizers
 
 if __name__ == "__main__":
-    common.main("tokenizer_wpm", model_tokenizers.target("wpm", "bert-bge"))
+    common.main("tokenizer_wpm", common.model_tokenizer_target("wpm", "bert-bge"))
