@@ -306,6 +306,12 @@ class WordPiece(ModelTokenizer):
         for content, tid, _ in added:
             by_id.setdefault(tid, content)
         self.vocab_size = max(by_id) + 1
+        if self.vocab_size > 2 * len(by_id) + 1024:
+            raise FormatError(
+                TOKENIZER_VOCAB,
+                f"token ids reach {self.vocab_size - 1} for {len(by_id)} tokens",
+                field="model.vocab",
+            )
         self.unk_id = ids[unk]
         self.bos_id = ids.get("[CLS]")
         self.eos_id = ids.get("[SEP]")

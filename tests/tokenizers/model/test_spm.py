@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from matrixctl.errors import FormatError
 from matrixctl.tokenizers.model.base import TOKENIZER_ID, TOKENIZER_UNSUPPORTED, TOKENIZER_VOCAB
@@ -134,3 +135,51 @@ def test_duplicate_tokens_and_missing_model() -> None:
     del kv["tokenizer.ggml.model"]
     with pytest.raises(FormatError):
         SentencePiece.from_gguf_kv(kv)
+
+
+VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True),
+    st.text(max_size=5),
+    st.binary(max_size=5),
+    st.lists(st.one_of(st.integers(-5, 300), st.text(max_size=3), st.floats()), max_size=270),
+)
+KEYS = st.sampled_from(
+    [
+        "tokenizer.ggml.model",
+        "tokenizer.ggml.pre",
+        "tokenizer.ggml.tokens",
+        "tokenizer.ggml.scores",
+        "tokenizer.ggml.token_type",
+        "tokenizer.ggml.bos_token_id",
+        "tokenizer.ggml.unknown_token_id",
+        "tokenizer.ggml.add_space_prefix",
+        "tokenizer.ggml.add_bos_token",
+        "tokenizer.ggml.precompiled_charsmap",
+        "tokenizer.ggml.normalizer.lowercase",
+        "general.name",
+        "general.architecture",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(changes=st.dictionaries(KEYS, VALUES, max_size=3), text=st.text(max_size=12))
+def test_any_kv_gives_a_tokenizer_or_a_typed_error(changes: dict[str, Any], text: str) -> None:
+    """Whatever the metadata holds, each family answers with a tokenizer or a FormatError."""
+    from matrixctl.tokenizers.model.ugm import Unigram
+    from matrixctl.tokenizers.model.wpm import WordPiece
+
+    for cls, model in ((SentencePiece, "llama"), (WordPiece, "bert"), (Unigram, "t5")):
+        kv = small(**{"tokenizer.ggml.model": model})
+        kv.update(changes)
+        try:
+            t = cls.from_gguf_kv(kv)
+            ids = t.encode(text)
+            t.decode_bytes(ids)
+        except FormatError as err:
+            assert err.code in (TOKENIZER_VOCAB, TOKENIZER_UNSUPPORTED)
+            continue
+        assert all(0 <= i < t.vocab_size for i in ids)
