@@ -36,7 +36,8 @@ from matrixctl.tokenizers.model.base import TOKENIZER_ID, TOKENIZER_VOCAB, Model
 
 K_ADD_PREFIX = "tokenizer.ggml.add_space_prefix"
 _CHUNK = re.compile(f"{SPACE_MARK}*[^{SPACE_MARK}]+|{SPACE_MARK}+")
-_CACHE_LIMIT = 1 << 18
+_CACHE_LIMIT = 1 << 18  # entries
+_CACHE_KEY_LIMIT = 256  # characters: longer pieces (no spaces for long) are not kept
 
 _DEFAULTS = {"bos": 1, "eos": 2, "unk": 0, "sep": None, "pad": None, "mask": None}
 
@@ -113,9 +114,10 @@ class SentencePiece(ModelTokenizer):
             ids = cache.get(chunk)
             if ids is None:
                 ids = self._merge(chunk)
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                cache[chunk] = ids
+                if len(chunk) <= _CACHE_KEY_LIMIT:
+                    if len(cache) >= _CACHE_LIMIT:
+                        cache.clear()
+                    cache[chunk] = ids
             out.extend(ids)
 
     def _merge(self, text: str) -> list[int]:

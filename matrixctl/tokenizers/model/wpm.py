@@ -52,7 +52,8 @@ _WS_CLASS = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\
 _CHUNKS = re.compile(f"[^{_WS_CLASS}]+")
 _CHUNKS_CLEAN = re.compile("[^\t\n\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
 ASCII_PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
-_CACHE_LIMIT = 1 << 18
+_CACHE_LIMIT = 1 << 18  # entries
+_CACHE_KEY_LIMIT = 256  # characters: longer runs (no white space for long) are not kept
 
 _DEFAULTS = {"bos": 101, "eos": None, "unk": 100, "sep": 102, "pad": 0, "mask": 103}
 
@@ -417,9 +418,10 @@ class WordPiece(ModelTokenizer):
                     ids = []
                     for word in self._llama_words(chunk):
                         ids.extend(self._llama_word(word))
-                    if len(cache) >= _CACHE_LIMIT:
-                        cache.clear()
-                    cache[chunk] = ids
+                    if len(chunk) <= _CACHE_KEY_LIMIT:
+                        if len(cache) >= _CACHE_LIMIT:
+                            cache.clear()
+                        cache[chunk] = ids
                 out.extend(ids)
         return out
 
@@ -509,9 +511,10 @@ class WordPiece(ModelTokenizer):
                 if ids is None:
                     ids = []
                     self._hf_piece(chunk, ids)
-                    if len(cache) >= _CACHE_LIMIT:
-                        cache.clear()
-                    cache[chunk] = ids
+                    if len(chunk) <= _CACHE_KEY_LIMIT:
+                        if len(cache) >= _CACHE_LIMIT:
+                            cache.clear()
+                        cache[chunk] = ids
                 out.extend(ids)
         return out
 
