@@ -423,10 +423,10 @@ class ByteLevelBPE(ModelTokenizer):
             splitter=splitter.split if splitter else None,
         )
         self.notes = notes
-        self.bos_id = _special_id(kv, "tokenizer.ggml.bos_token_id", n, default=11)
-        self.eos_id = _special_id(kv, "tokenizer.ggml.eos_token_id", n, default=11)
-        self.unk_id = _special_id(kv, "tokenizer.ggml.unknown_token_id", n)
-        self.pad_id = _special_id(kv, "tokenizer.ggml.padding_token_id", n)
+        self.bos_id = special_id(kv, "tokenizer.ggml.bos_token_id", n, default=11)
+        self.eos_id = special_id(kv, "tokenizer.ggml.eos_token_id", n, default=11)
+        self.unk_id = special_id(kv, "tokenizer.ggml.unknown_token_id", n)
+        self.pad_id = special_id(kv, "tokenizer.ggml.padding_token_id", n)
         self.add_bos = bool(kv_get(kv, "tokenizer.ggml.add_bos_token", bool, add_bos_default))
         self.add_eos = bool(kv_get(kv, "tokenizer.ggml.add_eos_token", bool, False))
         return self
@@ -513,8 +513,8 @@ class ByteLevelBPE(ModelTokenizer):
         table = self._token_bytes
         n = len(table)
         parts = []
-        for i in ids:
-            i = int(i)
+        for raw in ids:
+            i = int(raw)
             if not 0 <= i < n:
                 raise FormatError(
                     TOKENIZER_ID, f"token id {i} is outside the vocabulary (0..{n - 1})"
@@ -528,6 +528,10 @@ def _gguf_token_bytes(text: str, attr: int) -> bytes:
     text, as with special=true)."""
     if attr & (ls.ATTR_CONTROL | ls.ATTR_UNKNOWN | ls.ATTR_USER_DEFINED):
         return utf8(text)
+    if attr & ls.ATTR_BYTE:
+        byte = byte_token_value(text)
+        if byte is not None:
+            return bytes([byte])
     if attr & (ls.ATTR_NORMAL | ls.ATTR_BYTE):
         b = alphabet_bytes(text)
         if b is not None:
@@ -537,7 +541,16 @@ def _gguf_token_bytes(text: str, attr: int) -> bytes:
     return b""  # unused and undefined tokens decode to nothing
 
 
-def _special_id(kv: Mapping[str, Any], key: str, n: int, default: int | None = None) -> int | None:
+_BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def byte_token_value(text: str) -> int | None:
+    """The byte a "<0xXX>" byte token stands for, or None."""
+    m = _BYTE_TOKEN.fullmatch(text)
+    return int(m.group(1), 16) if m else None
+
+
+def special_id(kv: Mapping[str, Any], key: str, n: int, default: int | None = None) -> int | None:
     value = kv.get(key)
     if isinstance(value, int) and not isinstance(value, bool):
         if 0 <= value < n:

@@ -48,7 +48,8 @@ _FIRST_FOUND: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
         ("tokenizer.ggml.eot_token_id",),
         (
             "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-            "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<\uff5cend\u2581of\u2581sentence\uff5c>",
+            "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
+            "<\uff5cend\u2581of\u2581sentence\uff5c>",
             "<end_of_utterance>",
         ),
     ),
