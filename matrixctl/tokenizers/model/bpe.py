@@ -73,8 +73,17 @@ def alphabet_text(data: bytes) -> str:
 
 
 def utf8(text: str) -> bytes:
-    """`text` as UTF-8; lone surrogates (GGUF bytes that were not UTF-8, as the test helper reads
-    them, or a caller's) as the bytes they stand for."""
+    """A text to encode as UTF-8; a lone surrogate as the three bytes it would be
+    ("surrogatepass": what llama.cpp reads from such bytes)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+
+
+def token_utf8(text: str) -> bytes:
+    """A token's text as UTF-8: surrogate escapes (GGUF bytes that were not UTF-8, as
+    tests/helpers/gguf_kv.py reads them) as the bytes they stand for."""
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
@@ -527,7 +536,7 @@ def _gguf_token_bytes(text: str, attr: int) -> bytes:
     """What llama.cpp's token_to_piece gives for a byte-level BPE token (control tokens: their
     text, as with special=true)."""
     if attr & (ls.ATTR_CONTROL | ls.ATTR_UNKNOWN | ls.ATTR_USER_DEFINED):
-        return utf8(text)
+        return token_utf8(text)
     if attr & ls.ATTR_BYTE:
         byte = byte_token_value(text)
         if byte is not None:
@@ -537,7 +546,9 @@ def _gguf_token_bytes(text: str, attr: int) -> bytes:
         if b is not None:
             return b
         # characters outside the alphabet: their own UTF-8 (llama.cpp writes a marker instead)
-        return b"".join(bytes([CHAR_TO_BYTE[c]]) if c in CHAR_TO_BYTE else utf8(c) for c in text)
+        return b"".join(
+            bytes([CHAR_TO_BYTE[c]]) if c in CHAR_TO_BYTE else token_utf8(c) for c in text
+        )
     return b""  # unused and undefined tokens decode to nothing
 
 

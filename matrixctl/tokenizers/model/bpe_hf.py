@@ -24,7 +24,7 @@ from matrixctl.tokenizers.model.bpe import (
     alphabet_bytes,
     alphabet_text,
     nfc,
-    utf8,
+    token_utf8,
 )
 from matrixctl.tokenizers.model.uclasses import WS, char_class
 
@@ -280,7 +280,7 @@ def build(cls: type[ByteLevelBPE], obj: Mapping[str, Any]) -> ByteLevelBPE:
     for tid, text in id_text.items():
         tokens[tid] = text
         b = alphabet_bytes(text) if tid in vocab.values() and vocab.get(text) == tid else None
-        token_bytes[tid] = b if b is not None else utf8(text)
+        token_bytes[tid] = b if b is not None else token_utf8(text)
     for text, tid in vocab.items():
         b = alphabet_bytes(text)
         if b is not None:

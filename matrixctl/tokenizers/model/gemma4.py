@@ -33,6 +33,7 @@ from matrixctl.tokenizers.model.bpe import (
     byte_token_value,
     merge_symbols,
     special_id,
+    token_utf8,
     utf8,
 )
 
@@ -171,10 +172,10 @@ def _runs(text: str) -> list[str]:
 
 def _token_bytes(text: str, attr: int) -> bytes:
     if attr & (ls.ATTR_CONTROL | ls.ATTR_UNKNOWN | ls.ATTR_USER_DEFINED):
-        return utf8(text)
+        return token_utf8(text)
     if attr & ls.ATTR_BYTE:
         byte = byte_token_value(text)
         return bytes([byte]) if byte is not None else b""
     if attr & ls.ATTR_NORMAL:
-        return utf8(text.replace(SPACE_MARK, " "))
+        return token_utf8(text.replace(SPACE_MARK, " "))
     return b""
