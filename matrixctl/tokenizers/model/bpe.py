@@ -349,6 +349,8 @@ class ByteLevelBPE(ModelTokenizer):
         self._prefix_space = prefix_space
         self._cache: dict[str, tuple[int, ...]] = {}
         self.notes: list[str] = []
+        # bytes no token stands for: llama.cpp drops them from the ids (decoding loses them)
+        self.missing_bytes = frozenset(b for b in range(256) if bytes([b]) not in self._vocab)
 
     # building --------------------------------------------------------------------------------
 
