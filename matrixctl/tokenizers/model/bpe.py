@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from matrixctl.errors import FormatError
-from matrixctl.tokenizers.model import llama_special as ls
+from matrixctl.tokenizers.model import llama_special as special
 from matrixctl.tokenizers.model.base import (
     TOKENIZER_ID,
     TOKENIZER_UNSUPPORTED,
@@ -389,7 +389,7 @@ class ByteLevelBPE(ModelTokenizer):
                     field="tokenizer.ggml.token_type",
                 )
         merges = kv_list(kv, "tokenizer.ggml.merges", str)
-        attrs, notes = ls.token_attrs(kv, tokens, types, default_eos=11)
+        attrs, notes = special.token_attrs(kv, tokens, types, default_eos=11)
 
         text_to_id: dict[str, int] = {}
         for i, t in enumerate(tokens):
@@ -419,7 +419,7 @@ class ByteLevelBPE(ModelTokenizer):
                     out.append(tid)
             return out
 
-        splitter = ls.SpecialSplitter(tokens, attrs)
+        splitter = special.SpecialSplitter(tokens, attrs)
         token_bytes = [_gguf_token_bytes(t, a) for t, a in zip(tokens, attrs, strict=False)]
         self = cls(
             tokens=tokens,
@@ -537,13 +537,13 @@ class ByteLevelBPE(ModelTokenizer):
 def _gguf_token_bytes(text: str, attr: int) -> bytes:
     """What llama.cpp's token_to_piece gives for a byte-level BPE token (control tokens: their
     text, as with special=true)."""
-    if attr & (ls.ATTR_CONTROL | ls.ATTR_UNKNOWN | ls.ATTR_USER_DEFINED):
+    if attr & (special.ATTR_CONTROL | special.ATTR_UNKNOWN | special.ATTR_USER_DEFINED):
         return token_utf8(text)
-    if attr & ls.ATTR_BYTE:
+    if attr & special.ATTR_BYTE:
         byte = byte_token_value(text)
         if byte is not None:
             return bytes([byte])
-    if attr & (ls.ATTR_NORMAL | ls.ATTR_BYTE):
+    if attr & (special.ATTR_NORMAL | special.ATTR_BYTE):
         b = alphabet_bytes(text)
         if b is not None:
             return b

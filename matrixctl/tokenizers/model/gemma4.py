@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from matrixctl.errors import FormatError
-from matrixctl.tokenizers.model import llama_special as ls
+from matrixctl.tokenizers.model import llama_special as special
 from matrixctl.tokenizers.model.base import (
     TOKENIZER_ID,
     TOKENIZER_UNSUPPORTED,
@@ -51,7 +51,7 @@ class Gemma4(ModelTokenizer):
         self._ranks: Ranks = {}
         self._token_bytes: list[bytes] = []
         self._byte_ids: list[int | None] = [None] * 256
-        self._splitter: ls.SpecialSplitter | None = None
+        self._splitter: special.SpecialSplitter | None = None
         self._cache: dict[str, tuple[int, ...]] = {}
         self.notes: list[str] = []
 
@@ -79,7 +79,7 @@ class Gemma4(ModelTokenizer):
                     field="tokenizer.ggml.token_type",
                 )
         merges = kv_list(kv, "tokenizer.ggml.merges", str)
-        attrs, notes = ls.token_attrs(kv, tokens, types, default_eos=None)
+        attrs, notes = special.token_attrs(kv, tokens, types, default_eos=None)
         self = cls()
         self.notes = notes
         self.vocab_size = n
@@ -92,7 +92,7 @@ class Gemma4(ModelTokenizer):
         for b in range(256):
             self._byte_ids[b] = self._text_to_id.get(f"<0x{b:02X}>")
         self._token_bytes = [_token_bytes(t, a) for t, a in zip(tokens, attrs, strict=False)]
-        splitter = ls.SpecialSplitter(tokens, attrs)
+        splitter = special.SpecialSplitter(tokens, attrs)
         self._splitter = splitter if splitter else None
         self.bos_id = special_id(kv, "tokenizer.ggml.bos_token_id", n)
         self.eos_id = special_id(kv, "tokenizer.ggml.eos_token_id", n)
@@ -171,11 +171,11 @@ def _runs(text: str) -> list[str]:
 
 
 def _token_bytes(text: str, attr: int) -> bytes:
-    if attr & (ls.ATTR_CONTROL | ls.ATTR_UNKNOWN | ls.ATTR_USER_DEFINED):
+    if attr & (special.ATTR_CONTROL | special.ATTR_UNKNOWN | special.ATTR_USER_DEFINED):
         return token_utf8(text)
-    if attr & ls.ATTR_BYTE:
+    if attr & special.ATTR_BYTE:
         byte = byte_token_value(text)
         return bytes([byte]) if byte is not None else b""
-    if attr & ls.ATTR_NORMAL:
+    if attr & special.ATTR_NORMAL:
         return token_utf8(text.replace(SPACE_MARK, " "))
     return b""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from hypothesis import strategies as st
+from hypothesis import strategies as strategies_
 
 from tests.helpers.llama_vocab import vocab_path
 from tests.tokenizers.model._kv import gguf_kv
@@ -24,12 +24,16 @@ ADVERSARIAL = (
 TOKENS = ("[CLS]", "[SEP]", "[UNK]", "[MASK]", "[PAD]", "<s>", "</s>", "<unk>", "<0x41>", "▁")
 
 
-def texts() -> st.SearchStrategy[str]:
+def texts() -> strategies_.SearchStrategy[str]:
     """Random Unicode text, and text built from the adversarial characters and tokens."""
-    pieces = st.one_of(st.sampled_from(ADVERSARIAL), st.sampled_from(TOKENS), st.text(max_size=4))
-    return st.one_of(
-        st.text(max_size=40),
-        st.lists(pieces, max_size=30).map("".join),
+    pieces = strategies_.one_of(
+        strategies_.sampled_from(ADVERSARIAL),
+        strategies_.sampled_from(TOKENS),
+        strategies_.text(max_size=4),
+    )
+    return strategies_.one_of(
+        strategies_.text(max_size=40),
+        strategies_.lists(pieces, max_size=30).map("".join),
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import strategies as strategies_
 
 from matrixctl.errors import FormatError
 from matrixctl.tokenizers.model import load, uclasses
@@ -148,14 +148,14 @@ def test_llama_table_is_unicode_14_plus_the_15_1_additions() -> None:
 
 # decode(encode(t)) == t ------------------------------------------------------------------------
 
-ADVERSARIAL = st.sampled_from(
+ADVERSARIAL = strategies_.sampled_from(
     [
         *" \t\n\r\x0b\x0c\x1c\x85\xa0\u1680\u2000\u2028\u3000'sStTdDmMlLrReEvV0123456789",
         *["\u0301", "\u093f", "\U0001f600", "\u4e00", "\uac00", "\U00011f04", "\u1c89", "\u00b5"],
         *["<|endoftext|>", "    ", "\u00f8", "'s", "'LL", "\r\n", "...", "!!", "$+<=>^`|~"],
     ]
 )
-TEXTS = st.one_of(st.text(), st.lists(ADVERSARIAL).map("".join))
+TEXTS = strategies_.one_of(strategies_.text(), strategies_.lists(ADVERSARIAL).map("".join))
 
 
 @pytest.mark.parametrize(
@@ -182,7 +182,11 @@ def test_bytes_without_a_token_are_dropped_as_llama_cpp_does() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from([b"a", b"b", b"c", b"ab"]), min_size=49, max_size=200))
+@given(
+    strategies_.lists(
+        strategies_.sampled_from([b"a", b"b", b"c", b"ab"]), min_size=49, max_size=200
+    )
+)
 def test_long_chunks_merge_as_short_ones(symbols: list[bytes]) -> None:
     # the heap path (long chunks) against the pairwise scan (short ones), split in windows
     ranks = {(b"a", b"b"): 0, (b"b", b"c"): 1, (b"ab", b"c"): 2, (b"c", b"a"): 3, (b"a", b"a"): 4}
@@ -212,9 +216,11 @@ def _assigned(cp: int) -> bool:
     return unicodedata.category(chr(cp)) not in ("Cn", "Cs")
 
 
-HF_CHARS = st.characters(codec="utf-8").filter(lambda c: _assigned(ord(c)))
+HF_CHARS = strategies_.characters(codec="utf-8").filter(lambda c: _assigned(ord(c)))
 HF_ADVERSARIAL = ADVERSARIAL.filter(lambda s: all(_assigned(ord(c)) for c in s))
-HF_TEXTS = st.one_of(st.text(HF_CHARS), st.lists(HF_ADVERSARIAL).map("".join))
+HF_TEXTS = strategies_.one_of(
+    strategies_.text(HF_CHARS), strategies_.lists(HF_ADVERSARIAL).map("".join)
+)
 
 
 @cache

@@ -6,7 +6,7 @@ from functools import cache
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import strategies as strategies_
 
 from matrixctl.errors import FormatError
 from matrixctl.tokenizers.model import load
@@ -51,7 +51,7 @@ def test_other_model_is_refused() -> None:
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.text(st.characters(codec="utf-8", exclude_characters=SPACE_MARK)))
+@given(strategies_.text(strategies_.characters(codec="utf-8", exclude_characters=SPACE_MARK)))
 def test_decode_encode_round_trips(text: str) -> None:
     tok = tokenizer()
     assert tok.decode(tok.encode(text)) == text

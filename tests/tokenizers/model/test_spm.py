@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import strategies as strategies_
 
 from matrixctl.errors import FormatError
 from matrixctl.tokenizers.model.base import TOKENIZER_ID, TOKENIZER_UNSUPPORTED, TOKENIZER_VOCAB
@@ -137,16 +137,21 @@ def test_duplicate_tokens_and_missing_model() -> None:
         SentencePiece.from_gguf_kv(kv)
 
 
-VALUES = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(2**40), 2**40),
-    st.floats(allow_nan=True),
-    st.text(max_size=5),
-    st.binary(max_size=5),
-    st.lists(st.one_of(st.integers(-5, 300), st.text(max_size=3), st.floats()), max_size=270),
+VALUES = strategies_.one_of(
+    strategies_.none(),
+    strategies_.booleans(),
+    strategies_.integers(-(2**40), 2**40),
+    strategies_.floats(allow_nan=True),
+    strategies_.text(max_size=5),
+    strategies_.binary(max_size=5),
+    strategies_.lists(
+        strategies_.one_of(
+            strategies_.integers(-5, 300), strategies_.text(max_size=3), strategies_.floats()
+        ),
+        max_size=270,
+    ),
 )
-KEYS = st.sampled_from(
+KEYS = strategies_.sampled_from(
     [
         "tokenizer.ggml.model",
         "tokenizer.ggml.pre",
@@ -166,7 +171,9 @@ KEYS = st.sampled_from(
 
 
 @settings(max_examples=300, deadline=None)
-@given(changes=st.dictionaries(KEYS, VALUES, max_size=3), text=st.text(max_size=12))
+@given(
+    changes=strategies_.dictionaries(KEYS, VALUES, max_size=3), text=strategies_.text(max_size=12)
+)
 def test_any_kv_gives_a_tokenizer_or_a_typed_error(changes: dict[str, Any], text: str) -> None:
     """Whatever the metadata holds, each family answers with a tokenizer or a FormatError."""
     from matrixctl.tokenizers.model.ugm import Unigram

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import strategies as strategies_
 
 from matrixctl.errors import FormatError
 from matrixctl.tokenizers.model.base import TOKENIZER_UNSUPPORTED, TOKENIZER_VOCAB
@@ -110,8 +110,10 @@ def test_hf_differential(text: str) -> None:
     assert ids == hf_full().encode(text, add_special_tokens=False).ids
 
 
-WORDS = st.lists(
-    st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", min_size=1),
+WORDS = strategies_.lists(
+    strategies_.text(
+        alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", min_size=1
+    ),
     min_size=1,
     max_size=6,
 )
@@ -175,7 +177,7 @@ def test_hostile_kv(change: dict[str, Any], code: str) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(blob=st.binary(min_size=5, max_size=64), text=texts())
+@given(blob=strategies_.binary(min_size=5, max_size=64), text=texts())
 def test_garbage_charsmap_is_a_typed_error(blob: bytes, text: str) -> None:
     blob = (len(blob) - 5).to_bytes(4, "little") + blob[4:]
     try:
