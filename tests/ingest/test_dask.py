@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from matrixctl.ingest.executors import dask as dask_ex
+from matrixctl.ingest.executors import dask_staging
 from matrixctl.ingest.kinds import base as kinds_base
 from tests.helpers.cli import ROOT, Run, run_cli, run_sub
 
@@ -337,7 +338,7 @@ def test_merged_units_resume_from_the_killed_builds_atom_file(cluster, tmp_path:
         byte = fp.read(1)
         fp.seek(offset + size // 2)
         fp.write(bytes([byte[0] ^ 0xFF]))
-    from matrixctl.ingest.executors.dask import load_unit
+    from matrixctl.ingest.executors.dask_staging import load_unit
 
     assert load_unit(str(staging), key) is None
     assert all(load_unit(str(staging), k) is not None for k in merged if k != key)
@@ -367,7 +368,7 @@ def test_corrupt_staged_units_are_redone(cluster, tmp_path: Path) -> None:
     data[len(data) // 2] ^= 0xFF
     results.write_bytes(bytes(data))
     records[2].unlink()
-    from matrixctl.ingest.executors.dask import load_unit
+    from matrixctl.ingest.executors.dask_staging import load_unit
 
     for record in records:
         assert load_unit(str(staging), record.stem) is None
@@ -591,29 +592,30 @@ def test_range_pieces_cover_the_file_in_whole_lines(tmp_path: Path, monkeypatch)
     import hashlib
 
     from matrixctl.ingest.executors import dask as dask_ex
+    from matrixctl.ingest.executors import dask_staging
 
     _small_units(monkeypatch)
     src = tmp_path / "big.jsonl"
     data = _big_jsonl(src)
     units = list(_plan(src, tmp_path / "staging"))
-    assert len(units) > 4 and all(isinstance(u, dask_ex.RangePiece) for u in units)
+    assert len(units) > 4 and all(isinstance(u, dask_staging.RangePiece) for u in units)
     pos = 0
-    # A worker's reused buffer (dask_ex._unit_buffer): left longer by an earlier unit.
+    # A worker's reused buffer (dask_staging._unit_buffer): left longer by an earlier unit.
     buf = bytearray(b"\xff" * (max(u.length for u in units) + 7))
     for index, u in enumerate(units):
         assert u.path == str(src) and u.offset == pos and u.piece.index == index
         # Lines are counted by the worker, from 0 (the writer adds the lines before it).
         assert u.piece.first_line == -1
-        got = dask_ex.read_range(u)
+        got = dask_staging.read_range(u)
         assert got == data[pos : pos + u.length] and got.endswith(b"\n")
-        assert dask_ex.read_range(u, buf) is buf and bytes(buf[: u.length]) == got
+        assert dask_staging.read_range(u, buf) is buf and bytes(buf[: u.length]) == got
         pos += u.length
-    assert dask_ex.read_range(units[0], bytearray()) == data[: units[0].length]  # grown
+    assert dask_staging.read_range(units[0], bytearray()) == data[: units[0].length]  # grown
     # The worker's own buffer is kept for units up to twice the largest; a longer piece
     # (one long line) gets a buffer of its own.
-    kept = dask_ex._unit_buffer(1)
-    assert dask_ex._unit_buffer(2 * dask_ex.UNIT_MAX_BYTES) is kept
-    assert dask_ex._unit_buffer(2 * dask_ex.UNIT_MAX_BYTES + 1) is not kept
+    kept = dask_staging._unit_buffer(1)
+    assert dask_staging._unit_buffer(2 * dask_ex.UNIT_MAX_BYTES) is kept
+    assert dask_staging._unit_buffer(2 * dask_ex.UNIT_MAX_BYTES + 1) is not kept
     assert pos == len(data)
     assert units[-1].piece.last and not any(u.piece.last for u in units[:-1])
     assert units[-1].piece.file_sha256 == "sha256:" + hashlib.sha256(data).hexdigest()
@@ -626,7 +628,7 @@ def test_a_source_changed_under_a_worker_is_io_changed(
     """A worker reads a range only from the file the client cut (same size, mtime_ns and
     inode): a source rewritten in place, grown, or replaced by another file at its path gives
     the IO_CHANGED error for the unit, never tokens of other bytes."""
-    from matrixctl.ingest.executors import dask as dask_ex
+    from matrixctl.ingest.executors import dask_staging
 
     _small_units(monkeypatch)
     src = tmp_path / "big.jsonl"
@@ -655,7 +657,7 @@ def test_a_source_changed_under_a_worker_is_io_changed(
     recipe = PiRecipe(pi.check_map_bytes(raw, "map"), raw)
     state = pickle.dumps((_state(), recipe))  # the state file: (step, the tokenizer's recipe)
     blob.write_bytes(state)
-    status, payload = dask_ex.run_unit(
+    status, payload = dask_staging.run_unit(
         hashlib.sha256(state).hexdigest(), str(blob), first, "k", str(staging)
     )
     assert status == "error"
@@ -805,11 +807,11 @@ def test_workers_take_their_matcher_from_the_map_cache(
             data = bytearray(entry.read_bytes())
             data[-1] ^= 0xFF
             entry.write_bytes(bytes(data))
-        dask_ex._WORKER_STEPS.clear()
+        dask_staging._WORKER_STEPS.clear()
         built.clear()
-        got = dask_ex._worker_step(key, str(path))
+        got = dask_staging._worker_step(key, str(path))
         assert built == [round_ != "entry stored"], round_
         assert pi_cache.load(raw) is not None  # stored (again) after a build
         ids.append(got.tok.tok.encode(text).tolist())
-    dask_ex._WORKER_STEPS.clear()
+    dask_staging._WORKER_STEPS.clear()
     assert ids == [want.encode(text).tolist()] * 3

@@ -1,6 +1,7 @@
 """Dask workers overwrite the token files of units the client has merged already instead of
-writing new ones (`executors.dask.StagingSink`, `step.UnitTokens`; docs/scale-out.md): the bytes,
-counts and CRC-32 must be exactly those of a new file, whatever the recycled file held."""
+writing new ones (`executors.dask_staging.StagingSink`, `step.UnitTokens`; docs/scale-out.md):
+the bytes, counts and CRC-32 must be exactly those of a new file, whatever the recycled file
+held."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from matrixctl.crc import crc32
 from matrixctl.ingest import step
 from matrixctl.ingest.executors import dask as dask_ex
+from matrixctl.ingest.executors import dask_staging
 from matrixctl.ingest.sources import SourceFile
 
 
@@ -22,7 +24,7 @@ def tokens_through_acc(
 ) -> step.FileResult:
     work = tmp_path / name
     work.mkdir()
-    sink = dask_ex.StagingSink(recycle if recycle is not None else str(tmp_path / "none"))
+    sink = dask_staging.StagingSink(recycle if recycle is not None else str(tmp_path / "none"))
     acc = step.UnitTokens(str(work), 0, "<u2", sink)
     for part in parts:
         acc.add(part)
@@ -72,23 +74,23 @@ def test_two_claims_never_take_the_same_file(tmp_path: Path) -> None:
     folder = tmp_path / "recycle"
     folder.mkdir()
     (folder / "a.tokens").write_bytes(b"a")
-    assert dask_ex._claim(str(folder), str(tmp_path / "first"))
-    assert not dask_ex._claim(str(folder), str(tmp_path / "second"))
+    assert dask_staging._claim(str(folder), str(tmp_path / "first"))
+    assert not dask_staging._claim(str(folder), str(tmp_path / "second"))
     assert (tmp_path / "first").read_bytes() == b"a" and not (tmp_path / "second").exists()
 
 
 def test_the_client_keeps_a_few_files_per_worker_and_removes_the_rest(tmp_path: Path) -> None:
     staging = tmp_path / "staging"
-    (staging / dask_ex.RECYCLE).mkdir(parents=True)
+    (staging / dask_staging.RECYCLE).mkdir(parents=True)
     client = types.SimpleNamespace(staging=str(staging), jobs=2)
     made = []
-    for i in range(dask_ex.RECYCLE_FILES * 2 + 3):
+    for i in range(dask_staging.RECYCLE_FILES * 2 + 3):
         path = staging / f"u{i}.tokens"
         path.write_bytes(b"t" * (i + 1))
         made.append(path)
         dask_ex.DaskExecutor._recycle(client, str(path))  # type: ignore[arg-type]
-    kept = sorted(os.listdir(staging / dask_ex.RECYCLE))
-    assert kept == sorted(p.name for p in made[: dask_ex.RECYCLE_FILES * 2])
+    kept = sorted(os.listdir(staging / dask_staging.RECYCLE))
+    assert kept == sorted(p.name for p in made[: dask_staging.RECYCLE_FILES * 2])
     assert not any(p.exists() for p in made)  # every merged file left the staging folder
 
 
