@@ -311,19 +311,36 @@ def inspect(
 
 
 class Tokenizer:
-    """A π symbol map or an SCX configuration, loaded and checked.
+    """A π symbol map, an SCX configuration or a model's own tokenizer, loaded and checked.
 
     `encode(text) -> np.ndarray` of token ids, `decode(ids) -> str`, `encode_batch(texts)`.
-    `kind` is `"pi"` or `"scx"`. π ids are int64; SCX tokens are uint16 (its stream carries its
-    configuration hash first, as `tokenize scx encode` writes it).
+    `kind` is `"pi"`, `"scx"` or `"model"`. π and model ids are int64; SCX tokens are uint16
+    (its stream carries its configuration hash first, as `tokenize scx encode` writes it).
+
+    A model tokenizer (from a GGUF, an `ingest gguf` folder or a `tokenizer.json`; see
+    docs/tokenizers.md) gives exactly the model's ids: `encode(text)` adds no special token
+    and parses none (`<|endoftext|>` in a text is text); `encode(text, add_special=True)` adds
+    the BOS/EOS the model's metadata asks for. `model` is the underlying
+    `matrixctl.tokenizers.model.ModelTokenizer` (family, pre-tokenizer, special ids) and
+    `source` where it came from (path, SHA-256).
     """
 
-    def __init__(self, kind: str, impl: Any, vocab_size: int | None) -> None:
+    def __init__(self, kind: str, impl: Any, vocab_size: int | None, source: Any = None) -> None:
         self.kind = kind
         self._impl = impl
         self.vocab_size = vocab_size
+        self.model = impl if kind == "model" else None
+        self.source = source
 
-    def encode(self, text: str | bytes) -> np.ndarray:
+    def encode(self, text: str | bytes, *, add_special: bool = False) -> np.ndarray:
+        if self.kind == "model":
+            import numpy as np
+
+            if not isinstance(text, str):
+                raise UsageError("a model tokenizer encodes str")
+            return np.array(self._impl.encode(text, add_special=add_special), dtype=np.int64)
+        if add_special:
+            raise UsageError("add_special goes with a model tokenizer (π and SCX add none)")
         if self.kind == "pi":
             if not isinstance(text, str):
                 raise UsageError("a π tokenizer encodes str")
@@ -334,12 +351,16 @@ class Tokenizer:
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         return encode_bytes(self._impl, data)
 
-    def encode_batch(self, texts: Iterable[str | bytes]) -> list[np.ndarray]:
-        return [self.encode(t) for t in texts]
+    def encode_batch(
+        self, texts: Iterable[str | bytes], *, add_special: bool = False
+    ) -> list[np.ndarray]:
+        return [self.encode(t, add_special=add_special) for t in texts]
 
     def decode_bytes(self, ids: Any) -> bytes:
         import numpy as np
 
+        if self.kind == "model":
+            return bytes(self._impl.decode_bytes(np.asarray(ids, dtype=np.int64).tolist()))
         if self.kind == "pi":
             out: bytes = self._impl.decode_bytes(np.asarray(ids))
             return out
@@ -350,7 +371,7 @@ class Tokenizer:
 
     def decode(self, ids: Any) -> str:
         """The text of `ids`. Bytes that are not UTF-8 are an error: PI_DECODE_UTF8 for a π
-        map, API_DECODE_UTF8 for SCX (`decode_bytes` gives the bytes)."""
+        map, API_DECODE_UTF8 for SCX and model tokenizers (`decode_bytes` gives the bytes)."""
         if self.kind == "pi":
             import numpy as np
 
@@ -365,6 +386,9 @@ class Tokenizer:
             ) from None
 
     def __repr__(self) -> str:
+        if self.kind == "model":
+            m = self._impl
+            return f"<Tokenizer model {m.family}/{m.pre} vocab_size={self.vocab_size}>"
         return f"<Tokenizer {self.kind} vocab_size={self.vocab_size}>"
 
 
@@ -378,16 +402,21 @@ API_DECODE_UTF8 = codes.define(
 def load_tokenizer(
     path: str | os.PathLike[str] | None = None, *, trust: Sequence[str] | None = None
 ) -> Tokenizer:
-    """A π symbol map (JSON) or a signed SCX registry, sniffed from its bytes; None: the bundled
-    default π map. `trust` names SCX trust files (default: MATRIXCTL_SCX_TRUST), as
-    `tokenize scx --trust` does."""
+    """A π symbol map (JSON), a signed SCX registry or a model's tokenizer (a GGUF file, an
+    `ingest gguf` folder, a `tokenizer.json` or a folder holding one), sniffed from its bytes;
+    None: the bundled default π map. `trust` names SCX trust files (default:
+    MATRIXCTL_SCX_TRUST), as `tokenize scx --trust` does."""
     from matrixctl.opening import open_sniffed
+    from matrixctl.tokenizer_files import load_model_tokenizer, sniff_model_source
 
     if path is None:
         from matrixctl.tokenizers.pi import default_map_path
 
         path = default_map_path()
     name = os.fspath(path)
+    if sniff_model_source(name) is not None:
+        model, source = load_model_tokenizer(name)
+        return Tokenizer("model", model, model.vocab_size, source)
     with open_sniffed(name) as (_, fmt):
         pass
     if fmt == "pi-symbol-map":
@@ -403,7 +432,8 @@ def load_tokenizer(
         return Tokenizer("scx", tok, None)
     raise FormatError(
         codes.UNKNOWN_FORMAT,
-        f"not a tokenizer (a π symbol map or an SCX registry); format: {fmt}",
+        f"not a tokenizer (a π symbol map, an SCX registry, a GGUF, an ingest gguf folder or "
+        f"a tokenizer.json); format: {fmt}",
         path=name,
         offset=0,
     )

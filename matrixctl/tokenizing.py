@@ -411,3 +411,131 @@ class _Ticking:
         if self._tick:
             self._tick(len(data))
         return data
+
+
+# Model tokenizers (`tokenize model`) --------------------------------------------------------
+
+MODEL_INPUT_MAX = 1 << 31  # bytes of text one `tokenize model encode` takes (one document)
+
+
+def model_encode_file(
+    input_path: str,
+    output: str,
+    *,
+    model: str,
+    label: str | None = None,
+    form: str = "stream",
+    json_ids: BinaryIO | None = None,
+    add_special: bool = False,
+) -> dict[str, Any]:
+    """UTF-8 text into the model's token ids, as one document (`encode_file`'s forms).
+
+    A model tokenizer encodes a text whole (its pre-tokenizer and merges see all of it), so
+    the input is read into memory first, up to MODEL_INPUT_MAX bytes; the output is written
+    only once every id is known, so a failure leaves nothing."""
+    import numpy as np
+
+    from matrixctl.tokenizer_files import load_model_tokenizer
+    from matrixctl.tokenizers.model.base import TOKENIZER_TEXT
+
+    tok, source = load_model_tokenizer(model)
+    name = display_name(input_path)
+    with open_input_stream(input_path) as raw:
+        try:
+            data = raw.read(MODEL_INPUT_MAX + 1)
+        except OSError as exc:
+            raise from_os_error(exc, input_path) from None
+    if len(data) > MODEL_INPUT_MAX:
+        raise FormatError(
+            TOKENIZER_TEXT,
+            f"larger than {MODEL_INPUT_MAX:,} bytes: one document is encoded in memory",
+            path=name,
+            offset=MODEL_INPUT_MAX,
+        )
+    text = _utf8(data, name, TOKENIZER_TEXT)
+    dtype = "<u2" if tok.vocab_size <= 1 << 16 else "<u4"
+    ids = np.asarray(tok.encode(text, add_special=add_special), dtype=dtype)
+    with _output(output, form) as out:
+        sink: _IdSink
+        if form == "stream":
+            sink = _StreamSink(out, dtype, tok.vocab_size)
+        elif form == "json":
+            assert json_ids is not None
+            sink = _TextSink(json_ids, ", ")
+        else:
+            sink = _TextSink(out, " ")
+        sink.write_bytes(ids.tobytes(), dtype)
+        sink.end_document(name if label is None else label)
+        crc = sink.close()
+    summary: dict[str, Any] = {
+        "input": input_path,
+        "output": output,
+        "bytes": len(data),
+        "tokens": int(ids.size),
+        "documents": 1,
+        "dtype": np.dtype(dtype).name,
+        "vocab_size": tok.vocab_size,
+        "tokenizer": source.record(tok),
+        "add_special": add_special,
+    }
+    if crc is not None:
+        summary["crc32"] = f"0x{crc:08x}"
+    return summary
+
+
+def _utf8(data: bytes, name: str, code: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FormatError(
+            code,
+            f"not UTF-8 text: {exc.reason} at byte {exc.start}",
+            path=name,
+            offset=exc.start,
+        ) from None
+
+
+def model_decode_file(input_path: str, output: str, *, model: str, errors: str) -> None:
+    """A token stream (or text ids) to UTF-8 text with the model's tokenizer; atomic when
+    writing a file. The ids are decoded together (SentencePiece drops the first leading space
+    and WordPiece joins pieces across the whole sequence)."""
+    import numpy as np
+
+    from matrixctl.atoms import read_token_input
+    from matrixctl.tokenizer_files import load_model_tokenizer
+    from matrixctl.tokenizers.model.base import TOKENIZER_DECODE_UTF8, TOKENIZER_ID
+
+    tok, _ = load_model_tokenizer(model)
+    name = display_name(input_path)
+    with open_input_stream(input_path) as raw:
+        tokens = read_token_input(raw)
+        if tokens.vocab_size is not None and tokens.vocab_size != tok.vocab_size:
+            raise FormatError(
+                TOKENIZER_ID,
+                f"the stream declares vocab_size {tokens.vocab_size}, the model has "
+                f"{tok.vocab_size}: it was not made with this tokenizer",
+                path=name,
+                field="vocab_size",
+            )
+        parts = [np.asarray(chunk, dtype=np.int64) for chunk, _max, _crc in tokens.chunks]
+    ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    bad = np.flatnonzero((ids < 0) | (ids >= tok.vocab_size))
+    if bad.size:
+        i = int(bad[0])
+        raise FormatError(
+            TOKENIZER_ID,
+            f"token {i} is id {int(ids[i])}, outside the vocabulary [0, {tok.vocab_size})",
+            path=name,
+            field=f"ids[{i}]",
+        )
+    data = tok.decode_bytes(ids.tolist())
+    if errors == "strict":
+        _utf8(data, name, TOKENIZER_DECODE_UTF8)
+    else:
+        data = data.decode("utf-8", "replace").encode("utf-8")
+    if output == STDIO:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        with atomic_output(output, what="text") as out:
+            out.write(data)

@@ -32,6 +32,17 @@ TOKENIZER_VOCAB = codes.define(
 TOKENIZER_ID = codes.define(
     "TOKENIZER_ID", "A token id to decode is outside the model's vocabulary.", group=G
 )
+TOKENIZER_TEXT = codes.define(
+    "TOKENIZER_TEXT",
+    "Text for a model tokenizer is not UTF-8 (the byte offset is named), or larger than one "
+    "document may be.",
+    group=G,
+)
+TOKENIZER_DECODE_UTF8 = codes.define(
+    "TOKENIZER_DECODE_UTF8",
+    "Decoded ids do not make valid UTF-8 text (--errors replace gives U+FFFD).",
+    group=G,
+)
 
 # GGUF token types (llama.cpp's llama_token_type; tokenizer.ggml.token_type).
 TYPE_UNDEFINED = 0
