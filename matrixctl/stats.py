@@ -355,7 +355,8 @@ def stream_stats(path: str) -> dict[str, Any]:
 
 
 def pack_stats(path: str) -> dict[str, Any]:
-    """An ingest pack: the atoms (padding apart), the document index and the pack's own map."""
+    """An ingest pack: the atoms (padding apart), the document index and the pack's own map
+    (a model tokenizer's pack: the ids alone)."""
     from matrixctl.atoms import open_valid
     from matrixctl.formats import doc_index, ingest_pack, matrix_atom
     from matrixctl.tokenizers.pi import load_symbol_map
@@ -363,7 +364,12 @@ def pack_stats(path: str) -> dict[str, Any]:
 
     with open(os.path.join(path, ingest_pack.MANIFEST), "rb") as fp:
         manifest = json.load(fp)
-    smap, _ = load_symbol_map(os.path.join(path, manifest["tokenizer"]))
+    # A model tokenizer's pack holds its record, not its vocabulary: ids without texts.
+    smap = (
+        None
+        if isinstance(manifest.get("model_tokenizer"), dict)
+        else load_symbol_map(os.path.join(path, manifest["tokenizer"]))[0]
+    )
     src, subject = open_valid(os.path.join(path, manifest["atom_file"]), matrix_atom.FORMAT)
     with src:
         h = subject.header

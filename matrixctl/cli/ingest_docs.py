@@ -135,6 +135,18 @@ def docs(
             "--symbols", "-s", metavar="MAP", help="A pi_symbol_map.json. Default: the bundled map."
         ),
     ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            "--tokenizer",
+            "-t",
+            metavar="PATH",
+            help="Tokenize with a model's own tokenizer instead of π: a GGUF file, an `ingest "
+            "gguf` folder, a tokenizer.json or a folder holding one. The pack holds exactly "
+            "the model's ids; vocab_size, id width and EOS are the model's "
+            "(docs/tokenizers.md).",
+        ),
+    ] = None,
     atom_size: Annotated[
         int, typer.Option("--atom-size", "-n", min=1, help="Tokens per atom.")
     ] = 256,
@@ -155,7 +167,7 @@ def docs(
             "--eos-id",
             metavar="ID|none",
             help="End-of-document token closing every document. Default: the map's "
-            "eos_id; none: no separator.",
+            "eos_id (with --tokenizer: the model's EOS); none: no separator.",
         ),
     ] = None,
     jobs: Annotated[
@@ -276,6 +288,7 @@ def docs(
     keep_freed_memory()
     opts = IngestOptions(
         symbols=symbols,
+        tokenizer=tokenizer,
         atom_size=atom_size,
         dtype=dtype.value,
         svgt=svgt,

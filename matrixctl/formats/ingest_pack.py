@@ -11,7 +11,8 @@ import os
 FORMAT = "ingest-pack"
 MANIFEST = "ingest_manifest.json"
 ATOMS = "matrix_atoms.bin"
-SYMBOLS = "pi_symbol_map.json"
+SYMBOLS = "pi_symbol_map.json"  # the tokenizer of a π pack
+MODEL_TOKENIZER = "model_tokenizer.json"  # the record of a model tokenizer pack (--tokenizer)
 SVGT = "atoms.svgt"
 DOC_INDEX = "doc_index.bin"
 MANIFEST_VERSION = 1

@@ -30,6 +30,7 @@ from matrixctl.tokenizers import pi
 @dataclass
 class IngestOptions:
     symbols: str | None = None
+    tokenizer: str | None = None  # a model's tokenizer (GGUF, ingest gguf folder, tokenizer.json)
     atom_size: int = 256
     dtype: str = "auto"
     svgt: str | None = None
@@ -48,22 +49,75 @@ class IngestOptions:
     resume: bool = False  # dask: reuse the staged units that check out
 
 
-def resolve_eos(smap: pi.SymbolMap, value: str | None) -> int | None:
+def resolve_eos(
+    vocab_size: int, default: int | None, value: str | None, what: str = "the symbol map"
+) -> int | None:
+    """The end-of-document id: `--eos-id` (an id or none), else the tokenizer's own."""
     if value is None:
-        if smap.eos_id is None:
+        if default is None:
             raise UsageError(
-                "the symbol map has no eos_id, so documents cannot be separated",
-                hint="pass --eos-id ID (an id of the map's vocabulary) or --eos-id none",
+                f"{what} has no end-of-document id, so documents cannot be separated",
+                hint="pass --eos-id ID (an id of the vocabulary) or --eos-id none",
             )
-        return smap.eos_id
+        return default
     if value.lower() == "none":
         return None
     if not value.isdigit():
         raise UsageError(f"--eos-id must be an id or none, got {value!r}")
     eos = int(value)
-    if eos >= smap.vocab_size:
-        raise UsageError(f"--eos-id {eos} is outside the vocabulary [0, {smap.vocab_size})")
+    if eos >= vocab_size:
+        raise UsageError(f"--eos-id {eos} is outside the vocabulary [0, {vocab_size})")
     return eos
+
+
+@dataclass
+class TokenizerPlan:
+    """The build's tokenizer as the pack and the executors need it."""
+
+    recipe: Any  # PiRecipe | ModelRecipe
+    vocab_size: int
+    eos_id: int | None
+    pad_id: int
+    raw: bytes  # the pack's tokenizer file
+    file: str
+    meta: dict[str, Any]
+
+
+def _pi_plan(opts: IngestOptions) -> TokenizerPlan:
+    from matrixctl.formats import ingest_pack as pack_format
+
+    smap, raw, tok = _load_map(opts.symbols or pi.default_map_path(), opts.executor == "local")
+    eos = resolve_eos(smap.vocab_size, smap.eos_id, opts.eos_id)
+    meta = {"symbol_map": {"file": pack_format.SYMBOLS, "canonical_hash": smap.canonical_hash()}}
+    return TokenizerPlan(
+        PiRecipe(smap, raw, tok), smap.vocab_size, eos, smap.pad_id, raw, pack_format.SYMBOLS, meta
+    )
+
+
+def _model_plan(opts: IngestOptions) -> TokenizerPlan:
+    """A model's tokenizer (`--tokenizer`): its vocabulary size and end-of-document id are the
+    model's; the pad id is the model's, else its EOS, else 0 (docs/formats/ingest-pack.md)."""
+    import json
+
+    from matrixctl.formats import ingest_pack as pack_format
+    from matrixctl.ingest.tokenizer import ModelRecipe
+    from matrixctl.tokenizer_files import load_model_tokenizer
+
+    assert opts.tokenizer is not None
+    tok, source = load_model_tokenizer(opts.tokenizer)
+    eos = resolve_eos(tok.vocab_size, tok.eos_id, opts.eos_id, "the model's tokenizer")
+    pad = next((i for i in (tok.pad_id, tok.eos_id, 0) if i is not None), 0)
+    record = source.record(tok)
+    raw = (json.dumps(record, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    return TokenizerPlan(
+        ModelRecipe(source, tok),
+        tok.vocab_size,
+        eos,
+        pad,
+        raw,
+        pack_format.MODEL_TOKENIZER,
+        {"symbol_map": None, "model_tokenizer": record},
+    )
 
 
 def _load_map(path: str, build: bool) -> tuple[pi.SymbolMap, bytes, pi.Tokenizer | None]:
@@ -108,23 +162,28 @@ def ingest_docs(
         raise UsageError("--executor must be local or dask")
     if opts.executor != "dask" and (opts.scheduler or opts.resume):
         raise UsageError("--scheduler and --resume go with --executor dask")
-    shard = parse_shard(opts.shard)
-    map_path = opts.symbols or pi.default_map_path()
-    smap, map_raw, tok = _load_map(map_path, opts.executor == "local")
-    eos = resolve_eos(smap, opts.eos_id)
-    dtype = matrix_atom.choose_dtype(opts.dtype, smap.vocab_size)
-    assert dtype is not None
-    if dtype == "uint16" and smap.vocab_size > matrix_atom.UINT16_LIMIT:
+    if opts.tokenizer is not None and opts.symbols is not None:
         raise UsageError(
-            f"--dtype uint16 cannot hold the map's ids (vocab_size {smap.vocab_size:,})"
+            "--tokenizer and --symbols each name the tokenizer: give one",
+            hint="--tokenizer for a model's own ids, --symbols for a π map",
+        )
+    shard = parse_shard(opts.shard)
+    tk = _pi_plan(opts) if opts.tokenizer is None else _model_plan(opts)
+    vocab_size = tk.vocab_size
+    eos = tk.eos_id
+    dtype = matrix_atom.choose_dtype(opts.dtype, vocab_size)
+    assert dtype is not None
+    if dtype == "uint16" and vocab_size > matrix_atom.UINT16_LIMIT:
+        raise UsageError(
+            f"--dtype uint16 cannot hold the tokenizer's ids (vocab_size {vocab_size:,})"
         )
     if not 1 <= opts.atom_size < matrix_atom.UINT32_LIMIT:
         raise UsageError("--atom-size must be between 1 and 2**32 - 1")
     grid = svgt_fmt.parse_grid(opts.svgt, opts.atom_size) if opts.svgt else None
-    if grid and smap.vocab_size > matrix_atom.UINT16_LIMIT:
+    if grid and vocab_size > matrix_atom.UINT16_LIMIT:
         raise UsageError(
-            "--svgt needs ids below 65536 (SVG-Tensor stores uint16) but the map's vocab_size "
-            f"is {smap.vocab_size:,}"
+            "--svgt needs ids below 65536 (SVG-Tensor stores uint16) but the tokenizer's "
+            f"vocab_size is {vocab_size:,}"
         )
     step = Step(
         None,
@@ -144,12 +203,13 @@ def ingest_docs(
     plan = PackPlan(
         atom_size=opts.atom_size,
         dtype=dtype,
-        vocab_size=smap.vocab_size,
-        pad_id=smap.pad_id,
+        vocab_size=vocab_size,
+        pad_id=tk.pad_id,
         eos_id=eos,
         grid=grid,
-        map_raw=map_raw,
-        map_hash=smap.canonical_hash(),
+        tokenizer_raw=tk.raw,
+        tokenizer_meta=tk.meta,
+        tokenizer_file=tk.file,
         manifest_head={"source": srcs[0] if len(srcs) == 1 else list(srcs)},
     )
     options = {
@@ -170,7 +230,7 @@ def ingest_docs(
         out_dir=out_dir,
         scheduler=opts.scheduler,
         resume=opts.resume,
-        recipe=PiRecipe(smap, map_raw, tok),
+        recipe=tk.recipe,
     )
     try:
         summary = write_pack(

@@ -60,10 +60,10 @@ def merge_packs(packs: list[str], out_dir: str) -> dict[str, Any]:
             raise FormatError(INGEST_MERGE, f"fails verification: {why}", path=path)
         manifests.append(_manifest(path))
     base = manifests[0]
-    map_hash = base["symbol_map"]["canonical_hash"]
+    made_by = tokenizer_identity(base)
     for path, m in zip(packs, manifests, strict=True):
-        if m["symbol_map"]["canonical_hash"] != map_hash:
-            raise FormatError(INGEST_MERGE, "was made with another symbol map", path=path)
+        if tokenizer_identity(m) != made_by:
+            raise FormatError(INGEST_MERGE, "was made with another tokenizer", path=path)
         for key in SAME:
             if m.get(key) != base.get(key):
                 raise FormatError(
@@ -92,7 +92,7 @@ def merge_packs(packs: list[str], out_dir: str) -> dict[str, Any]:
             entries.extend(((p, n), p, n) for n in range(len(m["sources"])))
     entries.sort(key=lambda e: e[0])
     with open(os.path.join(packs[0], base["tokenizer"]), "rb") as fp:
-        map_raw = fp.read()
+        tokenizer_raw = fp.read()
     grid = None
     if isinstance(base.get("svgt"), dict):
         r, c = base["svgt"]["grid"].split("x")
@@ -104,8 +104,9 @@ def merge_packs(packs: list[str], out_dir: str) -> dict[str, Any]:
         pad_id=base["pad_id"],
         eos_id=base["eos_id"],
         grid=grid,
-        map_raw=map_raw,
-        map_hash=map_hash,
+        tokenizer_raw=tokenizer_raw,
+        tokenizer_meta={k: base[k] for k in ("symbol_map", "model_tokenizer") if k in base},
+        tokenizer_file=base["tokenizer"],
         manifest_head={"source": base["source"]},
     )
     opened = []
@@ -165,3 +166,12 @@ def merge_packs(packs: list[str], out_dir: str) -> dict[str, Any]:
         "atoms": manifest["atom_count"],
         "hash": manifest["hash"],
     }
+
+
+def tokenizer_identity(manifest: dict[str, Any]) -> Any:
+    """What must be the same for two packs to merge: the symbol map's canonical hash, or the
+    model tokenizer's source (kind and SHA-256), family and pre-tokenizer."""
+    model = manifest.get("model_tokenizer")
+    if isinstance(model, dict):
+        return ("model", *(model.get(k) for k in ("kind", "sha256", "family", "pre_tokenizer")))
+    return ("pi", (manifest.get("symbol_map") or {}).get("canonical_hash"))

@@ -3,7 +3,8 @@
 `PackBuilder` builds the pack in a hidden temporary sibling folder
 (`.NAME.mxPID-START-HOST-RANDOM.tmp`, same parent, so the final rename is atomic), streaming
 atoms and document records as they arrive in order. `finish` completes the atom header, the
-index, the projection, copies the symbol map, hashes every artifact, writes the manifest last
+index, the projection, writes the tokenizer file (the symbol map, or a model tokenizer's
+record), hashes every artifact, writes the manifest last
 (every file synced first) and publishes the folder in one atomic exchange or rename
 (`matrixctl.ingest.swap`): PACKDIR is always absent, the previous pack or the new one, whole.
 On any failure (Ctrl-C included) the temporary folder is removed; after a kill the next run
@@ -85,8 +86,11 @@ class PackPlan:
     pad_id: int
     eos_id: int | None
     grid: tuple[int, int] | None
-    map_raw: bytes
-    map_hash: str
+    tokenizer_raw: bytes  # the bytes of the pack's tokenizer file
+    # What the manifest says of the tokenizer: {"symbol_map": {...}} for π, {"symbol_map":
+    # None, "model_tokenizer": {...}} for a model tokenizer (docs/formats/ingest-pack.md).
+    tokenizer_meta: dict[str, Any]
+    tokenizer_file: str = pack_format.SYMBOLS
     manifest_head: dict[str, Any] = field(default_factory=dict)
 
 
@@ -197,8 +201,8 @@ class PackBuilder:
             files: dict[str, dict[str, Any]] = {}
             if plan.grid:
                 self._project(header)
-            with open(os.path.join(self.tmp, pack_format.SYMBOLS), "wb") as fp:
-                fp.write(plan.map_raw)
+            with open(os.path.join(self.tmp, plan.tokenizer_file), "wb") as fp:
+                fp.write(plan.tokenizer_raw)
                 fp.flush()
                 os.fsync(fp.fileno())
         except BaseException:
@@ -207,7 +211,7 @@ class PackBuilder:
         atoms_digest = atoms_hash.result()
         for name in (
             pack_format.ATOMS,
-            pack_format.SYMBOLS,
+            plan.tokenizer_file,
             pack_format.DOC_INDEX,
             *((pack_format.SVGT,) if plan.grid else ()),
         ):
@@ -217,7 +221,7 @@ class PackBuilder:
         manifest: dict[str, Any] = {
             "version": pack_format.MANIFEST_VERSION,
             **plan.manifest_head,
-            "tokenizer": pack_format.SYMBOLS,
+            "tokenizer": plan.tokenizer_file,
             "atom_file": pack_format.ATOMS,
             "atom_size": header.atom_size,
             "dtype": header.dtype_name,
@@ -230,7 +234,7 @@ class PackBuilder:
             "token_count": header.token_count,
             "atom_count": header.atom_count,
             "documents": idx_header.doc_count,
-            "symbol_map": {"file": pack_format.SYMBOLS, "canonical_hash": plan.map_hash},
+            **plan.tokenizer_meta,
             "doc_index": pack_format.DOC_INDEX,
             "svgt": (
                 {"file": pack_format.SVGT, "grid": f"{plan.grid[0]}x{plan.grid[1]}"}

@@ -2,8 +2,9 @@
 
 The step (`ingest/step.py`) knows a tokenizer only through `IngestTokenizer`: text in, ids
 out, at the width the pack stores, plus what the planner needs to know to cut a plain text
-file (`cut_followers`). π implements it here (`PiIngest`); a new tokenizer is one more class
-with these four members (docs/architecture.md, "Adding a tokenizer").
+file (`cut_followers`). π implements it here (`PiIngest`), and so do the model tokenizers
+(`ModelIngest`, `--tokenizer`); a new tokenizer is one more class with these four members
+(docs/architecture.md, "Adding a tokenizer").
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from matrixctl.tokenizers import pi
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from matrixctl.tokenizer_files import ModelSource
+    from matrixctl.tokenizers.model.base import ModelTokenizer
 
 TEXT_BATCH = 4 << 20  # bytes of prepared text matched by one kernel call (`encode_texts`)
 
@@ -201,3 +205,77 @@ class PiRecipe:
                 tok = pi.Tokenizer(self.smap)
                 pi_cache.store(self.raw, self.smap, tok.trie)
         return PiIngest(tok, self.smap)
+
+
+class ModelIngest:
+    """A model's own tokenizer (`matrixctl.tokenizers.model`) behind the step's interface.
+
+    The text goes to the model's tokenizer as the input kind extracted it (docs/tokenizers.md,
+    "In ingest docs"): none of π's normalizations (NFKC, space marking, case folding) touch it;
+    the model's own normalizer is the only one. A document is encoded whole (a model's
+    pre-tokenizer and merges see all of it): its pieces are joined first, and plain text is
+    never cut into pieces (`cut_followers` is None)."""
+
+    def __init__(self, tok: ModelTokenizer) -> None:
+        import numpy as np
+
+        self.tok = tok
+        self._dtype = np.dtype("<u2" if tok.vocab_size <= 1 << 16 else "<u4")
+
+    @property
+    def dtype(self) -> Any:
+        return self._dtype
+
+    def encode_document(self, pieces: Iterator[str]) -> Iterator[np.ndarray]:
+        import numpy as np
+
+        text = "".join(pieces)
+        if text:
+            yield np.array(self.tok.encode_ordinary(text), dtype=self._dtype)
+
+    def encode_texts(
+        self, texts: Iterator[Text], eos_id: int | None
+    ) -> Iterator[tuple[np.ndarray, list[tuple[int, int]]]]:
+        """Each text encoded whole, about TEXT_BATCH bytes of text per batch. A text that gives
+        no ids (empty, or only what the model's normalizer drops) is an empty document: no
+        ids, no EOS."""
+        import numpy as np
+
+        encode = self.tok.encode_ordinary
+        tail = [] if eos_id is None else [eos_id]
+        ids: list[int] = []
+        docs: list[tuple[int, int]] = []
+        size = 0
+        for item, given in texts:
+            text = given if isinstance(given, str) else str(given, "utf-8")
+            got = encode(text) if text else []
+            if got:
+                ids += got
+                ids += tail
+            docs.append((item, len(got)))
+            size += len(text)
+            if size >= TEXT_BATCH:
+                yield np.array(ids, dtype=self._dtype), docs
+                ids, docs, size = [], [], 0
+        if docs:
+            yield np.array(ids, dtype=self._dtype), docs
+
+    def cut_followers(self) -> bytes | None:
+        return None
+
+
+class ModelRecipe:
+    """How to make a model tokenizer of a build wherever it runs: its `ModelSource` (the
+    metadata or tokenizer.json it is built from, picklable). `fingerprint` names the source's
+    SHA-256, so a staged Dask unit is reused only with the same tokenizer."""
+
+    def __init__(self, source: ModelSource, tok: ModelTokenizer | None = None) -> None:
+        self.source = source
+        self.tok = tok
+        self.fingerprint = f"model:{source.kind}:{source.sha256}"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"source": self.source, "tok": None, "fingerprint": self.fingerprint}
+
+    def build(self) -> ModelIngest:
+        return ModelIngest(self.tok if self.tok is not None else self.source.build())

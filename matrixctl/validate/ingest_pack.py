@@ -52,6 +52,15 @@ PACK_INDEX = codes.define(
 PACK_PADDING = codes.define(
     "PACK_PADDING", "The padding after the last document is not pad_id.", group=G
 )
+PACK_TOKENIZER = codes.define(
+    "PACK_TOKENIZER",
+    "The record of the model tokenizer that made the pack (model_tokenizer.json) is malformed "
+    "or disagrees with the manifest or the atoms.",
+    group=G,
+)
+MODEL_KINDS = ("gguf", "gguf-ingest", "tokenizer.json")
+MODEL_FAMILIES = ("bpe", "gemma4", "spm", "wpm", "ugm")
+_SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 
 FIELDS: dict[str, type | tuple[type, ...]] = {
     "version": int,
@@ -117,6 +126,11 @@ def describe(s: ManifestFolder) -> dict[str, Any]:
     }
     if isinstance(m.get("symbol_map"), dict):
         out["pack"]["map_hash"] = m["symbol_map"].get("canonical_hash")
+    model = m.get("model_tokenizer")
+    if isinstance(model, dict):
+        out["pack"]["tokenizer"] = {
+            k: model.get(k) for k in ("family", "pre_tokenizer", "kind", "path", "sha256")
+        }
     files = describe_files(m)
     if files is not None:
         out["files"] = files
@@ -220,7 +234,10 @@ def check_artifacts(s: ManifestFolder) -> Iterator[Finding]:
     m = s.manifest
     if m is None:
         return
+    model = isinstance(m.get("model_tokenizer"), dict)
     for name, _, path in s.members():
+        if model and name == m["tokenizer"]:
+            continue  # a model tokenizer's record: checked with the manifest (check_consistency)
         if regular(path):
             yield from member_findings(path, name)
 
@@ -275,9 +292,11 @@ def check_consistency(s: ManifestFolder) -> Iterator[Finding]:
                 f"the {pad.size} padding tokens are not all pad_id {m['pad_id']}",
                 field="padding",
             )
-        # Symbol map.
+        # The tokenizer: a model tokenizer's record, or the symbol map.
         mpath = s.file(m["tokenizer"])
-        if regular(mpath):
+        if "model_tokenizer" in m:
+            yield from _check_model_tokenizer(mpath, m, h)
+        elif regular(mpath):
             assert mpath is not None
             with open(mpath, "rb") as fp:
                 smap, _ = pi.check_map(fp.read(pi.MAX_MAP_BYTES + 1))
@@ -329,6 +348,63 @@ def check_consistency(s: ManifestFolder) -> Iterator[Finding]:
             yield from _check_index(s.file(m["doc_index"]), m, tokens)
         del tokens, pad
     yield from _check_sources(m)
+
+
+def _check_model_tokenizer(
+    path: str | None, m: dict[str, Any], h: matrix_atom.AtomHeader
+) -> Iterator[Finding]:
+    """A model tokenizer pack: the record in the manifest is whole and well-typed, the record
+    file holds the same, and the vocabulary, pad and end-of-document ids fit the atoms."""
+    import json
+
+    record = m["model_tokenizer"]
+    where = "model_tokenizer"
+    if not isinstance(record, dict):
+        yield finding(PACK_TOKENIZER, f"{where} is not an object", field=where)
+        return
+    problems = []
+    if record.get("kind") not in MODEL_KINDS:
+        problems.append(("kind", f"is {record.get('kind')!r}, not one of {', '.join(MODEL_KINDS)}"))
+    if record.get("family") not in MODEL_FAMILIES:
+        problems.append(("family", f"is {record.get('family')!r}, not a known family"))
+    if not (isinstance(record.get("sha256"), str) and _SHA256.fullmatch(record["sha256"])):
+        problems.append(("sha256", "is not sha256:<64 hex digits>"))
+    for key in ("path", "follows"):
+        if not isinstance(record.get(key), str):
+            problems.append((key, "is not a string"))
+    if record.get("pre_tokenizer") is not None and not isinstance(record["pre_tokenizer"], str):
+        problems.append(("pre_tokenizer", "is not a string or null"))
+    size = record.get("vocab_size")
+    if not isinstance(size, int) or isinstance(size, bool) or size != h.vocab_size:
+        problems.append(("vocab_size", f"is {size!r}, the atom header says {h.vocab_size}"))
+    for key in ("bos_id", "eos_id", "unk_id", "pad_id"):
+        v = record.get(key)
+        if v is not None and (
+            not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < h.vocab_size
+        ):
+            problems.append((key, f"is {v!r}, not an id of the vocabulary"))
+    for key, why in problems:
+        yield finding(PACK_TOKENIZER, f"{where}.{key} {why}", field=f"{where}.{key}")
+    if regular(path):
+        assert path is not None
+        try:
+            with open(path, "rb") as fp:
+                held = json.loads(fp.read(1 << 20))
+        except (OSError, ValueError) as exc:
+            yield finding(PACK_TOKENIZER, f"{m['tokenizer']} is not JSON: {exc}", field="tokenizer")
+            return
+        if held != record:
+            yield finding(
+                PACK_TOKENIZER,
+                f"{m['tokenizer']} differs from the manifest's model_tokenizer",
+                field="tokenizer",
+            )
+    for key in ("pad_id", "eos_id"):
+        v = m.get(key)
+        if v is not None and not 0 <= v < h.vocab_size:
+            yield finding(
+                PACK_MISMATCH, f"{key} {v} is outside the vocabulary [0, {h.vocab_size})", field=key
+            )
 
 
 def _check_projection(
