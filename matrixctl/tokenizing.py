@@ -453,8 +453,10 @@ def model_encode_file(
             offset=MODEL_INPUT_MAX,
         )
     text = _utf8(data, name, TOKENIZER_TEXT)
-    dtype = "<u2" if tok.vocab_size <= 1 << 16 else "<u4"
-    ids = np.asarray(tok.encode(text, add_special=add_special), dtype=dtype)
+    dtype = "uint16" if tok.vocab_size <= 1 << 16 else "uint32"
+    ids = np.asarray(
+        tok.encode(text, add_special=add_special), dtype=np.dtype(dtype).newbyteorder("<")
+    )
     with _output(output, form) as out:
         sink: _IdSink
         if form == "stream":
@@ -473,7 +475,7 @@ def model_encode_file(
         "bytes": len(data),
         "tokens": int(ids.size),
         "documents": 1,
-        "dtype": np.dtype(dtype).name,
+        "dtype": dtype,
         "vocab_size": tok.vocab_size,
         "tokenizer": source.record(tok),
         "add_special": add_special,
