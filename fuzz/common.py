@@ -258,21 +258,23 @@ def columnar_target(kind: str) -> Callable[[bytes], None]:
 
 
 def _model_tokenizer(family: str, name: str) -> Any:
-    from matrixctl.tokenizers.model import spm, ugm, wpm
+    from matrixctl.tokenizer_files import load_model_tokenizer
     from tests.helpers.llama_vocab import vocab_path
-    from tests.tokenizers.model._kv import gguf_kv
 
-    cls = {"spm": spm.SentencePiece, "wpm": wpm.WordPiece, "ugm": ugm.Unigram}[family]
-    return cls.from_gguf_kv(gguf_kv(vocab_path(name)))
+    tok, _ = load_model_tokenizer(vocab_path(name))
+    if tok.family != family:
+        raise SystemExit(f"{name} is a {tok.family} vocabulary, not {family}")
+    return tok
 
 
 def model_tokenizer_target(family: str, name: str) -> Callable[[bytes], None]:
-    """A model tokenizer (spm, wpm, ugm) on one of llama.cpp's test vocabularies
+    """A model tokenizer (bpe, spm, wpm, ugm) on one of llama.cpp's test vocabularies
     (MATRIXCTL_LLAMA_VOCAB, fetched by `make`), fed the input as text (UTF-8 with
     replacement, and Latin-1 so every byte value is a code point). The oracle: no exception
-    at all, every id in the vocabulary, decoding never raises, and for SentencePiece
-    decode(encode(text)) == text where docs/tokenizers.md says it round-trips (no U+2581 and
-    no control token's text in it)."""
+    at all, every id in the vocabulary, decoding never raises, and decode(encode(text)) ==
+    text where docs/tokenizers.md says it round-trips: always for byte-level BPE over a
+    vocabulary with all 256 bytes; for SentencePiece, text with no U+2581 and no control
+    token's text in it."""
     tok = _model_tokenizer(family, name)
     controls: list[str] = []
     if family == "spm":
@@ -285,6 +287,8 @@ def model_tokenizer_target(family: str, name: str) -> Callable[[bytes], None]:
             if not all(0 <= i < tok.vocab_size for i in ids):
                 raise AssertionError(f"id out of range for {text!r}")
             out = tok.decode_bytes(ids)
+            if family == "bpe" and out != text.encode("utf-8", "surrogatepass"):
+                raise AssertionError(f"no round trip: {text!r} -> {out!r}")
             if (
                 family == "spm"
                 and "\u2581" not in text
