@@ -106,15 +106,16 @@ def sniff_model_source(path: str) -> str | None:
         return None
     try:
         with open(path, "rb") as fp:
-            head = fp.read(4096)
+            head = fp.read(64)
     except OSError:
         return None
-    if head.startswith(b"GGUF"):
+    from matrixctl.formats import hf_tokenizer
+    from matrixctl.formats.gguf_constants import MAGIC
+    from matrixctl.formats.registry import SNIFF_BYTES
+
+    if head.startswith(MAGIC):
         return "gguf"
-    text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
-    if os.path.basename(path) == HF_TOKENIZER or (
-        text.startswith(b"{") and b'"model"' in head and b'"added_tokens"' in head
-    ):
+    if os.path.basename(path) == HF_TOKENIZER or hf_tokenizer.sniff(head[:SNIFF_BYTES], 0):
         return "tokenizer.json"
     return None
 

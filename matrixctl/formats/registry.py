@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from matrixctl import codes
 from matrixctl.errors import InputError
-from matrixctl.formats import ingest_pack, pi_symbol_map
+from matrixctl.formats import hf_tokenizer, ingest_pack, pi_symbol_map
 from matrixctl.records import FrozenRecord
 
 if TYPE_CHECKING:
@@ -225,6 +225,13 @@ FORMATS: list[Format] = [
         "matrixctl.validate.stb_sidecar",
         sniff=_sniff_stb_sidecar,
         doc="stb",
+    ),
+    Format(
+        "hf-tokenizer",
+        "Hugging Face tokenizer.json",
+        "matrixctl.validate.hf_tokenizer",
+        sniff=hf_tokenizer.sniff,
+        extensions=(".json",),
     ),
     Format(
         "hf-model-dir",

@@ -155,6 +155,30 @@ def tokenizer_summary(s: GgufSubject) -> dict[str, Any]:
         kv = gf.kvs.get(TOKENIZER_PREFIX + key)
         if kv is not None and kv.vtype in gguf.INTEGER_TYPES:
             out[short] = kv.value
+            if (
+                isinstance(tokens, gguf.GgufArray)
+                and tokens.item_type == gguf.STRING
+                and 0 <= kv.value < tokens.count
+            ):
+                text = tokens.string(s.buf, kv.value).decode("utf-8", "backslashreplace")
+                out[short.removesuffix("_id") + "_token"] = gguf.neutral(text, 40)
+    for key in ("add_bos_token", "add_eos_token", "add_space_prefix"):
+        kv = gf.kvs.get(TOKENIZER_PREFIX + key)
+        if kv is not None and kv.vtype == gguf.BOOL:
+            out[key.removesuffix("_token")] = bool(kv.value)
+    types = gf.get(TOKEN_TYPE)
+    if isinstance(types, gguf.GgufArray) and types.item_type in gguf.INTEGER_TYPES:
+        values = types.values(s.buf)  # no numpy: inspect of a GGUF starts fast
+        for code, label in ((3, "control"), (4, "user_defined"), (6, "byte")):
+            out[f"{label}_tokens"] = values.count(code)
+    if model is not None:
+        from matrixctl.tokenizers.model.load import family_of
+
+        family, why = family_of(model, pre)
+        out["family"] = family
+        out["exact"] = why is None
+        if why is not None:
+            out["not_exact"] = gguf.neutral(why, 160)
     return out
 
 

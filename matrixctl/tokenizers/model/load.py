@@ -18,6 +18,24 @@ from matrixctl.tokenizers.model.base import (
     kv_get,
 )
 
+# tokenizer.ggml.model -> the family that implements it exactly.
+GGUF_FAMILIES = {"gpt2": "bpe", "gemma4": "gemma4", "llama": "spm", "bert": "wpm", "t5": "ugm"}
+
+
+def family_of(model: str | None, pre: str | None) -> tuple[str | None, str | None]:
+    """(family, None) when matrixctl tokenizes a GGUF of this `tokenizer.ggml.model` and
+    `tokenizer.ggml.pre` exactly, else (family or None, why not), without building anything
+    (what `inspect` shows; building may still find bad vocabulary data)."""
+    family = GGUF_FAMILIES.get(model or "")
+    if family is None:
+        return None, f"tokenizer.ggml.model {model!r} is not a family matrixctl implements"
+    if family == "bpe":
+        from matrixctl.tokenizers.model.bpe import LLAMA_PRE
+
+        if pre not in LLAMA_PRE:
+            return family, f"pre-tokenizer {pre!r} is not one matrixctl implements exactly"
+    return family, None
+
 
 def from_gguf_kv(kv: Mapping[str, Any]) -> ModelTokenizer:
     """The tokenizer of a GGUF's metadata (its key-value pairs as plain Python values)."""
