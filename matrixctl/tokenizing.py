@@ -427,8 +427,11 @@ def model_encode_file(
     form: str = "stream",
     json_ids: BinaryIO | None = None,
     add_special: bool = False,
+    jobs: int = 1,
 ) -> dict[str, Any]:
     """UTF-8 text into the model's token ids, as one document (`encode_file`'s forms).
+    `jobs` > 1 encodes parts of a large text in that many processes where the tokenizer's
+    pre-tokenizer allows it (`tokenizers/model/jobs.py`): the same ids.
 
     A model tokenizer encodes a text whole (its pre-tokenizer and merges see all of it), so
     the input is read into memory first, up to MODEL_INPUT_MAX bytes; the output is written
@@ -454,9 +457,15 @@ def model_encode_file(
         )
     text = _utf8(data, name, TOKENIZER_TEXT)
     dtype = "uint16" if tok.vocab_size <= 1 << 16 else "uint32"
-    ids = np.asarray(
-        tok.encode(text, add_special=add_special), dtype=np.dtype(dtype).newbyteorder("<")
-    )
+    from matrixctl.tokenizers.model.jobs import encode_parallel
+
+    found = encode_parallel(tok, text, jobs)
+    if add_special:
+        if tok.add_bos and tok.bos_id is not None:
+            found.insert(0, tok.bos_id)
+        if tok.add_eos and tok.eos_id is not None:
+            found.append(tok.eos_id)
+    ids = np.asarray(found, dtype=np.dtype(dtype).newbyteorder("<"))
     with _output(output, form) as out:
         sink: _IdSink
         if form == "stream":

@@ -67,6 +67,18 @@ def encode(
         str | None,
         typer.Option("--label", help="Label of the document frame. Default: the input path."),
     ] = None,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            max=64,
+            help="Worker processes for a large input, where the tokenizer's pre-tokenizer "
+            "allows cutting it (byte-level BPE gpt-2/llama-bpe, WordPiece); the ids do not "
+            "change.",
+        ),
+    ] = 1,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
     spool_limit: SpoolLimitOption = None,
@@ -99,6 +111,7 @@ def encode(
                 form="json",
                 json_ids=spool,
                 add_special=add_special,
+                jobs=jobs,
             )
             emit_json(summary, last_array=("ids", spool))
         return
@@ -109,6 +122,7 @@ def encode(
         label=label,
         form="text" if ids else "stream",
         add_special=add_special,
+        jobs=jobs,
     )
     if json_out:
         emit_json(summary)

@@ -165,3 +165,21 @@ def test_help_does_not_load_tokenizers() -> None:
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_jobs_give_the_same_stream(tmp_path: Path) -> None:
+    model = str(vocab_path("gpt-2"))
+    src = tmp_path / "big.txt"
+    src.write_text(
+        "".join(
+            f"Paragraph {i}: some words, numbers {i * 13} and 'quotes'.\nNext\n"
+            for i in range(40_000)
+        ),
+        encoding="utf-8",
+    )
+    assert src.stat().st_size > 2 << 20  # more than two parts of tokenizers/model/jobs.py
+    one, two = tmp_path / "one.mxt", tmp_path / "two.mxt"
+    assert run_cli("tokenize", "model", "encode", str(src), "-m", model, "-o", str(one)).code == 0
+    run = run_cli("tokenize", "model", "encode", str(src), "-m", model, "-o", str(two), "-j", "2")
+    assert run.code == 0, run.stderr
+    assert two.read_bytes() == one.read_bytes()
