@@ -3,12 +3,20 @@ text and token streams, giving exactly the ids the model uses (docs/tokenizers.m
 
 from __future__ import annotations
 
-from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from matrixctl.cli.common import JsonOption, QuietOption, SpoolLimitOption, emit_json, note
+from matrixctl.cli.common import JsonOption, QuietOption, SpoolLimitOption
+from matrixctl.cli.tokenize_options import (
+    DecodeErrors,
+    IdsFlag,
+    LabelOption,
+    StreamOutput,
+    TextInput,
+    TextOutput,
+    TokenInput,
+)
 
 app = typer.Typer(
     help="A model's own tokenizer (from its GGUF or tokenizer.json): text to the model's ids "
@@ -28,34 +36,12 @@ ModelOption = Annotated[
 ]
 
 
-class DecodeErrors(StrEnum):
-    STRICT = "strict"
-    REPLACE = "replace"
-
-
 @app.command("encode")
 def encode(
-    input_path: Annotated[
-        str,
-        typer.Argument(metavar="[INPUT|-]", help="UTF-8 text; - or nothing reads stdin."),
-    ] = "-",
+    input_path: TextInput = "-",
     model: ModelOption = ...,  # type: ignore[assignment]
-    output: Annotated[
-        str,
-        typer.Option(
-            "-o",
-            "--output",
-            help="Output; - is stdout (a binary token stream is refused on a terminal).",
-        ),
-    ] = "-",
-    ids: Annotated[
-        bool,
-        typer.Option(
-            "--ids",
-            help="Write the ids as text instead of a token stream: decimal, space-separated, "
-            "one line (the whole input is one document); `decode` and `pack atoms` read it.",
-        ),
-    ] = False,
+    output: StreamOutput = "-",
+    ids: IdsFlag = False,
     add_special: Annotated[
         bool,
         typer.Option(
@@ -63,10 +49,7 @@ def encode(
             help="Add the BOS/EOS tokens the model's metadata asks for (default: none).",
         ),
     ] = False,
-    label: Annotated[
-        str | None,
-        typer.Option("--label", help="Label of the document frame. Default: the input path."),
-    ] = None,
+    label: LabelOption = None,
     jobs: Annotated[
         int,
         typer.Option(
@@ -94,58 +77,42 @@ def encode(
     that document too, as its last field `ids`. The whole input is one document, encoded in
     memory.
     """
-    import tempfile
-
     from matrixctl.cli import common
-    from matrixctl.io import STDIO
+    from matrixctl.cli.pi_encode import report_encoding
     from matrixctl.tokenizing import model_encode_file
 
     common.tune_for_input(input_path)
-    if json_out and output == STDIO:
-        with tempfile.TemporaryFile(prefix="matrixctl-ids-") as spool:
-            summary = model_encode_file(
-                input_path,
-                output,
-                model=model,
-                label=label,
-                form="json",
-                json_ids=spool,
-                add_special=add_special,
-                jobs=jobs,
-            )
-            emit_json(summary, last_array=("ids", spool))
-        return
-    summary = model_encode_file(
-        input_path,
-        output,
-        model=model,
-        label=label,
-        form="text" if ids else "stream",
-        add_special=add_special,
-        jobs=jobs,
-    )
-    if json_out:
-        emit_json(summary)
-    else:
+
+    def detail(summary: dict[str, Any]) -> str:
         t = summary["tokenizer"]
-        note(
-            f"encoded {summary['bytes']:,} bytes into {summary['tokens']:,} tokens "
-            f"({summary['dtype']}, {t['family']}/{t['pre_tokenizer']}, "
-            f"vocab_size {summary['vocab_size']:,})"
+        return (
+            f"{summary['dtype']}, {t['family']}/{t['pre_tokenizer']}, "
+            f"vocab_size {summary['vocab_size']:,}"
         )
+
+    report_encoding(
+        lambda form, json_ids: model_encode_file(
+            input_path,
+            output,
+            model=model,
+            label=label,
+            form=form,
+            json_ids=json_ids,
+            add_special=add_special,
+            jobs=jobs,
+        ),
+        output=output,
+        ids=ids,
+        json_out=json_out,
+        detail=detail,
+    )
 
 
 @app.command("decode")
 def decode(
-    input_path: Annotated[
-        str,
-        typer.Argument(
-            metavar="[INPUT|-]",
-            help="A token stream, or whitespace-separated decimal ids; - or nothing reads stdin.",
-        ),
-    ] = "-",
+    input_path: TokenInput = "-",
     model: ModelOption = ...,  # type: ignore[assignment]
-    output: Annotated[str, typer.Option("-o", "--output", help="Text output; - is stdout.")] = "-",
+    output: TextOutput = "-",
     errors: Annotated[
         DecodeErrors,
         typer.Option(

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated
 
 import typer
 
 from matrixctl.cli.common import JsonOption, QuietOption, SpoolLimitOption
+from matrixctl.cli.tokenize_options import (
+    DecodeErrors,
+    IdsFlag,
+    LabelOption,
+    StreamOutput,
+    TextInput,
+    TextOutput,
+    TokenInput,
+)
 
 app = typer.Typer(
     help="The π symbol-map tokenizer: text to a token stream (encode) and back (decode).",
@@ -25,39 +33,13 @@ SymbolsOption = Annotated[
 ]
 
 
-class DecodeErrors(StrEnum):
-    STRICT = "strict"
-    REPLACE = "replace"
-
-
 @app.command("encode")
 def encode(
-    input_path: Annotated[
-        str,
-        typer.Argument(metavar="[INPUT|-]", help="UTF-8 text; - or nothing reads stdin."),
-    ] = "-",
+    input_path: TextInput = "-",
     symbols: SymbolsOption = None,
-    output: Annotated[
-        str,
-        typer.Option(
-            "-o",
-            "--output",
-            help="Output; - is stdout (a binary token stream is refused on a terminal).",
-        ),
-    ] = "-",
-    ids: Annotated[
-        bool,
-        typer.Option(
-            "--ids",
-            help="Write the ids as text instead of a token stream: decimal, space-separated, "
-            "one line per document (the whole input is one document); `decode` and `pack "
-            "atoms` read it back.",
-        ),
-    ] = False,
-    label: Annotated[
-        str | None,
-        typer.Option("--label", help="Label of the document frame. Default: the input path."),
-    ] = None,
+    output: StreamOutput = "-",
+    ids: IdsFlag = False,
+    label: LabelOption = None,
     jobs: Annotated[
         int,
         typer.Option(
@@ -101,15 +83,9 @@ def encode(
 
 @app.command("decode")
 def decode(
-    input_path: Annotated[
-        str,
-        typer.Argument(
-            metavar="[INPUT|-]",
-            help="A token stream, or whitespace-separated decimal ids; - or nothing reads stdin.",
-        ),
-    ] = "-",
+    input_path: TokenInput = "-",
     symbols: SymbolsOption = None,
-    output: Annotated[str, typer.Option("-o", "--output", help="Text output; - is stdout.")] = "-",
+    output: TextOutput = "-",
     errors: Annotated[
         DecodeErrors,
         typer.Option(
