@@ -396,14 +396,19 @@ def split_parquet(sf: SourceFile, size: int, defer: bool = False) -> Iterator[Pi
 
 
 def split_file(
-    sf: SourceFile, opts: Options, cutting: Cutting, followers: bytes | None
+    sf: SourceFile,
+    opts: Options,
+    cutting: Cutting,
+    cut_followers: Callable[[], bytes | None] | None,
 ) -> Iterator[Piece | None]:
     """Cut one source into pieces if its kind can be cut: yields None (and nothing else) when
     it cannot, so the caller hands it out whole. Runs in the process that plans, reading the
     stream once, in order: it hashes the stored bytes as it cuts. A file as stored (not
     compressed, not stdin) is cut into byte ranges the worker reads itself, or with
     `keep_stored` pieces that carry their bytes; a stream's pieces always carry theirs.
-    `followers`: where the tokenizer lets plain text be cut (None: never)."""
+    `cut_followers`: where the tokenizer lets plain text be cut (`IngestTokenizer.
+    cut_followers`, asked only when a plain text file could be cut: it may walk the whole
+    vocabulary); None: never."""
     try:
         opened = open_raw(sf)
     except OSError as exc:
@@ -417,7 +422,10 @@ def split_file(
             if how == "row-groups" and stored:
                 yield from split_parquet(sf, cutting.piece(), cutting.defer_hash)
                 return
-            if how == "text" and (followers is None or not stored):
+            followers = None
+            if how == "text" and stored and cut_followers is not None:
+                followers = cut_followers()
+            if how == "text" and followers is None:
                 how = None
             if how not in ("lines", "text"):
                 yield None

@@ -721,7 +721,7 @@ def test_a_large_text_file_is_cut_into_pieces_with_the_same_bytes(tmp_path: Path
     assert path.stat().st_size > 2 << 20
     data = path.read_bytes()
     smap = pi.load_symbol_map(pi.default_map_path())[0]
-    followers = PiIngest(pi.Tokenizer(smap), smap).cut_followers()
+    followers = PiIngest(pi.Tokenizer(smap), smap).cut_followers
     sf = SourceFile(0, str(path), "book.txt", len(data), True)
     pieces = list(units.split_file(sf, kinds_base.Options(), units.Cutting(), followers))
     assert len(pieces) > 20 and all(p is not None and p.kind == "text" for p in pieces)

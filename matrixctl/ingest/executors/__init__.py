@@ -53,7 +53,7 @@ class Executor(Protocol):
 def plan(files: list[SourceFile], step: Step, jobs: int, cutting: units.Cutting) -> Iterator[Any]:
     """The work units of `files` for an executor of `jobs` workers cutting as `cutting` says."""
     assert step.tok is not None
-    followers = None if step.opts.encoding_errors == "skip-file" else step.tok.cut_followers()
+    followers = None if step.opts.encoding_errors == "skip-file" else step.tok.cut_followers
     return units.plan(
         files,
         jobs,
