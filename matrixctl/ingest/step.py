@@ -371,15 +371,7 @@ def _tokenize(
     try:
         texts, docs = _read(sf, kind, stream, step, counters, piece)
         if texts is not None:
-            for ids, batch in tok.encode_texts(texts, eos_id):
-                acc.add(ids)
-                for item, n in batch:
-                    if n == 0:
-                        result.empty_documents += 1
-                        continue
-                    acc.record(n + extra, item)
-                    result.documents += 1
-                    result.tokens += n + extra
+            take_batches(tok.encode_texts(texts, eos_id), acc, result, extra)
         if piece is not None and kind.cut == "text":
             # A piece of one document: its tokens only. The writer counts the document, adds
             # its end-of-document token and its index record after the last piece.
@@ -408,6 +400,25 @@ def _tokenize(
     acc.close(result)
     result.skipped_records = counters.skipped_records
     result.lines = counters.lines
+
+
+def take_batches(
+    batches: Iterator[tuple[np.ndarray, list[tuple[int, int]]]],
+    acc: UnitTokens,
+    result: FileResult,
+    extra: int,
+) -> None:
+    """`IngestTokenizer.encode_texts`' batches into `acc` and `result`: each batch's ids, a
+    record per non-empty document (its ids plus `extra`, the EOS), empty ones counted."""
+    for ids, batch in batches:
+        acc.add(ids)
+        for item, n in batch:
+            if n == 0:
+                result.empty_documents += 1
+                continue
+            acc.record(n + extra, item)
+            result.documents += 1
+            result.tokens += n + extra
 
 
 # One piece of a file ---------------------------------------------------------------------------

@@ -326,16 +326,8 @@ def per_document(tok: pi.Tokenizer, texts: list[str], eos_id: int | None) -> tup
 def batched(tok: pi.Tokenizer, texts: list[Any], eos_id: int | None) -> tuple[Any, ...]:
     acc = step.UnitTokens("", "new", "<u4", step.TokenSink())
     result = step.FileResult(None, "jsonl")  # type: ignore[arg-type]
-    extra = 0 if eos_id is None else 1
-    for ids, docs in PiIngest(tok, tok.map).encode_texts(iter(enumerate(texts)), eos_id):
-        acc.add(ids)
-        for item, n in docs:
-            if n == 0:
-                result.empty_documents += 1
-                continue
-            acc.record(n + extra, item)
-            result.documents += 1
-            result.tokens += n + extra
+    batches = PiIngest(tok, tok.map).encode_texts(iter(enumerate(texts)), eos_id)
+    step.take_batches(batches, acc, result, 0 if eos_id is None else 1)
     acc.close(result)
     ids = [] if result.ids is None else result.ids.tolist()
     return ids, result.records, result.documents, result.tokens, result.empty_documents
