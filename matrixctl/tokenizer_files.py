@@ -48,21 +48,31 @@ GGUF_SYMBOLS = "pi_symbol_map.json"
 GENERAL_KEYS = ("general.architecture", "general.name")
 
 
-@dataclass(frozen=True)
+@dataclass
 class ModelSource:
     """Where a model tokenizer comes from and the data it is built from.
 
     - `path`: the path as given; `kind`: "gguf", "gguf-ingest" or "tokenizer.json";
     - `sha256` (`sha256:<hex>`) and `size`: of the GGUF or tokenizer.json read (for an
-      `ingest gguf` folder, of the GGUF it was made from, as its manifest records);
+      `ingest gguf` folder, of the GGUF it was made from, as its manifest records). A GGUF's
+      digest is computed on first use (a whole model is gigabytes: a one-line encode does not
+      wait for it), from the file, which must still have the size and modification time it
+      had when its metadata was read (IO_CHANGED otherwise);
     - `data`: the GGUF metadata as plain values, or the parsed tokenizer.json.
     """
 
     path: str
     kind: str
-    sha256: str
+    digest: str | None
     size: int
     data: Any
+    stat: tuple[int, int] | None = None  # the GGUF's (size, mtime_ns) when read
+
+    @property
+    def sha256(self) -> str:
+        if self.digest is None:
+            self.digest = _file_digest(self.path, self.stat)
+        return self.digest
 
     def build(self) -> ModelTokenizer:
         """The tokenizer (TOKENIZER_UNSUPPORTED names a family or pre-tokenizer matrixctl does
@@ -184,10 +194,13 @@ def _from_gguf(path: str) -> ModelSource:
     from matrixctl.formats import gguf as gguf_format
     from matrixctl.io import Source
 
+    try:
+        st = os.stat(path)  # before the read: the digest, made later, must be of these bytes
+    except OSError as exc:
+        raise from_os_error(exc, path) from None
     with Source.open(path) as src:
         gf = gguf_format.parse(src.buf, src.size)
         kv = gguf_tokenizer_kv(gf, src.buf)
-        digest = "sha256:" + hashlib.sha256(src.buf).hexdigest()
         size = src.size
     if "tokenizer.ggml.model" not in kv:
         raise FormatError(
@@ -196,7 +209,28 @@ def _from_gguf(path: str) -> ModelSource:
             path=path,
             field="tokenizer.ggml.model",
         )
-    return ModelSource(path, "gguf", digest, size, kv)
+    return ModelSource(path, "gguf", None, size, kv, (st.st_size, st.st_mtime_ns))
+
+
+def _file_digest(path: str, stat: tuple[int, int] | None) -> str:
+    from matrixctl.io import IO_CHANGED, sha256_file
+
+    def same() -> bool:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        return stat is None or (st.st_size, st.st_mtime_ns) == stat
+
+    if not same():
+        raise InputError(IO_CHANGED, "changed since its tokenizer was read", path=path)
+    try:
+        digest = sha256_file(path)
+    except OSError as exc:
+        raise from_os_error(exc, path) from None
+    if not same():
+        raise InputError(IO_CHANGED, "changed while it was hashed", path=path)
+    return digest
 
 
 def _read(path: str, limit: int) -> bytes:

@@ -428,10 +428,13 @@ def model_encode_file(
     json_ids: BinaryIO | None = None,
     add_special: bool = False,
     jobs: int = 1,
+    record: bool = True,
 ) -> dict[str, Any]:
     """UTF-8 text into the model's token ids, as one document (`encode_file`'s forms).
     `jobs` > 1 encodes parts of a large text in that many processes where the tokenizer's
-    pre-tokenizer allows it (`tokenizers/model/jobs.py`): the same ids.
+    pre-tokenizer allows it (`tokenizers/model/jobs.py`): the same ids. `record`: the summary
+    holds the tokenizer's record (its source's SHA-256: a whole model GGUF is read for it);
+    without, only its family and pre-tokenizer.
 
     A model tokenizer encodes a text whole (its pre-tokenizer and merges see all of it), so
     the input is read into memory first, up to MODEL_INPUT_MAX bytes; the output is written
@@ -486,7 +489,9 @@ def model_encode_file(
         "documents": 1,
         "dtype": dtype,
         "vocab_size": tok.vocab_size,
-        "tokenizer": source.record(tok),
+        "tokenizer": (
+            source.record(tok) if record else {"family": tok.family, "pre_tokenizer": tok.pre}
+        ),
         "add_special": add_special,
     }
     if crc is not None:

@@ -100,6 +100,7 @@ def encode(
             json_ids=json_ids,
             add_special=add_special,
             jobs=jobs,
+            record=json_out,
         ),
         output=output,
         ids=ids,

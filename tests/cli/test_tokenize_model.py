@@ -183,3 +183,23 @@ def test_jobs_give_the_same_stream(tmp_path: Path) -> None:
     run = run_cli("tokenize", "model", "encode", str(src), "-m", model, "-o", str(two), "-j", "2")
     assert run.code == 0, run.stderr
     assert two.read_bytes() == one.read_bytes()
+
+
+def test_a_gguf_changed_before_it_is_hashed_is_refused(tmp_path: Path) -> None:
+    """A GGUF's digest is made on first use; the file must still be the one whose metadata
+    was read (a record must never pair one file's tokenizer with another's SHA-256)."""
+    from matrixctl.errors import InputError
+    from matrixctl.tokenizer_files import open_model_source
+
+    copy = tmp_path / "v.gguf"
+    copy.write_bytes(vocab_path("gpt-2").read_bytes())
+    source = open_model_source(copy)
+    with copy.open("ab") as fp:
+        fp.write(b"\0" * 32)
+    with pytest.raises(InputError) as err:
+        _ = source.sha256
+    assert err.value.code == "IO_CHANGED"
+    import hashlib
+
+    fresh = open_model_source(copy)
+    assert fresh.sha256 == "sha256:" + hashlib.sha256(copy.read_bytes()).hexdigest()
