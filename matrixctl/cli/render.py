@@ -179,6 +179,8 @@ def render_verify(reports: list[FileReport], strict: bool) -> None:
             bits.append(f"{errors} error{'s' * (errors != 1)}")
         if warnings:
             bits.append(f"{warnings} warning{'s' * (warnings != 1)}")
+        if report.verdict() == "unsupported":
+            bits.append("intact, not convertible")
         line.append("  " + ", ".join(bits), style="dim")
         con.print(line)
         if report.findings:

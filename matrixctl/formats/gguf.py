@@ -1018,6 +1018,19 @@ class GgufSource(TensorSource):
     def metadata(self) -> dict[str, Any]:
         return {kv.name: metadata_value(self.gf, self.src.buf, kv) for kv in self.gf.kvs.values()}
 
+    def dequantized(self, names: list[str]) -> list[tuple[str, str, int]]:
+        """(name, ggml type, stored bytes) of the tensors among `names` that stream
+        dequantized to f32 (none under `keep_quantized`): what a conversion reports as lossy
+        in size and type (the values are the blocks' exact decoding)."""
+        if self.keep:
+            return []
+        out = []
+        for name in names:
+            t = self._by_name.get(name)
+            if t is not None and t.gtype is not None and t.gtype.quantized:
+                out.append((name, t.gtype.name, t.nbytes or 0))
+        return out
+
     def stream(self, info: TensorInfo, role: str = "data") -> Iterator[Any]:
         t = self._by_name[info.name]
         assert t.gtype is not None and t.nbytes is not None

@@ -49,7 +49,7 @@ def _sniff_safetensors(head: bytes, size: int) -> bool:
 
 
 def _sniff_npz(head: bytes, size: int) -> bool:
-    if not head.startswith(b"PK\x03\x04"):  # a ZIP's first local header
+    if not head.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # a member, or an empty ZIP
         return False
     from matrixctl.formats.npy import sniff_npz
 
@@ -287,8 +287,19 @@ _MAGICS = _magic_tables()
 _SNIFFED = [(i, f) for i, f in enumerate(FORMATS) if f.directory is None and f.magic is None]
 
 
+# The one place a name tells the format: bytes no format claims, in a file whose name ends so,
+# are reported as that format's damage (its reader names what is wrong: the header size, the
+# JSON), not as unknown bytes. safetensors has no magic: its header is all there is to sniff,
+# so a file whose header is broken (not JSON, an array) would otherwise be "unknown".
+NAMED_FALLBACK = {".safetensors": "safetensors"}
+
+
 def sniff(src: Source) -> str | None:
-    return sniff_bytes(src.head(SNIFF_BYTES), src.size)
+    got = sniff_bytes(src.head(SNIFF_BYTES), src.size)
+    if got is None and src.size:
+        ext = os.path.splitext(src.path)[1].lower()
+        got = NAMED_FALLBACK.get(ext)
+    return got
 
 
 def sniff_dir(path: str) -> Format | None:

@@ -49,7 +49,7 @@ def describe(s: StSubject) -> dict[str, Any]:
     if f.metadata:
         out["metadata"] = dict(f.metadata)
     out["tensors"] = [
-        tensor_row(t.name, t.dtype, t.shape, t.offset, t.nbytes, {"st_dtype": t.st_dtype})
+        tensor_row(t.name, t.dtype or None, t.shape, t.offset, t.nbytes, {"st_dtype": t.st_dtype})
         for t in f.tensors
     ]
     return out
@@ -58,6 +58,21 @@ def describe(s: StSubject) -> dict[str, Any]:
 @rule(FMT, "header schema and dtypes")
 def check_schema(s: StSubject) -> Iterator[Finding]:
     yield from findings_of(s.st.problems)
+
+
+@rule(FMT, "dtypes are tensor dtypes", header=True)
+def check_tensor_dtypes(s: StSubject) -> Iterator[Finding]:
+    foreign = [t for t in s.st.tensors if not t.dtype]
+    if foreign:
+        names = ", ".join(f"{t.name} ({t.st_dtype})" for t in foreign[:4])
+        more = f" and {len(foreign) - 4} more" if len(foreign) > 4 else ""
+        yield finding(
+            st_container.ST_NOT_TENSOR,
+            f"intact, but {names}{more}: a dtype matrixctl has no type for; convert does not "
+            "take it",
+            offset=st_container.PREFIX,
+            field=f"{foreign[0].field}/dtype",
+        )
 
 
 @rule(FMT, "file size", cause=True)
@@ -96,7 +111,14 @@ def check_ranges(s: StSubject) -> Iterator[Finding]:
                 field=f"{t.field}/data_offsets",
             )
             continue
-        if t.nbytes != t.expected:
+        if t.expected < 0:
+            yield finding(
+                st_container.ST_LENGTH,
+                f"{t.name}: shape {list(t.shape)} of {t.st_dtype} does not end on a byte boundary",
+                offset=t.offset,
+                field=f"{t.field}/shape",
+            )
+        elif t.nbytes != t.expected:
             yield finding(
                 st_container.ST_LENGTH,
                 f"{t.name}: {t.nbytes:,} bytes, but shape {list(t.shape)} of {t.st_dtype} needs "

@@ -140,7 +140,8 @@ def test_package_files_verify_and_read(tmp_path: Path) -> None:
 def test_safetensors_rules(tmp_path: Path, header: dict, data: bytes, code: str) -> None:
     report = report_of(tmp_path, st_file(header, data), "h.safetensors")
     assert code in codes_of(report), report.findings
-    assert not report.ok()
+    # A BOOL byte above 1 is deliberate strictness (the package reads it): a warning.
+    assert not report.ok(strict=code == st_container.ST_BOOL)
 
 
 def test_safetensors_hostile_headers(tmp_path: Path) -> None:
