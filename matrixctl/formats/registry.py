@@ -41,8 +41,10 @@ UNKNOWN_FOLDER = codes.define(
 
 
 def _sniff_safetensors(head: bytes, size: int) -> bool:
-    if head[8:9] != b"{":  # a u64 header size, then the JSON header
+    if head[8:9] not in (b"{", b" ", b"\n", b"\r", b"\t"):  # a u64 size, then the JSON header
         return False
+    if any(head[:n] in by_magic for n, by_magic in _MAGICS):
+        return False  # another format's magic (a .npy, a GGUF): its bytes say what it is
     from matrixctl.formats.st_container import sniff
 
     return sniff(head, size)
@@ -289,9 +291,10 @@ _SNIFFED = [(i, f) for i, f in enumerate(FORMATS) if f.directory is None and f.m
 
 # The one place a name tells the format: bytes no format claims, in a file whose name ends so,
 # are reported as that format's damage (its reader names what is wrong: the header size, the
-# JSON), not as unknown bytes. safetensors has no magic: its header is all there is to sniff,
-# so a file whose header is broken (not JSON, an array) would otherwise be "unknown".
-NAMED_FALLBACK = {".safetensors": "safetensors"}
+# JSON, the magic), not as unknown bytes. safetensors has no magic: its header is all there is
+# to sniff, so a file whose header is broken (not JSON, an array) would otherwise be "unknown";
+# a `.npy` whose magic is damaged is reported as a .npy with a bad magic.
+NAMED_FALLBACK = {".safetensors": "safetensors", ".npy": "npy"}
 
 
 def sniff(src: Source) -> str | None:
