@@ -294,7 +294,7 @@ _SNIFFED = [(i, f) for i, f in enumerate(FORMATS) if f.directory is None and f.m
 # JSON, the magic), not as unknown bytes. safetensors has no magic: its header is all there is
 # to sniff, so a file whose header is broken (not JSON, an array) would otherwise be "unknown";
 # a `.npy` whose magic is damaged is reported as a .npy with a bad magic.
-NAMED_FALLBACK = {".safetensors": "safetensors", ".npy": "npy"}
+NAMED_FALLBACK = {".safetensors": "safetensors", ".npy": "npy", ".gguf": "gguf"}
 
 
 def sniff(src: Source) -> str | None:
