@@ -52,7 +52,7 @@ def convert_then_verify(src: Path, out_dir: Path) -> list[str]:
                 problems.append(f"{label}: exit {done.code}: {done.stderr[-400:]}")
             if "Traceback" in done.stderr:
                 problems.append(f"{label}: traceback")
-            if [p for p in folder.iterdir()]:
+            if list(folder.iterdir()):
                 problems.append(f"{label}: refused, but left {sorted(folder.iterdir())}")
             continue
         report = verify_report(dst)
