@@ -39,7 +39,12 @@ def describe(s: NpySubject) -> dict[str, Any]:
         "fortran_order": h.fortran,
         "tensors": [
             tensor_row(
-                npy.tensor_name(s.src.path), h.dtype or None, h.shape, h.data_offset, h.nbytes
+                npy.tensor_name(s.src.path),
+                h.dtype or None,
+                h.shape,
+                h.data_offset,
+                h.nbytes,
+                None if h.dtype else {"numpy_descr": str(h.descr)},
             )
         ],
     }
