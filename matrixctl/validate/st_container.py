@@ -49,7 +49,9 @@ def describe(s: StSubject) -> dict[str, Any]:
     if f.metadata:
         out["metadata"] = dict(f.metadata)
     out["tensors"] = [
-        tensor_row(t.name, t.dtype or None, t.shape, t.offset, t.nbytes, {"st_dtype": t.st_dtype})
+        tensor_row(
+            t.name, t.dtype or t.st_dtype, t.shape, t.offset, t.nbytes, {"st_dtype": t.st_dtype}
+        )
         for t in f.tensors
     ]
     return out
