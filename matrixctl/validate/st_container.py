@@ -66,12 +66,12 @@ def check_schema(s: StSubject) -> Iterator[Finding]:
 def check_tensor_dtypes(s: StSubject) -> Iterator[Finding]:
     foreign = [t for t in s.st.tensors if not t.dtype]
     if foreign:
-        names = ", ".join(f"{t.name} ({t.st_dtype})" for t in foreign[:4])
+        names = ", ".join(f"{t.name!r} ({t.st_dtype})" for t in foreign[:4])
         more = f" and {len(foreign) - 4} more" if len(foreign) > 4 else ""
         yield finding(
             st_container.ST_NOT_TENSOR,
-            f"intact, but {names}{more}: a dtype matrixctl has no type for; convert does not "
-            "take it",
+            f"intact, but tensor{'s' * (len(foreign) > 1)} {names}{more} of a dtype matrixctl "
+            "has no type for; convert does not take it",
             offset=st_container.PREFIX,
             field=f"{foreign[0].field}/dtype",
         )
