@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import ggufcraft as g
+from tests.helpers import ggufcraft as craft
 from tests.validate.differential import Case, assert_agrees, verify_report
 
 gguf = pytest.importorskip("gguf")
 
-ARCH = g.kv_str("general.architecture", "llama")
+ARCH = craft.kv_str("general.architecture", "llama")
 F32 = np.arange(8, dtype=np.float32).tobytes()
 
 # Cases gguf-py reads and llama.cpp's gguf.cpp refuses, with the rule that refuses them.
@@ -38,12 +38,12 @@ CPP_REFUSES = {
 
 
 def one(type_id: int, dims: list[int], data: bytes, **kw: int) -> bytes:
-    return g.gguf([ARCH], [g.tensor_info("t", dims, type_id, 0)], data, **kw)  # type: ignore[arg-type]
+    return craft.gguf([ARCH], [craft.tensor_info("t", dims, type_id, 0)], data, **kw)  # type: ignore[arg-type]
 
 
 def model_bytes(tmp: Path) -> bytes:
     path = tmp / "model.gguf"
-    g.write_model(path)
+    craft.write_model(path)
     return path.read_bytes()
 
 
@@ -58,8 +58,8 @@ def cases(model: bytes) -> Iterator[Case]:
         "last-byte": len(model) - 1,
     }.items():
         yield Case(f"writer-model-cut-in-{label}", "cut.gguf", model[:cut])
-    yield Case("minimal", "a.gguf", g.gguf([ARCH]))
-    yield Case("no-padding-no-data", "np.gguf", g.gguf([ARCH], pad=False))
+    yield Case("minimal", "a.gguf", craft.gguf([ARCH]))
+    yield Case("no-padding-no-data", "np.gguf", craft.gguf([ARCH], pad=False))
     yield Case("one-f32", "f.gguf", one(0, [8], F32))
     yield Case("version-2", "v2.gguf", one(0, [8], F32, version=2))
     yield Case("version-1", "v1.gguf", one(0, [8], F32, version=1))
@@ -75,45 +75,55 @@ def cases(model: bytes) -> Iterator[Case]:
     yield Case("data-missing", "dm.gguf", one(0, [8], b""))
     yield Case("trailing-bytes", "tb.gguf", one(0, [8], F32 + bytes(32)))
     yield Case(
-        "misaligned-offset", "mo.gguf", g.gguf([ARCH], [g.tensor_info("t", [4], 0, 4)], bytes(32))
+        "misaligned-offset",
+        "mo.gguf",
+        craft.gguf([ARCH], [craft.tensor_info("t", [4], 0, 4)], bytes(32)),
     )
-    two = [g.tensor_info("a", [8], 0, 0), g.tensor_info("b", [8], 0, 0)]
-    yield Case("overlap", "ov.gguf", g.gguf([ARCH], two, F32))
-    dup = [g.tensor_info("t", [8], 0, 0), g.tensor_info("t", [8], 0, 32)]
-    yield Case("duplicate-tensor", "dt.gguf", g.gguf([ARCH], dup, F32 + F32))
-    yield Case("duplicate-key", "dk.gguf", g.gguf([ARCH, ARCH]))
+    two = [craft.tensor_info("a", [8], 0, 0), craft.tensor_info("b", [8], 0, 0)]
+    yield Case("overlap", "ov.gguf", craft.gguf([ARCH], two, F32))
+    dup = [craft.tensor_info("t", [8], 0, 0), craft.tensor_info("t", [8], 0, 32)]
+    yield Case("duplicate-tensor", "dt.gguf", craft.gguf([ARCH], dup, F32 + F32))
+    yield Case("duplicate-key", "dk.gguf", craft.gguf([ARCH, ARCH]))
     yield Case("ndims-5", "n5.gguf", one(0, [1, 1, 1, 1, 8], F32))
     yield Case(
-        "name-64-bytes", "nm.gguf", g.gguf([ARCH], [g.tensor_info("n" * 64, [8], 0, 0)], F32)
+        "name-64-bytes",
+        "nm.gguf",
+        craft.gguf([ARCH], [craft.tensor_info("n" * 64, [8], 0, 0)], F32),
     )
     yield Case(
-        "name-63-bytes", "n63.gguf", g.gguf([ARCH], [g.tensor_info("n" * 63, [8], 0, 0)], F32)
+        "name-63-bytes",
+        "n63.gguf",
+        craft.gguf([ARCH], [craft.tensor_info("n" * 63, [8], 0, 0)], F32),
     )
-    align64 = [ARCH, g.kv_u32("general.alignment", 64)]
+    align64 = [ARCH, craft.kv_u32("general.alignment", 64)]
     yield Case(
         "alignment-64",
         "a64.gguf",
-        g.gguf(align64, [g.tensor_info("t", [8], 0, 0)], F32, alignment=64),
+        craft.gguf(align64, [craft.tensor_info("t", [8], 0, 0)], F32, alignment=64),
     )
     for bad in (0, 3, 48):
-        kvs = [ARCH, g.kv_u32("general.alignment", bad)]
+        kvs = [ARCH, craft.kv_u32("general.alignment", bad)]
         yield Case(
-            f"alignment-{bad}", f"al{bad}.gguf", g.gguf(kvs, [g.tensor_info("t", [8], 0, 0)], F32)
+            f"alignment-{bad}",
+            f"al{bad}.gguf",
+            craft.gguf(kvs, [craft.tensor_info("t", [8], 0, 0)], F32),
         )
-    yield Case("kv-count-past-the-end", "kc.gguf", g.gguf([ARCH], kv_count=5))
-    yield Case("tensor-count-past-the-end", "tc.gguf", g.gguf([ARCH], tensor_count=3))
+    yield Case("kv-count-past-the-end", "kc.gguf", craft.gguf([ARCH], kv_count=5))
+    yield Case("tensor-count-past-the-end", "tc.gguf", craft.gguf([ARCH], tensor_count=3))
     yield Case("header-cut", "hc.gguf", b"GGUF\x03\x00\x00\x00\x00")
-    yield Case("bad-magic", "bm.gguf", b"GGUE" + g.gguf([ARCH])[4:])
-    yield Case("bool-2", "b2.gguf", g.gguf([ARCH, g.kv_bool("x.y", 2)]))
-    yield Case("bool-1", "b1.gguf", g.gguf([ARCH, g.kv_bool("x.y", 1)]))
-    bools = g.kv("x.y", g.ARR, struct.pack("<IQ", g.BOOL, 3) + b"\x01\x00\x07")
-    yield Case("bool-array-7", "ba.gguf", g.gguf([ARCH, bools]))
-    yield Case("unknown-value-type", "vt.gguf", g.gguf([ARCH, g.kv("x.y", 13, b"\x00")]))
-    yield Case("string-not-utf8", "su.gguf", g.gguf([ARCH, g.kv_str("x.y", b"\xff\xfe")]))
-    nested = g.kv("x.y", g.ARR, struct.pack("<IQ", g.ARR, 1) + g.arr_num(g.U8, "B", [1]))
-    yield Case("array-of-arrays", "aa.gguf", g.gguf([ARCH, nested]))
-    long_string = g.kv("x.y", g.STR, struct.pack("<Q", 1 << 40))
-    yield Case("string-length-past-the-end", "sl.gguf", g.gguf([ARCH, long_string]))
+    yield Case("bad-magic", "bm.gguf", b"GGUE" + craft.gguf([ARCH])[4:])
+    yield Case("bool-2", "b2.gguf", craft.gguf([ARCH, craft.kv_bool("x.y", 2)]))
+    yield Case("bool-1", "b1.gguf", craft.gguf([ARCH, craft.kv_bool("x.y", 1)]))
+    bools = craft.kv("x.y", craft.ARR, struct.pack("<IQ", craft.BOOL, 3) + b"\x01\x00\x07")
+    yield Case("bool-array-7", "ba.gguf", craft.gguf([ARCH, bools]))
+    yield Case("unknown-value-type", "vt.gguf", craft.gguf([ARCH, craft.kv("x.y", 13, b"\x00")]))
+    yield Case("string-not-utf8", "su.gguf", craft.gguf([ARCH, craft.kv_str("x.y", b"\xff\xfe")]))
+    nested = craft.kv(
+        "x.y", craft.ARR, struct.pack("<IQ", craft.ARR, 1) + craft.arr_num(craft.U8, "B", [1])
+    )
+    yield Case("array-of-arrays", "aa.gguf", craft.gguf([ARCH, nested]))
+    long_string = craft.kv("x.y", craft.STR, struct.pack("<Q", 1 << 40))
+    yield Case("string-length-past-the-end", "sl.gguf", craft.gguf([ARCH, long_string]))
 
 
 def gguf_py_reads(path: Path) -> bool:
