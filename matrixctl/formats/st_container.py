@@ -79,8 +79,15 @@ ST_HEADER_SIZE = codes.define(
 )
 ST_JSON = codes.define(
     "ST_JSON",
-    "The header is not a JSON object in UTF-8 (or repeats a key, or uses NaN/Infinity).",
+    "The header is not a JSON object in UTF-8 (or uses NaN/Infinity).",
     group=G,
+)
+ST_DUPLICATE_KEY = codes.define(
+    "ST_DUPLICATE_KEY",
+    "The header repeats a key (a warning: the safetensors package reads the last one, and so "
+    "does matrixctl; other readers may read the first).",
+    group=G,
+    severity=codes.Severity.WARNING,
 )
 ST_SCHEMA = codes.define(
     "ST_SCHEMA",
@@ -225,13 +232,19 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
+def _pairs_keeping_last(seen: list[str]) -> Any:
+    """A JSON object hook that keeps the last value of a repeated key, as the package's reader
+    does (serde into a map), and records the repeated keys in `seen`."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                seen.append(key)
+            out[key] = value
+        return out
+
+    return pairs
 
 
 def parse(buf: Any, size: int) -> StFile:
@@ -258,9 +271,12 @@ def parse(buf: Any, size: int) -> StFile:
             field="header_size",
         )
     raw = bytes(buf[PREFIX : PREFIX + n])
+    repeated: list[str] = []
     try:
         text = raw.decode("utf-8")
-        header = json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constants)
+        header = json.loads(
+            text, object_pairs_hook=_pairs_keeping_last(repeated), parse_constant=_no_constants
+        )
     except UnicodeDecodeError as exc:
         raise FormatError(
             ST_JSON,
@@ -282,6 +298,16 @@ def parse(buf: Any, size: int) -> StFile:
     if not isinstance(header, dict):
         raise FormatError(ST_JSON, "header is not a JSON object", offset=PREFIX, field="header")
     st = StFile(size, n, {}, [])
+    for key in dict.fromkeys(repeated):
+        st.problems.append(
+            Problem(
+                ST_DUPLICATE_KEY,
+                f"the header repeats the key {key!r:.80}; the last one is read, as the "
+                "safetensors package reads it",
+                offset=PREFIX,
+                field=f"header/{key}",
+            )
+        )
     meta = header.pop(METADATA_KEY, None)
     if meta is None:  # absent, or null (the package reads `"__metadata__": null` as none)
         meta = {}

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl import codes
-from matrixctl.findings import Finding, finding, findings_of
+from matrixctl.findings import Finding, finding, findings_of, has_error
 from matrixctl.formats import st_container
 from matrixctl.io import Source
 from matrixctl.tensors import human_bytes, tensor_row
@@ -144,7 +144,7 @@ def check_ranges(s: StSubject) -> Iterator[Finding]:
                 field=f"{t.field}/data_offsets",
             )
         pos = max(pos, t.end)
-    if pos < buffer and not s.st.problems:
+    if pos < buffer and not has_error(s.st.problems):
         yield finding(
             st_container.ST_LAYOUT,
             f"{buffer - pos:,} bytes follow the last tensor",

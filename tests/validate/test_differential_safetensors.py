@@ -141,6 +141,13 @@ def cases() -> Iterator[Case]:
     yield Case("cut-data", "cd.safetensors", st(F32, bytes(4)))
     yield Case("negative-dim", "nd.safetensors", st(js({"a": entry("F32", [-2], 0, 8)}), bytes(8)))
     yield Case("shape-not-list", "sl.safetensors", st(js({"a": entry("F32", 2, 0, 8)}), bytes(8)))  # type: ignore[arg-type]
+    dup = b'{"a":' + js(entry("F32", [1], 0, 4)) + b',"a":' + js(entry("F32", [2], 0, 8)) + b"}"
+    yield Case("repeated-tensor-key", "dup.safetensors", st(dup, bytes(8)))
+    yield Case("repeated-tensor-key-first-fits", "dup1.safetensors", st(dup, bytes(4)))
+    dup_meta = b'{"__metadata__":{"k":"1","k":"2"}}'
+    yield Case("repeated-metadata-key", "dupm.safetensors", st(dup_meta))
+    extra = js({"a": {**entry("F32", [2], 0, 8), "x": 1}})
+    yield Case("extra-entry-field", "xf.safetensors", st(extra, bytes(8)))
     yield Case(
         "missing-dtype",
         "md.safetensors",
@@ -183,6 +190,7 @@ def test_verify_agrees_with_safetensors(tmp_path: Path, case: Case) -> None:
         ("not-json", "damaged", "ST_JSON"),
         ("an-array", "damaged", "ST_JSON"),
         ("bad-length-past-file", "damaged", "ST_HEADER_SIZE"),
+        ("repeated-tensor-key", "intact", "ST_DUPLICATE_KEY"),
         ("trailing-bytes", "damaged", "ST_LAYOUT"),
     ],
 )
