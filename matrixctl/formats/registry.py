@@ -293,8 +293,9 @@ _SNIFFED = [(i, f) for i, f in enumerate(FORMATS) if f.directory is None and f.m
 # are reported as that format's damage (its reader names what is wrong: the header size, the
 # JSON, the magic), not as unknown bytes. safetensors has no magic: its header is all there is
 # to sniff, so a file whose header is broken (not JSON, an array) would otherwise be "unknown";
-# a `.npy` whose magic is damaged is reported as a .npy with a bad magic.
-NAMED_FALLBACK = {".safetensors": "safetensors", ".npy": "npy", ".gguf": "gguf"}
+# a `.npy` whose magic is damaged is reported as a .npy with a bad magic; a ZIP named `.npz`
+# whose first member is not an array is read as numpy reads it (an archive of members).
+NAMED_FALLBACK = {".safetensors": "safetensors", ".npy": "npy", ".npz": "npz", ".gguf": "gguf"}
 
 
 def sniff(src: Source) -> str | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import struct
 import warnings
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -246,6 +247,18 @@ def cases() -> Iterator[Case]:
     yield Case("structured-member-npz", "st.npz", npz_bytes(arr=structured))
     yield Case("mixed-npz", "mx.npz", npz_bytes(arr=structured, t=np.arange(4)))
     yield Case("string-member-npz", "sm.npz", npz_bytes(s=np.array(["a", "bc"])))
+    mixed_zip = io.BytesIO()
+    with zipfile.ZipFile(mixed_zip, "w") as zf:
+        zf.writestr("readme.txt", "not an array")
+        zf.writestr("a.npy", npy_bytes(np.arange(3)))
+    yield Case("npz-first-member-not-an-array", "first.npz", mixed_zip.getvalue())
+    text_zip = io.BytesIO()
+    with zipfile.ZipFile(text_zip, "w") as zf:
+        zf.writestr("notes.txt", "no arrays at all")
+    yield Case("npz-without-arrays", "none.npz", text_zip.getvalue())
+    py2_file = Path(np.lib.__file__).parent / "tests" / "data" / "win64python2.npy"
+    if py2_file.exists():  # numpy's own Python 2 file, where its wheel ships its tests
+        yield Case("numpy-win64python2", "win64python2.npy", py2_file.read_bytes())
     whole = npz_bytes(a=np.arange(100.0), b=np.ones(3))
     yield Case("npz-cut-in-half", "cut.npz", whole[: len(whole) // 2])
     yield Case("npz-cut-in-directory", "cutd.npz", whole[:-10])
