@@ -73,11 +73,12 @@ class TensorFile(Mapping[str, "np.ndarray"]):
     `TensorInfo` (dtype, shape, layout) without reading data.
     """
 
-    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, keep_quantized: bool = False) -> None:
         from matrixctl.opening import open_tensors
 
         self.path = os.fspath(path)
         self._stack = contextlib.ExitStack()
+        options: dict[str, object] = {"keep_quantized": True} if keep_quantized else {}
         source: TensorSource = self._stack.enter_context(open_tensors(self.path, options))
         self._source: TensorSource | None = source
         self.format: str = source.format
@@ -128,10 +129,11 @@ class TensorFile(Mapping[str, "np.ndarray"]):
         return f"<TensorFile {self.path!r} {self.format}: {len(self.infos)} tensors>"
 
 
-def open(path: str | os.PathLike[str], **options: Any) -> TensorFile:
+def open(path: str | os.PathLike[str], *, keep_quantized: bool = False) -> TensorFile:
     """Open any tensor container (format sniffed from its bytes, structural checks run).
-    `keep_quantized=True` keeps GGUF's quantized tensors as raw blocks (not readable as arrays)."""
-    return TensorFile(path, **options)
+    `keep_quantized=True` keeps GGUF's quantized tensors as raw blocks (not readable as arrays);
+    any other keyword is a TypeError."""
+    return TensorFile(path, keep_quantized=keep_quantized)
 
 
 def load(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:

@@ -54,6 +54,14 @@ def test_an_unknown_keyword_is_a_type_error_naming_it(tmp_path: Path, call: str)
     assert not (tmp_path / "b.zt").exists()
 
 
+def test_open_refuses_an_unknown_keyword(tmp_path: Path) -> None:
+    matrixctl.save(tmp_path / "a.zt", {"w": W})
+    with pytest.raises(TypeError, match="bogus"):
+        matrixctl.open(tmp_path / "a.zt", bogus=1)  # type: ignore[call-arg]
+    with matrixctl.open(tmp_path / "a.zt", keep_quantized=False) as f:
+        assert list(f) == ["w"]
+
+
 def test_save_zt_version_2_writes_ztensor_2(tmp_path: Path) -> None:
     matrixctl.save(tmp_path / "v2.zt", {"w": W}, zt_version=2)
     matrixctl.save(tmp_path / "v1.zt", {"w": W})
