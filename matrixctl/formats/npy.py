@@ -509,6 +509,8 @@ def _zip_cut(buf: Any, size: int) -> tuple[int, str] | None:
     """Where a ZIP that has lost its end record was cut: walk the local member headers from the
     start (sizes from the header or its ZIP64 extra) and return (bytes needed, what) for the
     first member or directory that runs past the end; None when the start is not members."""
+    if 0 < size < 4 and bytes(buf[:size]) == ZIP_MAGIC[:size]:
+        return 30, "the header of the member at 0 is cut"  # inside the first magic
     pos = 0
     while pos + 4 <= size and bytes(buf[pos : pos + 4]) == b"PK\x03\x04":
         if pos + 30 > size:
