@@ -73,11 +73,12 @@ class TensorFile(Mapping[str, "np.ndarray"]):
     `TensorInfo` (dtype, shape, layout) without reading data.
     """
 
-    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, keep_quantized: bool = False) -> None:
         from matrixctl.opening import open_tensors
 
         self.path = os.fspath(path)
         self._stack = contextlib.ExitStack()
+        options: dict[str, object] = {"keep_quantized": True} if keep_quantized else {}
         source: TensorSource = self._stack.enter_context(open_tensors(self.path, options))
         self._source: TensorSource | None = source
         self.format: str = source.format
@@ -128,10 +129,11 @@ class TensorFile(Mapping[str, "np.ndarray"]):
         return f"<TensorFile {self.path!r} {self.format}: {len(self.infos)} tensors>"
 
 
-def open(path: str | os.PathLike[str], **options: Any) -> TensorFile:
+def open(path: str | os.PathLike[str], *, keep_quantized: bool = False) -> TensorFile:
     """Open any tensor container (format sniffed from its bytes, structural checks run).
-    `keep_quantized=True` keeps GGUF's quantized tensors as raw blocks (not readable as arrays)."""
-    return TensorFile(path, **options)
+    `keep_quantized=True` keeps GGUF's quantized tensors as raw blocks (not readable as arrays);
+    any other keyword is a TypeError."""
+    return TensorFile(path, keep_quantized=keep_quantized)
 
 
 def load(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
@@ -158,6 +160,32 @@ def _dtype_of(name: str, arr: np.ndarray) -> str:
     return known.name
 
 
+def _as_array(name: str, value: Any) -> np.ndarray:
+    """`value` as a numpy array without a copy or a cast where numpy can view it. A foreign
+    tensor numpy cannot take as it is (a torch bfloat16 tensor: numpy has no bfloat16; one on
+    a GPU, or one that requires grad) is a UsageError with a hint, never the foreign library's
+    own exception. Duck-typed: torch need not be installed."""
+    import numpy as np
+
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
+        dtype = str(getattr(value, "dtype", ""))
+        if "bfloat16" in dtype:
+            hint = (
+                "numpy has no bfloat16: pass value.float() (an exact widening to f32), or "
+                "value.view(torch.int16).numpy().view(ml_dtypes.bfloat16) to store bf16 as it is"
+            )
+        else:
+            hint = "pass a numpy array (for torch: value.detach().cpu().numpy())"
+        raise UsageError(
+            f"tensor {name!r}: a {kind} of dtype {dtype or '?'} cannot be taken as a numpy "
+            f"array without a copy or a cast ({type(exc).__name__}: {str(exc)[:80]})",
+            hint=hint,
+        ) from None
+
+
 def _array_source(tensors: Mapping[str, Any], metadata: Mapping[str, Any]) -> TensorSource:
     import numpy as np
 
@@ -172,7 +200,7 @@ def _array_source(tensors: Mapping[str, Any], metadata: Mapping[str, Any]) -> Te
             for name, value in tensors.items():
                 if not isinstance(name, str) or not name:
                     raise UsageError(f"tensor names must be non-empty strings, got {name!r}")
-                arr = np.asarray(value)
+                arr = _as_array(name, value)
                 dtype = _dtype_of(name, arr)
                 storage = np.dtype(DTYPES[dtype].storage)
                 # Little-endian C-order bytes (a copy only for another byte order or layout).
@@ -206,56 +234,154 @@ class _Named:
         self.path = name
 
 
+def _patterns(option: str, value: str | Iterable[str] | None) -> list[str] | None:
+    """A repeatable CLI option's keyword: one string or several (a list, a tuple)."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else list(value)
+    if not all(isinstance(v, str) for v in items):
+        raise UsageError(f"{option}= takes a string or a list of strings, got {value!r}")
+    return items or None
+
+
+def _meta(value: Mapping[str, Any] | Iterable[str] | None) -> list[str] | None:
+    """`meta=` as a mapping {key: text} or the CLI's ["KEY=VALUE", ...]."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        items = []
+        for key, text in value.items():
+            if not isinstance(key, str) or "=" in key or not isinstance(text, str):
+                raise UsageError(f"meta= maps text keys without '=' to text, got {key!r}: {text!r}")
+            items.append(f"{key}={text}")
+        return items or None
+    return _patterns("meta", value)
+
+
+def _options(
+    *,
+    select: str | Iterable[str] | None,
+    exclude: str | Iterable[str] | None,
+    dtype: str | Iterable[str] | None,
+    meta: Mapping[str, Any] | Iterable[str] | None,
+    compress: str | None,
+    digest: str | None,
+    quantize: str | None,
+    per_file: int | None,
+    densify: bool,
+    keep_quantized: bool = False,
+    atoms: str | None = None,
+    vocab_size: int | None = None,
+) -> dict[str, Any]:
+    """The converter's options from the API's keywords, as the CLI gives them."""
+    return {
+        "atoms": atoms,
+        "select": _patterns("select", select),
+        "exclude": _patterns("exclude", exclude),
+        "meta": _meta(meta),
+        "per_file": per_file,
+        "dtype": _patterns("dtype", dtype),
+        "compress": compress,
+        "digest": digest,
+        "densify": densify or None,
+        "keep_quantized": keep_quantized or None,
+        "vocab_size": vocab_size,
+        "quantize": quantize.lower() if quantize else None,
+    }
+
+
 def save(
     path: str | os.PathLike[str],
     tensors: Mapping[str, Any],
     *,
     metadata: Mapping[str, Any] | None = None,
     format: str | None = None,
-    **options: Any,
+    zt_version: int | None = None,
+    compress: str | None = None,
+    digest: str | None = None,
+    dtype: str | Iterable[str] | None = None,
+    select: str | Iterable[str] | None = None,
+    exclude: str | Iterable[str] | None = None,
+    meta: Mapping[str, Any] | Iterable[str] | None = None,
+    quantize: str | None = None,
+    per_file: int | None = None,
+    densify: bool = False,
 ) -> dict[str, Any]:
     """Write `tensors` (name -> array) to a container chosen by `format` or the file's suffix
-    (`.zt`, `.safetensors`, `.npy`, `.npz`, `.weights`, `.stb`). Atomic: the file appears only
-    complete. `options` are `convert`'s (`compress="zstd"`, `digest`, `dtype=[...]`,
-    `per_file`). Returns the converter's summary (what `convert --json` reports)."""
-    from matrixctl.converters import destination_format
+    (`.zt`, `.safetensors`, `.npy`, `.npz`, `.weights`, `.stb`, `.gguf`). Atomic: the file
+    appears only complete. The keywords are `convert`'s options (docs/api.md); an unknown one is
+    a TypeError. Returns the converter's summary (what `convert --json` reports) and `notes`."""
+    from matrixctl.converters import destination_format, ztensor_version
     from matrixctl.converters.tensors import convert_source
     from matrixctl.formats.registry import TENSOR_CONTAINERS
 
     dst = os.fspath(path)
-    dst_fmt = destination_format(dst, format)
+    dst_fmt = ztensor_version(destination_format(dst, format), zt_version)
     container = next((c for c in TENSOR_CONTAINERS if c.format == dst_fmt), None)
     sink_cls = container.io()[1] if container is not None else None
     if sink_cls is None:
         raise UsageError(f"{dst}: save cannot write {dst_fmt}")
+    options = _options(
+        select=select,
+        exclude=exclude,
+        dtype=dtype,
+        meta=meta,
+        compress=compress,
+        digest=digest,
+        quantize=quantize,
+        per_file=per_file,
+        densify=densify,
+    )
     source = _array_source(tensors, metadata or {})
-    result = convert_source(source, _Named("<arrays>"), dst, dict(options), dst_fmt=dst_fmt,  # type: ignore[arg-type]
+    result = convert_source(source, _Named("<arrays>"), dst, options, dst_fmt=dst_fmt,  # type: ignore[arg-type]
                             sink_cls=sink_cls)  # fmt: skip
     return {**result.summary, "notes": list(result.notes)}
 
 
 def convert(
-    src: str | os.PathLike[str], dst: str | os.PathLike[str], **options: Any
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    to: str | None = None,
+    zt_version: int | None = None,
+    select: str | Iterable[str] | None = None,
+    exclude: str | Iterable[str] | None = None,
+    dtype: str | Iterable[str] | None = None,
+    meta: Mapping[str, Any] | Iterable[str] | None = None,
+    compress: str | None = None,
+    digest: str | None = None,
+    quantize: str | None = None,
+    keep_quantized: bool = False,
+    densify: bool = False,
+    per_file: int | None = None,
+    vocab_size: int | None = None,
+    atoms: str | None = None,
 ) -> dict[str, Any]:
-    """`matrixctl convert SRC DST` with the CLI's options as keywords (`to`, `select`,
-    `exclude`, `dtype`, `compress`, `digest`, `meta`, `per_file`, `densify`, `keep_quantized`,
-    `atoms`; list options take lists). Returns what `convert --json` prints after
+    """`matrixctl convert SRC DST`: every option of the CLI's is a keyword here (`--zt-version`
+    is `zt_version`, ...; repeatable options take a string or a list, `meta` also a mapping);
+    an unknown keyword is a TypeError. Returns what `convert --json` prints after
     `schema_version` and `ok`, plus `notes` (the warnings the CLI prints)."""
     from matrixctl import converters as conversions
     from matrixctl.opening import open_sniffed
 
     src_path, dst_path = os.fspath(src), os.fspath(dst)
-    to = options.pop("to", None)
-    names = ("atoms", "select", "exclude", "meta", "per_file", "dtype", "compress", "digest")
-    unknown = sorted(set(options) - {*names, "densify", "keep_quantized"})
-    if unknown:
-        raise UsageError(f"convert() got unknown options: {', '.join(unknown)}")
-    given: dict[str, Any] = {name: options.get(name) or None for name in names}
-    given["per_file"] = options.get("per_file")
-    given["densify"] = options.get("densify") or None
-    given["keep_quantized"] = options.get("keep_quantized") or None
+    given = _options(
+        select=select,
+        exclude=exclude,
+        dtype=dtype,
+        meta=meta,
+        compress=compress,
+        digest=digest,
+        quantize=quantize,
+        per_file=per_file,
+        densify=densify,
+        keep_quantized=keep_quantized,
+        atoms=atoms,
+        vocab_size=vocab_size,
+    )
     dst_fmt = conversions.destination_format(dst_path, to)
     with open_sniffed(src_path) as (source, src_fmt):
+        dst_fmt = conversions.ztensor_version(dst_fmt, zt_version, src_fmt)
         converter = conversions.find(src_fmt, dst_fmt)
         conversions.check_options(converter, given)
         result = converter.load()(source, dst_path, given)  # type: ignore[arg-type]

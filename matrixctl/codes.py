@@ -33,10 +33,26 @@ class CodeInfo(FrozenRecord):
 
 
 CODES: dict[str, CodeInfo] = {}
+# Codes of the third verdict: the file is intact, but holds something matrixctl does not
+# convert (a structured .npy, a safetensors dtype it has no type for). Info severity: verify
+# passes the file (exit 0), `convert` refuses it (CONVERT_NOT_TENSOR).
+UNSUPPORTED: set[str] = set()
 
 
-def define(code: str, summary: str, *, group: str, severity: Severity = Severity.ERROR) -> str:
-    """Declare a code once and return it, so modules can write `X = define("X", ...)`."""
+def define(
+    code: str,
+    summary: str,
+    *,
+    group: str,
+    severity: Severity = Severity.ERROR,
+    unsupported: bool = False,
+) -> str:
+    """Declare a code once and return it, so modules can write `X = define("X", ...)`.
+    `unsupported=True` declares a code of the third verdict (intact, not convertible): its
+    severity is info."""
+    if unsupported:
+        severity = Severity.INFO
+        UNSUPPORTED.add(code)
     info = CodeInfo(code, summary, group, severity)
     known = CODES.get(code)
     if known is not None and known != info:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from matrixctl.codes import Severity, severity_of
+from matrixctl.codes import UNSUPPORTED, Severity, severity_of
 from matrixctl.errors import MatrixError
 from matrixctl.records import FrozenRecord, Record
 
@@ -129,6 +129,19 @@ class FileReport(Record):
             return False
         return not (strict and self.count(Severity.WARNING))
 
+    def verdict(self) -> str:
+        """The verdict class: "unreadable" (the path could not be read: exit 2), "damaged" (an
+        error finding: exit 1), "unsupported" (intact, but holding what matrixctl does not
+        convert: an info finding of an `unsupported` code, exit 0) or "intact" (exit 0).
+        Warnings leave the verdict as it is (`ok(strict=True)` fails on them)."""
+        if self.unreadable:
+            return "unreadable"
+        if self.count(Severity.ERROR):
+            return "damaged"
+        if any(f.code in UNSUPPORTED for f in self.findings):
+            return "unsupported"
+        return "intact"
+
     def exit_code(self, strict: bool = False) -> int:
         if self.unreadable:
             return 2
@@ -139,6 +152,7 @@ class FileReport(Record):
             "path": self.path,
             "format": self.format,
             "ok": self.ok(strict),
+            "verdict": self.verdict(),
             "findings": [f.to_json() for f in self.findings],
             "checks": list(self.checks),
             "skipped": list(self.skipped),

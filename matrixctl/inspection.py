@@ -51,8 +51,12 @@ def inspect_path(
 
 def read_stats(path: str, report: FileReport) -> dict[str, Any] | None:
     """The numbers of a file whose structural checks pass; a problem reading them becomes a
-    finding of the report (exit 1). A pipe on stdin was consumed by the checks: no numbers."""
+    finding of the report (exit 1). A pipe on stdin was consumed by the checks: no numbers.
+    Nor for an intact file matrixctl does not read as tensors (the "unsupported" verdict: its
+    info finding says why)."""
     if not report.ok() or report.format is None or (path == "-" and not stdin_is_file()):
+        return None
+    if report.verdict() == "unsupported":
         return None
     from matrixctl.errors import FormatError
     from matrixctl.findings import from_error

@@ -115,7 +115,26 @@ def open_checked(src: Source | Folder, fmt: str) -> Any:
     for f in report.findings:
         if f.severity is Severity.ERROR:
             raise FormatError(f.code, f.message, path=src.name, offset=f.offset, field=f.field)
+    for f in report.findings:
+        if f.code in codes.UNSUPPORTED:
+            # The third verdict: intact (verify passes it), but not something to convert.
+            err = UsageError(
+                f"{f.message} ({f.code})",
+                code=CONVERT_NOT_TENSOR,
+                hint="verify reports this file intact; matrixctl reads only tensor dtypes",
+            )
+            err.path, err.offset, err.field = src.name, f.offset, f.field
+            raise err
     return subject
+
+
+CONVERT_NOT_TENSOR = codes.define(
+    "CONVERT_NOT_TENSOR",
+    "The input is intact (verify passes it), but holds data that is not a tensor matrixctl "
+    "converts: a structured, string or datetime .npy, a safetensors dtype matrixctl has no type "
+    "for. Nothing was written.",
+    group="convert",
+)
 
 
 SOURCE_OPTIONS = ("keep_quantized",)  # options a source class may declare in `accepts`

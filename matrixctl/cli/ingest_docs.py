@@ -318,7 +318,15 @@ def docs(
         for skipped in summary["skipped_files"]:
             note(f"skipped {safe(skipped['path'])}: {safe(skipped['reason'])}")
         if summary["skipped"]:
-            note(f"skipped {summary['skipped']:,} files (listed in the manifest's skipped)")
+            note(
+                f"skipped {summary['skipped']:,} files ({summary['skipped_bytes']:,} bytes read; "
+                "listed in the manifest's skipped)"
+            )
+        if summary["skipped_records"]:
+            note(
+                f"skipped {summary['skipped_records']:,} records inside ingested files (no "
+                f"{opts.text_field!r} field, or unreadable: counted per file in the manifest)"
+            )
         note(
             f"ingested {summary['files']:,} files ({summary['bytes']:,} bytes): "
             f"{summary['documents']:,} documents, {summary['tokens']:,} tokens in "

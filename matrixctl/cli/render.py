@@ -171,6 +171,8 @@ def render_verify(reports: list[FileReport], strict: bool) -> None:
         ok = report.ok(strict)
         line = Text()
         line.append("OK  " if ok else "FAIL", style="bold green" if ok else "bold red")
+        if report.verdict() == "unsupported":  # the third verdict, before a long path is cut
+            line.append(" intact, not convertible:", style="yellow")
         line.append(f" {safe(report.path)}")
         line.append(f"  ({report.format or 'unknown format'})", style="dim")
         errors, warnings = report.count(Severity.ERROR), report.count(Severity.WARNING)

@@ -35,9 +35,12 @@ def verify(
 
     With --quiet only files with findings are reported, so a clean run prints nothing.
     Exit code 0 when every file is valid, 1 when a file was read but is invalid, 2 when a path
-    cannot be read. `--json` prints {"schema_version", "ok", "strict", "files": [{"path",
-    "format", "ok", "findings", "checks", "skipped", "suppressed"}]}; "suppressed" counts the
-    findings that only follow from a truncated file's root cause.
+    cannot be read. A file that is intact but not something matrixctl converts (a structured
+    .npy) passes with an info finding: its verdict is "unsupported". `--json` prints
+    {"schema_version", "ok", "strict", "files": [{"path", "format", "ok", "verdict", "findings",
+    "checks", "skipped", "suppressed"}]}; "verdict" is intact, unsupported, damaged or
+    unreadable; "suppressed" counts the findings that only follow from a truncated file's root
+    cause.
     """
     from matrixctl.integrity import set_allow_unknown
     from matrixctl.validate.engine import examine

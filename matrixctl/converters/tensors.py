@@ -385,7 +385,26 @@ def plan_tensors(
     return plan, len(infos)
 
 
-def _streams(source: TensorSource, item: Planned) -> Callable[[str], Iterator[Any]]:
+def normalised_bools(stream: Iterator[Any], name: str, counts: dict[str, int]) -> Iterator[Any]:
+    """A bool tensor's bytes with every byte other than 0x00/0x01 written as 0x01 (what numpy,
+    safetensors and ztensor read such a byte as: true), counting them in `counts[name]`. The
+    readers matrixctl verifies against accept such bytes (a warning, NPY_BOOL / ST_BOOL /
+    ZT_BOOL), zTensor 2 refuses them (its spec's MUST): convert's output is always 0/1."""
+    import numpy as np
+
+    for piece in stream:
+        raw = np.frombuffer(piece, dtype=np.uint8)
+        bad = int(np.count_nonzero(raw > 1))
+        if bad:
+            counts[name] = counts.get(name, 0) + bad
+            yield np.minimum(raw, 1)
+        else:
+            yield piece
+
+
+def _streams(
+    source: TensorSource, item: Planned, bools: dict[str, int] | None = None
+) -> Callable[[str], Iterator[Any]]:
     cache: dict[str, Any] = {}
 
     def parts(role: str) -> Iterator[Any]:
@@ -399,6 +418,8 @@ def _streams(source: TensorSource, item: Planned) -> Callable[[str], Iterator[An
             src_dtype = next(p.dtype for p in item.src.parts() if p.role == role)
         if item.cast is not None and role in ("data", "values"):
             return cast_stream(stream, src_dtype, item.cast, item.src.name)
+        if src_dtype == "bool" and bools is not None:
+            return normalised_bools(stream, item.src.name, bools)
         return stream
 
     return parts
@@ -517,6 +538,7 @@ def _run(
         bar.total(logical)
     tick: Callable[[int], None] = bar.advance if bar is not None else (lambda n: None)
     hashing = None
+    bools: dict[str, int] = {}  # bool tensor -> bytes other than 0/1 written as 0x01
     with contextlib.ExitStack() as stack:
         if getattr(sink, "writes_set", False) and dst_path != STDIO:
             stack.enter_context(output_set(dst_path))  # the files appear together (STB)
@@ -535,7 +557,7 @@ def _run(
 
         sink.begin(Outputs(main, dst_path, open_extra), [p.out for p in plan], metadata)
         for item in plan:
-            streams = _streams(source, item)
+            streams = _streams(source, item, bools)
             try:
                 sink.add(item.out, lambda role, s=streams: _ticking(s(role), tick))  # type: ignore[misc]
             except FormatError as err:
@@ -548,6 +570,15 @@ def _run(
             if hashing.digest is not None:
                 summary = {**summary, "sha256": hashing.digest}
     result.notes.extend(sink.notes())
+    lossy = lossy_changes(source, plan, left_out)
+    if lossy:
+        result.notes.insert(0, "lossy conversion: " + "; ".join(lossy))
+    if bools:
+        named = ", ".join(f"{n!r} ({c:,})" for n, c in sorted(bools.items())[:4])
+        result.notes.append(
+            f"bool bytes other than 0x00/0x01 written as 0x01 (true, as readers take them): "
+            f"{named}{', ...' if len(bools) > 4 else ''}"
+        )
     result.summary = {
         "tensors": len(plan),
         "of": total,
@@ -555,9 +586,63 @@ def _run(
         "cast": {p.out.name: p.cast for p in plan if p.cast},
         "densified": [p.out.name for p in plan if p.densify],
         "left_out": [name for name, _ in left_out],
+        "normalised_bools": dict(sorted(bools.items())),
+        "lossy": lossy,
         **summary,
     }
     return result
+
+
+def _widens(src: str, dst: str) -> bool:
+    """Whether every value of `src` is exactly a value of `dst` (a cast that loses nothing)."""
+    s, d = DTYPES[src], DTYPES[dst]
+    if s.kind == "bool":
+        return True
+    if s.kind == d.kind:
+        return d.itemsize > s.itemsize and not (src == "f16" and dst == "bf16")
+    if s.kind in ("int", "uint") and d.kind in ("float", "complex"):
+        magnitude = s.itemsize * 8 - (s.kind == "int")
+        return magnitude <= _MANTISSA.get(dst, 0)
+    return s.kind == "uint" and d.kind == "int" and d.itemsize > s.itemsize
+
+
+# Significand bits (with the implicit one) of the float dtypes: the widest integer each holds.
+_MANTISSA = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53, "complex64": 24, "complex128": 53}
+
+
+def lossy_changes(
+    source: TensorSource, plan: list[Planned], left_out: list[tuple[str, str]]
+) -> list[str]:
+    """What a conversion changes beyond the bytes' layout, one phrase each: tensors
+    dequantized (a GGUF's blocks become f32), casts that can round (f32 -> f16; widening casts
+    are exact and not listed), tensors the destination left out. Empty when lossless."""
+    out: list[str] = []
+    dequantized_of = getattr(source, "dequantized", None)
+    if dequantized_of is not None:
+        dq = dequantized_of([p.src.name for p in plan])
+        if dq:
+            kinds = sorted({kind for _, kind, _ in dq})
+            stored = sum(n for _, _, n in dq)
+            wide = sum(p.out.nbytes for p in plan if p.src.name in {n for n, _, _ in dq})
+            out.append(
+                f"dequantized {len(dq)} {'/'.join(kinds)} tensor{'s' * (len(dq) != 1)} to f32 "
+                f"({human_bytes(stored)} of blocks become {human_bytes(wide)}; "
+                "--keep-quantized into .zt keeps the blocks)"
+            )
+    narrowed = [p for p in plan if p.cast and not _widens(p.src.dtype, p.cast)]
+    if narrowed:
+        pairs = sorted({f"{p.src.dtype} -> {p.cast}" for p in narrowed if p.cast})
+        out.append(
+            f"cast {len(narrowed)} tensor{'s' * (len(narrowed) != 1)} to a narrower dtype "
+            f"({', '.join(pairs)}): values are rounded"
+        )
+    if left_out:
+        names = ", ".join(repr(n) for n, _ in left_out[:4])
+        out.append(
+            f"left out {len(left_out)} tensor{'s' * (len(left_out) != 1)} the destination "
+            f"cannot hold ({names}{', ...' if len(left_out) > 4 else ''})"
+        )
+    return out
 
 
 def open_source(path: str) -> contextlib.AbstractContextManager[TensorSource]:

@@ -136,6 +136,11 @@ GGUF_COUNT = codes.define(
 GGUF_VALUE_TYPE = codes.define(
     "GGUF_VALUE_TYPE", "A metadata value type (or array item type) is not one of 0-12.", group=G
 )
+GGUF_MAGIC = codes.define(
+    "GGUF_MAGIC",
+    "A file named .gguf, whose bytes no format claims, does not start with the magic GGUF.",
+    group=G,
+)
 GGUF_DUP_KEY = codes.define("GGUF_DUP_KEY", "Two metadata pairs have the same key.", group=G)
 GGUF_KEY = codes.define(
     "GGUF_KEY",
@@ -601,7 +606,10 @@ def parse(buf: Any, size: int) -> GgufFile:
     r.need(4, "the magic", "magic")
     if bytes(buf[:4]) != MAGIC:
         raise FormatError(
-            GGUF_TRUNCATED, "the file does not start with GGUF", offset=0, field="magic"
+            GGUF_MAGIC,
+            f"the file does not start with the magic GGUF (it starts {bytes(buf[:4])!r})",
+            offset=0,
+            field="magic",
         )
     r.pos = 4
     version = r.u32("the version", "version")
@@ -1017,6 +1025,19 @@ class GgufSource(TensorSource):
 
     def metadata(self) -> dict[str, Any]:
         return {kv.name: metadata_value(self.gf, self.src.buf, kv) for kv in self.gf.kvs.values()}
+
+    def dequantized(self, names: list[str]) -> list[tuple[str, str, int]]:
+        """(name, ggml type, stored bytes) of the tensors among `names` that stream
+        dequantized to f32 (none under `keep_quantized`): what a conversion reports as lossy
+        in size and type (the values are the blocks' exact decoding)."""
+        if self.keep:
+            return []
+        out = []
+        for name in names:
+            t = self._by_name.get(name)
+            if t is not None and t.gtype is not None and t.gtype.quantized:
+                out.append((name, t.gtype.name, t.nbytes or 0))
+        return out
 
     def stream(self, info: TensorInfo, role: str = "data") -> Iterator[Any]:
         t = self._by_name[info.name]

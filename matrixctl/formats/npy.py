@@ -10,9 +10,14 @@
              padded with spaces and a final newline so the data starts at a multiple of 64
     ..       the data, count x itemsize bytes
 
-Only plain numeric and bool dtypes are tensors here: object arrays (which need pickle) are
-never read, and structured, string and void dtypes are refused with a clear error. The header
-is parsed with `ast.literal_eval` (literals only, no code) after a size limit, like numpy does.
+Only plain numeric and bool dtypes are tensors here. Object arrays (which need pickle) are
+never read: numpy's `np.load` refuses them too unless `allow_pickle=True`. Every other dtype
+numpy reads (structured, record, padded, string, bytes, void, datetime64, timedelta64) is
+understood well enough to check the file (its item size from numpy's own `descr_to_dtype`):
+such a file is intact but not a tensor (`NpyHeader.unsupported` says why), which `verify`
+reports as an info finding and `convert` refuses. The header is parsed with
+`ast.literal_eval` (literals only, no code) after a size limit, like numpy does; a Python 2
+header's long integers (`(2L,)`) are read as numpy reads them.
 Big-endian and Fortran-ordered arrays are read and converted to little-endian C order (both
 lossless). The writers give what `numpy.save` gives; `.npz` members are stored (not deflated)
 with a fixed timestamp, so the same tensors give the same bytes.
@@ -81,9 +86,16 @@ NPY_HEADER = codes.define(
 )
 NPY_DTYPE = codes.define(
     "NPY_DTYPE",
-    "The array's dtype is not a tensor dtype (object, structured, string or void arrays are "
-    "not read).",
+    "The array's dtype is not a valid numpy dtype descriptor, or holds Python objects (pickled: "
+    "never read, as np.load refuses them without allow_pickle).",
     group=G,
+)
+NPY_NOT_TENSOR = codes.define(
+    "NPY_NOT_TENSOR",
+    "The file is intact, but its dtype (structured, record, string, bytes, void, datetime64, "
+    "timedelta64) is not a tensor dtype: verify passes it, convert refuses it.",
+    group=G,
+    unsupported=True,
 )
 NPY_SIZE = codes.define("NPY_SIZE", "The data is shorter than shape and dtype require.", group=G)
 NPY_TRAILING = codes.define(
@@ -92,7 +104,13 @@ NPY_TRAILING = codes.define(
     group=G,
     severity=codes.Severity.WARNING,
 )
-NPY_BOOL = codes.define("NPY_BOOL", "A bool element is a byte other than 0x00 or 0x01.", group=G)
+NPY_BOOL = codes.define(
+    "NPY_BOOL",
+    "A bool element is a byte other than 0x00 or 0x01 (a warning: numpy reads it; convert "
+    "writes it as 0x01).",
+    group=G,
+    severity=codes.Severity.WARNING,
+)
 NPZ_ZIP = codes.define(
     "NPZ_ZIP",
     "The .npz is not a readable ZIP archive (damaged directory, encrypted or unsupported "
@@ -114,16 +132,29 @@ NPZ_NON_NPY = codes.define(
 
 class NpyHeader(FrozenRecord):
     """A `.npy` header: `dtype` is the zTensor name, `data_offset` relative to the start of the
-    `.npy`."""
+    `.npy`. A dtype numpy reads that is no tensor dtype has `dtype` "" and `unsupported`, the
+    reason (then `itemsize` is numpy's item size for it)."""
 
-    __slots__ = ("big_endian", "data_offset", "descr", "dtype", "fortran", "shape", "version")
+    __slots__ = (
+        "big_endian",
+        "data_offset",
+        "descr",
+        "dtype",
+        "fortran",
+        "itemsize",
+        "shape",
+        "unsupported",
+        "version",
+    )
     version: tuple[int, int]
     dtype: str
-    descr: str
+    descr: Any
     big_endian: bool
     fortran: bool
     shape: tuple[int, ...]
     data_offset: int
+    itemsize: int
+    unsupported: str | None
 
     def __init__(
         self,
@@ -134,12 +165,17 @@ class NpyHeader(FrozenRecord):
         fortran: bool,
         shape: tuple[int, ...],
         data_offset: int,
+        itemsize: int | None = None,
+        unsupported: str | None = None,
     ) -> None:
-        self._init(version, dtype, descr, big_endian, fortran, shape, data_offset)
+        size = DTYPES[dtype].itemsize if itemsize is None else itemsize
+        self._init(
+            version, dtype, descr, big_endian, fortran, shape, data_offset, size, unsupported
+        )
 
     @property
     def nbytes(self) -> int:
-        return element_count(self.shape) * DTYPES[self.dtype].itemsize
+        return element_count(self.shape) * self.itemsize
 
 
 # The header text numpy.save writes (and header_bytes below): the dict literal in its one
@@ -168,29 +204,31 @@ def parse_header(head: bytes, where: str = "header", base: int = 0) -> NpyHeader
     def bad(message: str, offset: int = 0, code: str = NPY_HEADER) -> FormatError:
         return FormatError(code, f"{where}: {message}", offset=base + offset, field="header")
 
-    if len(head) < 10 or head[:6] != MAGIC:
+    if head[:6] != MAGIC[: len(head)] or len(head) < 6:
         raise bad("does not start with the .npy magic \\x93NUMPY")
+    if len(head) < 8:
+        raise bad(f"ends inside the version (file is {len(head)} bytes)", len(head))
     version = (head[6], head[7])
-    if version == (1, 0):
-        hlen, start = struct.unpack_from("<H", head, 8)[0], 10
-    elif version in ((2, 0), (3, 0)):
-        if len(head) < 12:
-            raise bad("ends inside the header length", len(head))
-        hlen, start = struct.unpack_from("<I", head, 8)[0], 12
-    else:
+    if version not in HEADER_LENGTH:
         raise bad(f"version {version[0]}.{version[1]} is not 1.0, 2.0 or 3.0", 6)
+    length_format, encoding = HEADER_LENGTH[version]
+    start = 8 + struct.calcsize(length_format)
+    if len(head) < start:
+        raise bad(
+            f"ends inside the {start - 8}-byte header length (file is {len(head)} bytes)",
+            len(head),
+        )
+    hlen = struct.unpack_from(length_format, head, 8)[0]
     if hlen > MAX_HEADER:
         raise bad(f"header length {hlen:,} is above the {MAX_HEADER:,}-byte limit", 8)
     if len(head) < start + hlen:
         raise bad(f"ends inside the {hlen}-byte header", len(head))
     raw = head[start : start + hlen]
     try:
-        text = raw.decode("utf-8" if version == (3, 0) else "latin1")
+        text = raw.decode(encoding)
         d = _canonical_header(text)
         if d is None:
-            import ast  # another spelling (not numpy's): rare, and ast costs start-up time
-
-            d = ast.literal_eval(text)
+            d = _literal(text, version)
     except (ValueError, SyntaxError, MemoryError, RecursionError, UnicodeDecodeError) as exc:
         raise bad(f"header is not a Python dict literal ({type(exc).__name__})", start) from None
     if not isinstance(d, dict) or set(d) != {"descr", "fortran_order", "shape"}:
@@ -205,20 +243,101 @@ def parse_header(head: bytes, where: str = "header", base: int = 0) -> NpyHeader
         or element_count(shape) >= 1 << 64
     ):
         raise bad(f"shape {shape!r:.60} is not a tuple of non-negative integers", start)
-    if not isinstance(descr, str):
-        raise bad(f"dtype {descr!r:.60} is structured: not a tensor", start, NPY_DTYPE)
-    norm = descr
-    if len(norm) >= 2 and norm[0] in "=|" and norm[1:] in ("u1", "i1", "b1"):
+    norm = descr if isinstance(descr, str) else ""
+    if len(norm) >= 2 and norm[0] in "=|<>" and norm[1:] in ("u1", "i1", "b1"):
         norm = "|" + norm[1:]
     elif norm[:1] == "=":
         norm = "<" + norm[1:]
     name = BY_DESCR.get(norm)
     if name is None:
-        kind = {"O": "object (pickled)", "V": "void", "U": "string", "S": "bytes"}.get(
-            descr.lstrip("<>|=")[:1], "unsupported"
-        )
-        raise bad(f"dtype {descr!r:.30} is {kind}: not a tensor dtype", start, NPY_DTYPE)
+        itemsize, why = _foreign_dtype(descr, bad, start)
+        return NpyHeader(version, "", descr, False, fortran, shape, start + hlen, itemsize, why)
     return NpyHeader(version, name, descr, norm.startswith(">"), fortran, shape, start + hlen)
+
+
+# (major, minor) -> (the header length's struct format, the header text's encoding)
+HEADER_LENGTH = {(1, 0): ("<H", "latin1"), (2, 0): ("<I", "latin1"), (3, 0): ("<I", "utf-8")}
+
+
+def _literal(text: str, version: tuple[int, int]) -> Any:
+    """The header's dict literal in a spelling other than numpy's canonical one. A header
+    Python 2 wrote may spell integers with an `L` suffix (`(2L,)`): numpy reads those in
+    versions 1.0 and 2.0 by dropping the suffix, and so does this."""
+    import ast  # another spelling (not numpy's): rare, and ast costs start-up time
+
+    try:
+        return ast.literal_eval(text)
+    except SyntaxError:
+        if version > (2, 0):
+            raise
+        return ast.literal_eval(_drop_long_suffix(text))
+
+
+def _drop_long_suffix(text: str) -> str:
+    """`text` without the `L` that follows a number token (Python 2 long literals)."""
+    import io
+    import tokenize
+
+    out: list[tuple[int, str]] = []
+    last = None
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.NAME and tok.string in ("L", "l") and last == tokenize.NUMBER:
+                last = tok.type
+                continue
+            out.append((tok.type, tok.string))
+            last = tok.type
+    except (tokenize.TokenError, IndentationError):
+        return text
+    return tokenize.untokenize(out)
+
+
+_KINDS = {
+    "U": "a unicode string",
+    "S": "a bytes string",
+    "a": "a bytes string",
+    "V": "a void (raw bytes)",
+    "M": "a datetime64",
+    "m": "a timedelta64",
+    "c": "a complex",
+    "f": "a float",
+    "i": "an integer",
+    "u": "an unsigned integer",
+}
+
+
+def _foreign_dtype(descr: Any, bad: Any, start: int) -> tuple[int, str]:
+    """(item size, why it is no tensor) for a dtype numpy reads that is no tensor dtype, asking
+    numpy itself (`numpy.lib.format.descr_to_dtype`, what `np.load` uses). A descriptor numpy
+    refuses, or one holding Python objects (pickled: np.load refuses them by default), is
+    NPY_DTYPE."""
+    import numpy as np
+
+    try:
+        dt = np.lib.format.descr_to_dtype(descr)
+    except Exception as exc:  # numpy raises many types for a bad descriptor
+        raise bad(
+            f"descr {descr!r:.60} is not a numpy dtype ({type(exc).__name__})", start, NPY_DTYPE
+        ) from None
+    if dt.hasobject:
+        raise bad(
+            f"dtype {descr!r:.40} holds Python objects (pickled): never read, as np.load "
+            "refuses them without allow_pickle",
+            start,
+            NPY_DTYPE,
+        )
+    if dt.names is not None:
+        fields = ", ".join(repr(n) for n in dt.names[:4]) + (", ..." if len(dt.names) > 4 else "")
+        why = (
+            f"a structured dtype (fields {fields}; descr {descr!r:.60})"
+            if dt.names
+            else "an empty structured dtype"
+        )
+    elif dt.subdtype is not None:
+        why = "a subarray dtype"
+    else:
+        why = _KINDS.get(dt.kind, "a dtype") + f" dtype ({dt.str})"
+    return dt.itemsize, f"{why}: not a tensor dtype"
 
 
 def header_bytes(dtype: str, shape: tuple[int, ...]) -> bytes:
@@ -362,8 +481,14 @@ class NpzMember(Record):
         return self.info.compress_type == zipfile.ZIP_STORED
 
 
+ZIP_EMPTY = b"PK\x05\x06"  # the end record, first: a ZIP with no member
+
+
 def sniff_npz(head: bytes, size: int) -> bool:
-    """A ZIP whose first member is named *.npy (or too long to see: then no '/' in view)."""
+    """A ZIP whose first member is named *.npy (or too long to see: then no '/' in view), or
+    an empty ZIP: `np.savez(f)` with no arrays writes one, and `np.load` reads it (no arrays)."""
+    if head.startswith(ZIP_EMPTY) and len(head) >= 22:
+        return head[10:12] == b"\x00\x00" and size == 22 + int.from_bytes(head[20:22], "little")
     if not head.startswith(ZIP_MAGIC) or len(head) < 30:
         return False
     n = struct.unpack_from("<H", head, 26)[0]
@@ -384,6 +509,8 @@ def _zip_cut(buf: Any, size: int) -> tuple[int, str] | None:
     """Where a ZIP that has lost its end record was cut: walk the local member headers from the
     start (sizes from the header or its ZIP64 extra) and return (bytes needed, what) for the
     first member or directory that runs past the end; None when the start is not members."""
+    if 0 < size < 4 and bytes(buf[:size]) == ZIP_MAGIC[:size]:
+        return 30, "the header of the member at 0 is cut"  # inside the first magic
     pos = 0
     while pos + 4 <= size and bytes(buf[pos : pos + 4]) == b"PK\x03\x04":
         if pos + 30 > size:

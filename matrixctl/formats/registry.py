@@ -41,15 +41,17 @@ UNKNOWN_FOLDER = codes.define(
 
 
 def _sniff_safetensors(head: bytes, size: int) -> bool:
-    if head[8:9] != b"{":  # a u64 header size, then the JSON header
+    if head[8:9] not in (b"{", b" ", b"\n", b"\r", b"\t"):  # a u64 size, then the JSON header
         return False
+    if any(head[:n] in by_magic for n, by_magic in _MAGICS):
+        return False  # another format's magic (a .npy, a GGUF): its bytes say what it is
     from matrixctl.formats.st_container import sniff
 
     return sniff(head, size)
 
 
 def _sniff_npz(head: bytes, size: int) -> bool:
-    if not head.startswith(b"PK\x03\x04"):  # a ZIP's first local header
+    if not head.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # a member, or an empty ZIP
         return False
     from matrixctl.formats.npy import sniff_npz
 
@@ -294,8 +296,21 @@ _MAGICS = _magic_tables()
 _SNIFFED = [(i, f) for i, f in enumerate(FORMATS) if f.directory is None and f.magic is None]
 
 
+# The one place a name tells the format: bytes no format claims, in a file whose name ends so,
+# are reported as that format's damage (its reader names what is wrong: the header size, the
+# JSON, the magic), not as unknown bytes. safetensors has no magic: its header is all there is
+# to sniff, so a file whose header is broken (not JSON, an array) would otherwise be "unknown";
+# a `.npy` whose magic is damaged is reported as a .npy with a bad magic; a ZIP named `.npz`
+# whose first member is not an array is read as numpy reads it (an archive of members).
+NAMED_FALLBACK = {".safetensors": "safetensors", ".npy": "npy", ".npz": "npz", ".gguf": "gguf"}
+
+
 def sniff(src: Source) -> str | None:
-    return sniff_bytes(src.head(SNIFF_BYTES), src.size)
+    got = sniff_bytes(src.head(SNIFF_BYTES), src.size)
+    if got is None and src.size:
+        ext = os.path.splitext(src.path)[1].lower()
+        got = NAMED_FALLBACK.get(ext)
+    return got
 
 
 def sniff_dir(path: str) -> Format | None:

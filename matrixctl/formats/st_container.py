@@ -79,8 +79,15 @@ ST_HEADER_SIZE = codes.define(
 )
 ST_JSON = codes.define(
     "ST_JSON",
-    "The header is not a JSON object in UTF-8 (or repeats a key, or uses NaN/Infinity).",
+    "The header is not a JSON object in UTF-8 (or uses NaN/Infinity).",
     group=G,
+)
+ST_DUPLICATE_KEY = codes.define(
+    "ST_DUPLICATE_KEY",
+    "The header repeats a key (a warning: the safetensors package reads the last one, and so "
+    "does matrixctl; other readers may read the first).",
+    group=G,
+    severity=codes.Severity.WARNING,
 )
 ST_SCHEMA = codes.define(
     "ST_SCHEMA",
@@ -105,29 +112,50 @@ ST_LAYOUT = codes.define(
     "last tensor.",
     group=G,
 )
-ST_BOOL = codes.define("ST_BOOL", "A BOOL element is a byte other than 0x00 or 0x01.", group=G)
+ST_BOOL = codes.define(
+    "ST_BOOL",
+    "A BOOL element is a byte other than 0x00 or 0x01 (a warning: the safetensors package reads "
+    "it; convert writes it as 0x01).",
+    group=G,
+    severity=codes.Severity.WARNING,
+)
+ST_NOT_TENSOR = codes.define(
+    "ST_NOT_TENSOR",
+    "The file is intact, but a tensor's dtype is one safetensors knows and matrixctl has no "
+    "type for (F4, F6_E2M3, F6_E3M2, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ): verify passes it, "
+    "convert refuses it.",
+    group=G,
+    unsupported=True,
+)
+# dtypes the safetensors package knows (0.8) and matrixctl has no type for: bits per element.
+# Their byte ranges are still checked (a sub-byte tensor ends on a byte boundary, as the
+# package requires).
+FOREIGN_BITS = {
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8,
+}
+_JSON_SPACE = b" \t\n\r"
 
 
 def sniff(head: bytes, size: int) -> bool:
-    """A u64 header size, then `{` and a key or `}`: cheap and specific enough. The size is
-    not compared with the file here, so a truncated file is still named safetensors (and
-    reported ST_HEADER_SIZE) rather than unknown."""
-    if len(head) < PREFIX + 2:
+    """A u64 header size, then `{` (after JSON whitespace, which the package's reader skips)
+    and a byte that is no control character: safetensors' length-plus-`{` shape, cheap and
+    specific enough. The size is not compared with the file here, and the JSON is not parsed,
+    so a truncated file or a broken header is still named safetensors (and reported
+    ST_HEADER_SIZE or ST_JSON) rather than unknown. A GGUF whose tensor count's low byte is
+    `{` is not taken."""
+    if len(head) < PREFIX + 2 or head.startswith(b"GGUF"):
         return False
     n = struct.unpack_from("<Q", head)[0]
-    return (
-        n >= 2
-        and head[PREFIX : PREFIX + 1] == b"{"
-        and head[PREFIX + 1 : PREFIX + 2]
-        in (
-            b'"',
-            b"}",
-            b" ",
-            b"\n",
-            b"\r",
-            b"\t",
-        )
-    )
+    rest = head[PREFIX : PREFIX + min(n, len(head) - PREFIX)].lstrip(_JSON_SPACE)
+    if n < 2 or rest[:1] != b"{":
+        return False
+    after = rest[1:2]
+    return after == b"" or after[0] >= 0x20 or after in _JSON_SPACE
 
 
 class StTensor(Record):
@@ -145,6 +173,7 @@ class StTensor(Record):
         end: int,
         data_start: int,
     ) -> None:
+        """`dtype` is "" for a dtype of `FOREIGN_BITS` (no tensor matrixctl converts)."""
         self.name = name
         self.dtype = dtype
         self.st_dtype = st_dtype
@@ -163,7 +192,12 @@ class StTensor(Record):
 
     @property
     def expected(self) -> int:
-        return element_count(self.shape) * DTYPES[self.dtype].itemsize
+        """The byte length shape and dtype need (-1 for a sub-byte dtype whose elements do not
+        end on a byte boundary: no length fits)."""
+        if self.dtype:
+            return element_count(self.shape) * DTYPES[self.dtype].itemsize
+        bits = element_count(self.shape) * FOREIGN_BITS[self.st_dtype]
+        return bits // 8 if bits % 8 == 0 else -1
 
     @property
     def field(self) -> str:
@@ -198,13 +232,19 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
+def _pairs_keeping_last(seen: list[str]) -> Any:
+    """A JSON object hook that keeps the last value of a repeated key, as the package's reader
+    does (serde into a map), and records the repeated keys in `seen`."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                seen.append(key)
+            out[key] = value
+        return out
+
+    return pairs
 
 
 def parse(buf: Any, size: int) -> StFile:
@@ -231,9 +271,12 @@ def parse(buf: Any, size: int) -> StFile:
             field="header_size",
         )
     raw = bytes(buf[PREFIX : PREFIX + n])
+    repeated: list[str] = []
     try:
         text = raw.decode("utf-8")
-        header = json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constants)
+        header = json.loads(
+            text, object_pairs_hook=_pairs_keeping_last(repeated), parse_constant=_no_constants
+        )
     except UnicodeDecodeError as exc:
         raise FormatError(
             ST_JSON,
@@ -255,7 +298,19 @@ def parse(buf: Any, size: int) -> StFile:
     if not isinstance(header, dict):
         raise FormatError(ST_JSON, "header is not a JSON object", offset=PREFIX, field="header")
     st = StFile(size, n, {}, [])
-    meta = header.pop(METADATA_KEY, {})
+    for key in dict.fromkeys(repeated):
+        st.problems.append(
+            Problem(
+                ST_DUPLICATE_KEY,
+                f"the header repeats the key {key!r:.80}; the last one is read, as the "
+                "safetensors package reads it",
+                offset=PREFIX,
+                field=f"header/{key}",
+            )
+        )
+    meta = header.pop(METADATA_KEY, None)
+    if meta is None:  # absent, or null (the package reads `"__metadata__": null` as none)
+        meta = {}
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         st.problems.append(
             Problem(
@@ -292,7 +347,7 @@ def _entry(st: StFile, name: str, entry: Any) -> StTensor | None:
             )
         )
         return None
-    if st_dtype not in BY_NAME:
+    if st_dtype not in BY_NAME and st_dtype not in FOREIGN_BITS:
         st.problems.append(
             Problem(
                 ST_DTYPE,
@@ -332,7 +387,13 @@ def _entry(st: StFile, name: str, entry: Any) -> StTensor | None:
         )
         return None
     return StTensor(
-        name, BY_NAME[st_dtype], st_dtype, tuple(shape), offsets[0], offsets[1], st.data_start
+        name,
+        BY_NAME.get(st_dtype, ""),
+        st_dtype,
+        tuple(shape),
+        offsets[0],
+        offsets[1],
+        st.data_start,
     )
 
 

@@ -192,7 +192,13 @@ ZT_GAP = codes.define(
     group=G,
     severity=Severity.WARNING,
 )
-ZT_BOOL = codes.define("ZT_BOOL", "A bool element is a byte other than 0x00 or 0x01.", group=G)
+ZT_BOOL = codes.define(
+    "ZT_BOOL",
+    "A bool element is a byte other than 0x00 or 0x01 (a warning: the zTensor 1.1 spec does "
+    "not say MUST and ztensor 1.1.1 reads it; convert writes it as 0x01).",
+    group=G,
+    severity=codes.Severity.WARNING,
+)
 ZT_SPARSE = codes.define(
     "ZT_SPARSE",
     "Sparse index data is inconsistent: indptr not starting at 0 or decreasing, an index out "

@@ -77,6 +77,7 @@ def write_pack(
         )
     started = time.monotonic()
     nbytes = ntokens = done = 0
+    skipped_bytes = 0  # bytes of the files skipped while they were read
     within = None
     if tick is not None and serial:
         # --jobs 1: the bar moves with the bytes read inside each file.
@@ -108,6 +109,7 @@ def write_pack(
             done += 1
             nbytes += res.source.size
             if res.skip_reason is not None:
+                skipped_bytes += res.source.size
                 pb.skipped.append(
                     {
                         "path": res.source.recorded,
@@ -144,10 +146,17 @@ def write_pack(
         }
         manifest = pb.finish(tail)
     elapsed = time.monotonic() - started
+    # The counts of what was ingested, from the manifest (a file read in pieces is one source;
+    # stdin's bytes are those read, its size not being known beforehand); skipped files are
+    # counted apart, with their bytes where they were read, and so are the records skipped
+    # inside the files that were ingested (no text field, a bad record with --on-error skip).
+    ingested = manifest["sources"]
     return {
         "pack": out_dir,
-        "files": len(files),
-        "bytes": nbytes,
+        "files": len(ingested),
+        "bytes": sum(s["bytes"] for s in ingested),
+        "skipped_bytes": skipped_bytes,
+        "skipped_records": sum(s.get("skipped_records", 0) for s in ingested),
         "documents": manifest["documents"],
         "tokens": manifest["tokens"],
         "atoms": manifest["atom_count"],

@@ -36,7 +36,7 @@ HF_TOKENIZER_UNSUPPORTED = codes.define(
     "An intact tokenizer.json whose model or options matrixctl does not implement exactly "
     "(tokenize model refuses it; verify passes it).",
     group=G,
-    severity=codes.Severity.INFO,
+    unsupported=True,
 )
 
 

@@ -38,9 +38,32 @@ def describe(s: NpySubject) -> dict[str, Any]:
         "descr": h.descr,
         "fortran_order": h.fortran,
         "tensors": [
-            tensor_row(npy.tensor_name(s.src.path), h.dtype, h.shape, h.data_offset, h.nbytes)
+            tensor_row(
+                npy.tensor_name(s.src.path),
+                h.dtype or None,
+                h.shape,
+                h.data_offset,
+                h.nbytes,
+                None if h.dtype else {"numpy_descr": str(h.descr)},
+            )
         ],
     }
+
+
+@rule(FMT, "dtype is a tensor dtype", header=True)
+def check_tensor_dtype(s: NpySubject) -> Iterator[Finding]:
+    yield from not_tensor(s.header, "dtype", 0)
+
+
+def not_tensor(h: npy.NpyHeader, field: str, offset: int | None) -> Iterator[Finding]:
+    """The third verdict's finding for an intact array whose dtype is no tensor dtype."""
+    if h.unsupported is not None:
+        yield finding(
+            npy.NPY_NOT_TENSOR,
+            f"intact, but {h.unsupported}; convert does not take it",
+            offset=offset,
+            field=field,
+        )
 
 
 @rule(FMT, "data size", cause=True)

@@ -13,6 +13,7 @@ from matrixctl.formats import npy
 from matrixctl.io import Source
 from matrixctl.tensors import tensor_row
 from matrixctl.validate.engine import rule
+from matrixctl.validate.npy import not_tensor
 
 FMT = npy.NPZ
 
@@ -38,7 +39,7 @@ def describe(s: NpzSubject) -> dict[str, Any]:
         rows.append(
             tensor_row(
                 m.name,
-                h.dtype if h else None,
+                (h.dtype or None) if h else None,
                 h.shape if h else None,
                 m.data_offset if m.stored else None,
                 h.nbytes if h else None,
@@ -60,6 +61,8 @@ def check_members(s: NpzSubject) -> Iterator[Finding]:
     for m in s.members:
         if m.problem is not None:
             yield from_error(m.problem)
+        elif m.header is not None:
+            yield from not_tensor(m.header, m.name, m.info.header_offset)
         if m.name in seen:
             yield finding(
                 npy.NPZ_MEMBER,

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from matrixctl import codes
-from matrixctl.findings import Finding, finding, findings_of
+from matrixctl.findings import Finding, finding, findings_of, has_error
 from matrixctl.formats import st_container
 from matrixctl.io import Source
 from matrixctl.tensors import human_bytes, tensor_row
@@ -49,7 +49,9 @@ def describe(s: StSubject) -> dict[str, Any]:
     if f.metadata:
         out["metadata"] = dict(f.metadata)
     out["tensors"] = [
-        tensor_row(t.name, t.dtype, t.shape, t.offset, t.nbytes, {"st_dtype": t.st_dtype})
+        tensor_row(
+            t.name, t.dtype or t.st_dtype, t.shape, t.offset, t.nbytes, {"st_dtype": t.st_dtype}
+        )
         for t in f.tensors
     ]
     return out
@@ -58,6 +60,21 @@ def describe(s: StSubject) -> dict[str, Any]:
 @rule(FMT, "header schema and dtypes")
 def check_schema(s: StSubject) -> Iterator[Finding]:
     yield from findings_of(s.st.problems)
+
+
+@rule(FMT, "dtypes are tensor dtypes", header=True)
+def check_tensor_dtypes(s: StSubject) -> Iterator[Finding]:
+    foreign = [t for t in s.st.tensors if not t.dtype]
+    if foreign:
+        names = ", ".join(f"{t.name!r} ({t.st_dtype})" for t in foreign[:4])
+        more = f" and {len(foreign) - 4} more" if len(foreign) > 4 else ""
+        yield finding(
+            st_container.ST_NOT_TENSOR,
+            f"intact, but tensor{'s' * (len(foreign) > 1)} {names}{more} of a dtype matrixctl "
+            "has no type for; convert does not take it",
+            offset=st_container.PREFIX,
+            field=f"{foreign[0].field}/dtype",
+        )
 
 
 @rule(FMT, "file size", cause=True)
@@ -96,7 +113,14 @@ def check_ranges(s: StSubject) -> Iterator[Finding]:
                 field=f"{t.field}/data_offsets",
             )
             continue
-        if t.nbytes != t.expected:
+        if t.expected < 0:
+            yield finding(
+                st_container.ST_LENGTH,
+                f"{t.name}: shape {list(t.shape)} of {t.st_dtype} does not end on a byte boundary",
+                offset=t.offset,
+                field=f"{t.field}/shape",
+            )
+        elif t.nbytes != t.expected:
             yield finding(
                 st_container.ST_LENGTH,
                 f"{t.name}: {t.nbytes:,} bytes, but shape {list(t.shape)} of {t.st_dtype} needs "
@@ -120,7 +144,7 @@ def check_ranges(s: StSubject) -> Iterator[Finding]:
                 field=f"{t.field}/data_offsets",
             )
         pos = max(pos, t.end)
-    if pos < buffer and not s.st.problems:
+    if pos < buffer and not has_error(s.st.problems):
         yield finding(
             st_container.ST_LAYOUT,
             f"{buffer - pos:,} bytes follow the last tensor",

@@ -8,8 +8,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies
 
 from matrixctl.tokenizer_files import load_model_tokenizer
 from matrixctl.tokenizers.model import jobs
@@ -48,13 +47,13 @@ def test_cut_parts_give_the_whole_texts_ids(tok) -> None:
     assert _parts_ids(tok, text, 8) == tok.encode_ordinary(text)
 
 
-ALPHABET = st.sampled_from(
+ALPHABET = strategies.sampled_from(
     [*"aZ \n\n\r\t1234567890'’!?.-_", "\u00a0", "\u2029", "\u3000", "é", "日", "🦙", "\x1c"]
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.text(ALPHABET, max_size=12), min_size=2, max_size=30))
+@given(strategies.lists(strategies.text(ALPHABET, max_size=12), min_size=2, max_size=30))
 def test_any_text_around_the_cuts(tok, pieces: list[str]) -> None:
     text = "A\nb".join(pieces)  # a cut place between every two pieces
     assert _parts_ids(tok, text, 1) == tok.encode_ordinary(text)
