@@ -338,8 +338,10 @@ def test_training_loop_checkpoints_mid_epoch_and_resumes_the_same_order(pack: Pa
     everything = [a.tolist() for a in ds.iter(seed=7)]  # epoch 0, uninterrupted
     assert sorted(everything) == sorted(raw.tolist())  # a permutation of every atom
     assert everything != raw.tolist()  # shuffled
-    after = [a.tolist() for a in ds.iter()]  # epoch 1: another order, same seed
+    assert [a.tolist() for a in ds.iter(seed=7)] == everything  # a pure function of its args
+    after = [a.tolist() for a in ds.iter(start=ds.state_dict())]  # epoch 1: another order
     assert after != everything and sorted(after) == sorted(everything)
+    assert [a.tolist() for a in ds.iter(seed=7, epoch=1)] == after
 
     run = matrixctl.open_pack(pack)
     seen = []
@@ -354,7 +356,8 @@ def test_training_loop_checkpoints_mid_epoch_and_resumes_the_same_order(pack: Pa
     seen += [a.tolist() for a in resumed.iter()]
     assert seen == everything
     assert resumed.state_dict() == {"epoch": 1, "position": 0, "seed": 7, "shuffle": True}
-    assert [a.tolist() for a in resumed.iter()] == after
+    assert [a.tolist() for a in resumed.iter(start=resumed.state_dict())] == after
+    assert [a.tolist() for a in resumed.iter(seed=7)] == everything  # the loaded state: once
     other = matrixctl.open_pack(pack)
     assert [a.tolist() for a in other.iter(start=json.loads(checkpoint))] == everything[11:]
     plain = [
