@@ -267,7 +267,7 @@ class PackDataset:
         if start is None and self._pending is not None:
             start, self._pending = self._pending, None
         if start is None:
-            state = {
+            state: dict[str, Any] = {
                 "epoch": 0 if epoch is None else epoch,
                 "position": 0,
                 "seed": 0 if seed is None else seed,

@@ -80,7 +80,7 @@ def test_pickles_by_path_in_under_a_kilobyte(pack: Path, tmp_path: Path) -> None
     assert len(blob) < 1024
     assert str(pack).encode() in blob  # the path, not the payload
     back = pickle.loads(blob)
-    np.testing.assert_array_equal(back[0:len(back)], ds[0:len(ds)])
+    np.testing.assert_array_equal(back[0 : len(back)], ds[0 : len(ds)])
     assert back.out_dtype == np.int64
     ds.load_state_dict({"epoch": 2, "position": 3, "seed": 5, "shuffle": True})
     resumed = pickle.loads(pickle.dumps(ds))  # a pending state travels with it
@@ -107,7 +107,9 @@ def test_iter_is_a_pure_function_of_its_arguments(pack: Path) -> None:
     assert [a.tolist() for a in ds.iter(seed=0)] == first  # twice: the same order
     it = ds.iter(seed=1)
     next(it)  # a loop left early
-    assert [a.tolist() for a in ds.iter(seed=3)] == [ds[int(i)].tolist() for i in ds.order(0, seed=3)]
+    assert [a.tolist() for a in ds.iter(seed=3)] == [
+        ds[int(i)].tolist() for i in ds.order(0, seed=3)
+    ]
     assert [a.tolist() for a in ds.iter(seed=0, epoch=2)] == [
         ds[int(i)].tolist() for i in ds.order(2, seed=0)
     ]
