@@ -110,6 +110,10 @@ CONVERTERS: list[Converter] = [
     Converter("matrix-atom", "npy", "matrixctl.converters.ids:atoms_to_npy"),
     Converter("npy", "token-stream", "matrixctl.converters.ids:npy_to_stream", IDS_OPTIONS),
     Converter("npy", "matrix-atom", "matrixctl.converters.ids:npy_to_atoms", IDS_OPTIONS),
+    # An ingest pack to the dataset formats trainers read (matrixctl.converters.training).
+    Converter("ingest-pack", "megatron", "matrixctl.converters.training:pack_to_megatron"),
+    Converter("ingest-pack", "mds", "matrixctl.converters.training:pack_to_mds"),
+    Converter("ingest-pack", "hf-parquet", "matrixctl.converters.training:pack_to_hf_parquet"),
 ]
 
 
