@@ -315,8 +315,8 @@ def pack_to_hf_parquet(source: Any, dst: str, options: dict[str, Any]) -> Result
     import numpy as np
 
     try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow
+        import pyarrow.parquet as parquet
     except ImportError:
         from matrixctl.errors import UsageError
 
@@ -342,13 +342,13 @@ def pack_to_hf_parquet(source: Any, dst: str, options: dict[str, Any]) -> Result
             stop = int(np.searchsorted(ends, before + PARQUET_SHARD, side="right"))
             cuts.append(max(first + 1, stop))
         files = len(cuts) - 1
-        schema = pa.schema([pa.field("input_ids", pa.list_(pa.int32()))])
+        schema = pyarrow.schema([pyarrow.field("input_ids", pyarrow.list_(pyarrow.int32()))])
         written = []
         with _atomic_folder(dst) as tmp:
             for k in range(files):
                 name = f"data-{k:05}-of-{files:05}.parquet"
                 written.append(name)
-                with pq.ParquetWriter(
+                with parquet.ParquetWriter(
                     os.path.join(tmp, name), schema, compression="zstd", store_schema=True
                 ) as writer:
                     lo = cuts[k]
@@ -368,14 +368,19 @@ def pack_to_hf_parquet(source: Any, dst: str, options: dict[str, Any]) -> Result
                         offsets = np.concatenate(
                             [recs["token_offset"].astype(np.int64) - first, [last - first]]
                         ).astype(np.int32)
-                        column = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
-                        writer.write_table(pa.table({"input_ids": column}, schema=schema))
+                        column = pyarrow.ListArray.from_arrays(
+                            pyarrow.array(offsets), pyarrow.array(values)
+                        )
+                        writer.write_table(pyarrow.table({"input_ids": column}, schema=schema))
                         lo = hi
             if files == 0:
                 name = "data-00000-of-00001.parquet"
                 written.append(name)
-                pq.write_table(
-                    pa.table({"input_ids": pa.array([], pa.list_(pa.int32()))}, schema=schema),
+                parquet.write_table(
+                    pyarrow.table(
+                        {"input_ids": pyarrow.array([], pyarrow.list_(pyarrow.int32()))},
+                        schema=schema,
+                    ),
                     os.path.join(tmp, name),
                     compression="zstd",
                 )
