@@ -316,7 +316,7 @@ def pack_to_hf_parquet(source: Any, dst: str, options: dict[str, Any]) -> Result
 
     try:
         import pyarrow
-        import pyarrow.parquet as parquet
+        from pyarrow import parquet
     except ImportError:
         from matrixctl.errors import UsageError
 
