@@ -81,18 +81,25 @@ def torch_dataset(
         if not isinstance(value, int) or isinstance(value, bool) or value < (name == "batch_size"):
             raise UsageError(f"{name} must be an int >= {int(name == 'batch_size')}, got {value!r}")
     rank, world_size = _ranks(rank, world_size)
+    dtype = None if dtype is None else _dtype_name(dtype)
+    # Opened here once: a bad path or pack fails at this call, not in a worker, and the modules
+    # opening needs are imported before a fork (a worker then opens the pack in about a ms).
+    pack = pack_or_path if isinstance(pack_or_path, PackDataset) else PackDataset(path, dtype=dtype)
     cls = _dataset_class()
-    return cls(
+    ds = cls(
         {
             "path": path,
             "seed": seed,
             "shuffle": bool(shuffle),
-            "dtype": None if dtype is None else _dtype_name(dtype),
+            "dtype": dtype,
             "rank": rank,
             "world_size": world_size,
             "batch_size": batch_size,
         }
     )
+    if (None if pack.out_dtype is None else pack.out_dtype.name) == dtype:
+        ds._impl._pack = pack  # the same reads: used in this process, never pickled
+    return ds
 
 
 def _dtype_name(dtype: Any) -> str:
