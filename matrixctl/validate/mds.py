@@ -162,7 +162,7 @@ def check_files(s: MdsSubject) -> Iterator[Finding]:
             )
 
 
-def _offsets(path: str, entry: dict[str, Any]) -> Any:
+def shard_offsets(path: str, entry: dict[str, Any]) -> Any:
     """A raw shard's sample count and offsets, read within its size (FormatError otherwise)."""
     import numpy as np
 
@@ -225,7 +225,7 @@ def check_headers(s: MdsSubject) -> Iterator[Finding]:
         if os.path.getsize(path) != data["bytes"]:
             continue
         try:
-            _offsets(path, entry)
+            shard_offsets(path, entry)
         except FormatError as err:
             yield finding(
                 err.code,
@@ -289,7 +289,7 @@ def check_samples(s: MdsSubject) -> Iterator[Finding]:
         if os.path.getsize(path) != data["bytes"]:
             continue
         try:
-            offsets = _offsets(path, entry)
+            offsets = shard_offsets(path, entry)
         except FormatError:
             continue  # reported by the header rule
         sizes = entry["column_sizes"]

@@ -60,7 +60,7 @@ def test_formats_that_cannot_be_written_are_never_offered(tmp_path: Path, npz: P
     from matrixctl.converters import writable_formats
 
     assert list(writable_formats()) == [
-        "embd", "gguf", "hf-parquet", "matrix-atom", "mds", "megatron", "npy", "npz",
+        "embd", "gguf", "hf-parquet", "ingest-pack", "matrix-atom", "mds", "megatron", "npy", "npz",
         "safetensors", "stb", "svg", "token-stream", "ztensor", "ztensor-v2",
     ]  # fmt: skip
     help_text = " ".join(run_cli("convert", "--help").out.split())
