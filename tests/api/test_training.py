@@ -157,6 +157,49 @@ def test_stateful_dataloader_resumes_mid_epoch_with_the_same_batches(pack: Path)
     resumed.load_state_dict(json.loads(saved))
     rest = [b.tolist() for b in resumed]
     assert first + rest == whole
+    # ...and in a new process, as after a crash: the state file is all it gets.
+    state_file = pack.parent / "loader-state.json"
+    state_file.write_text(saved)
+    script = (
+        "import json, sys\n"
+        "from torchdata.stateful_dataloader import StatefulDataLoader\n"
+        "import matrixctl\n"
+        "ds = matrixctl.torch_dataset(sys.argv[1], seed=5, dtype='int64', batch_size=2)\n"
+        "loader = StatefulDataLoader(ds, batch_size=2, num_workers=2)\n"
+        "loader.load_state_dict(json.load(open(sys.argv[2])))\n"
+        "print(json.dumps([b.tolist() for b in loader]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(pack), str(state_file)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert first + json.loads(out.stdout) == whole
+
+
+def test_resume_with_another_number_of_ranks(pack: Path) -> None:
+    """Two ranks of one worker stop mid-epoch; one rank of two workers finishes the epoch."""
+    pytest.importorskip("torchdata")
+    atoms = _atoms(pack).tolist()
+    states, first = [], []
+    for rank in range(2):
+        ds = matrixctl.torch_dataset(pack, seed=8, rank=rank, world_size=2, batch_size=BATCH)
+        loader = _stateful(ds, 1)
+        for step, b in enumerate(loader):
+            first.extend(b.tolist())
+            if step == 2 - rank:  # the ranks stopped at different steps
+                states.append(json.loads(json.dumps(loader.state_dict())))
+                break
+    state = merge_states(*states)
+    ds = matrixctl.torch_dataset(pack, seed=8, batch_size=BATCH)
+    ds.load_state_dict(state)
+    rest = [row for b in _stateful(ds, 2) for row in b.tolist()]
+    assert sorted(first + rest) == sorted(atoms)
 
 
 @pytest.mark.parametrize(("before", "after"), [(2, 3), (3, 1), (2, 0)])
