@@ -49,27 +49,13 @@ class Result:
 STEP = 1 << 22  # ids per write
 
 
-def _first_error(fmt: str, subject: Any, name: str) -> None:
-    """Every check `verify` runs on the input (scan included); the first error is raised."""
-    from matrixctl.codes import Severity
-    from matrixctl.findings import FileReport
-    from matrixctl.validate.engine import run_rules
-
-    report = FileReport(name, fmt)
-    run_rules(fmt, subject, report, scan=True)
-    for f in report.findings:
-        if f.severity is Severity.ERROR:
-            raise FormatError(f.code, f.message, path=name, offset=f.offset, field=f.field)
-
-
 def megatron_to_pack(source: Any, dst: str, options: dict[str, Any]) -> Result:
     import numpy as np
 
     from matrixctl.io import Source
     from matrixctl.opening import open_checked
 
-    subject = open_checked(source, "megatron")
-    _first_error("megatron", subject, source.name)
+    subject = open_checked(source, "megatron", scan=True)  # every check verify runs
     h = subject.header
     if np.dtype(h.dtype).kind not in "iu":
         raise FormatError(IMPORT_IDS, f"the ids are {h.dtype}, not integers", path=source.name)
@@ -103,8 +89,7 @@ def mds_to_pack(source: Any, dst: str, options: dict[str, Any]) -> Result:
     from matrixctl.opening import open_checked
     from matrixctl.validate.mds import shard_offsets
 
-    subject = open_checked(source, "mds")
-    _first_error("mds", subject, source.name)
+    subject = open_checked(source, "mds", scan=True)  # every check verify runs
     shards = subject.shards
     for n, entry in enumerate(shards):
         names, encs = entry["column_names"], entry["column_encodings"]
