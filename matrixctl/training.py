@@ -325,13 +325,19 @@ def _ranks_of(length: int, consumer: int, consumers: int, chunk: int) -> np.ndar
 
 def share(count: int, cut: dict[str, Any], consumer: int, consumers: int, chunk: int) -> np.ndarray:
     """The positions of the epoch's order that `consumer` of `consumers` yields, in order."""
-    import numpy as np
-
     head, hi = _remaining(count, cut)
     length = head.size + max(0, count - hi)
-    ranks = _ranks_of(length, consumer, consumers, chunk)
-    out: np.ndarray = np.where(ranks < head.size, head[np.minimum(ranks, max(head.size - 1, 0))]
-                               if head.size else 0, hi + ranks - head.size)  # fmt: skip
+    return _positions(_ranks_of(length, consumer, consumers, chunk), head, hi)
+
+
+def _positions(ranks: np.ndarray, head: np.ndarray, hi: int) -> np.ndarray:
+    """The epoch positions of indexes into the remaining positions (`_remaining`)."""
+    import numpy as np
+
+    if head.size == 0:
+        return hi + ranks
+    explicit = head[np.minimum(ranks, head.size - 1)]
+    out: np.ndarray = np.where(ranks < head.size, explicit, hi + ranks - head.size)
     return out
 
 
@@ -433,16 +439,10 @@ def merge_states(*states: Any) -> dict[str, Any]:
     gaps = np.flatnonzero(ranks != np.arange(ranks.size))
     low = int(gaps[0]) if gaps.size else int(ranks.size)
     later = ranks[low:]
-
-    def pos(r: np.ndarray) -> np.ndarray:
-        out: np.ndarray = np.where(
-            r < head.size, head[np.minimum(r, max(head.size - 1, 0))] if head.size else 0,
-            hi + r - head.size,
-        )  # fmt: skip
-        return out
-
-    new_position = int(pos(np.asarray([low]))[0])
-    new_done = sorted({*(int(p) for p in pos(later)), *(p for p in done if p > new_position)})
+    new_position = int(_positions(np.asarray([low], dtype=np.int64), head, hi)[0])
+    new_done = sorted(
+        {*(int(p) for p in _positions(later, head, hi)), *(p for p in done if p > new_position)}
+    )
     return {
         "kind": KIND,
         "epoch": int(first["epoch"]),

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies
 
 import matrixctl
 from matrixctl.errors import FormatError
@@ -299,3 +300,38 @@ def test_spawn_workers_map_the_pack_instead_of_copying_it(pack: Path, tmp_path: 
     anon_tiny, anon_big, file_big = seen["tiny"][1], seen["big"][1], seen["big"][2]
     assert anon_big - anon_tiny < payload // 2  # no copy of the payload in anonymous memory
     assert file_big - seen["tiny"][2] > payload // 2  # read through the shared file mapping
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    count=strategies.integers(0, 60),
+    before=strategies.integers(1, 5),
+    after=strategies.integers(1, 5),
+    chunk=strategies.integers(1, 4),
+    data=strategies.data(),
+)
+def test_merged_states_deal_the_rest_exactly_once(
+    count: int, before: int, after: int, chunk: int, data: strategies.DataObject
+) -> None:
+    """Without torch: consumers stop anywhere in their shares; the merged state dealt to another
+    number of consumers covers every position not yet yielded, once, twice over (two stops)."""
+    from matrixctl.training import KIND, share
+
+    cut: dict[str, object] = {"position": 0, "done": []}
+    seen: list[int] = []
+    for consumers in (before, after, 1):
+        shares = [share(count, cut, c, consumers, chunk).tolist() for c in range(consumers)]
+        if consumers == 1:  # the last run finishes the epoch
+            seen += shares[0]
+            break
+        states = []
+        for c, mine in enumerate(shares):
+            m = data.draw(strategies.integers(0, len(mine)))
+            seen += mine[:m]
+            states.append(
+                {"kind": KIND, "epoch": 0, "seed": 0, "shuffle": True, **cut,
+                 "consumer": c, "consumers": consumers, "batch_size": chunk, "yielded": m}
+            )  # fmt: skip
+        merged = merge_states(*states)
+        cut = {"position": merged["position"], "done": merged["done"]}
+    assert sorted(seen) == list(range(count))
