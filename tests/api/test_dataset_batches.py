@@ -116,3 +116,21 @@ def test_iter_is_a_pure_function_of_its_arguments(pack: Path) -> None:
     with pytest.raises(FormatError) as err:
         ds.iter(epoch=1, start={"epoch": 0, "position": 2, "seed": 0, "shuffle": True})
     assert err.value.code == "PACK_STATE"
+
+
+def test_a_dataloader_over_open_pack_batches_without_warnings(pack: Path) -> None:
+    """Map-style through a DataLoader: the batch sampler's indexes go to `__getitems__` (one
+    gather), the rows are writable (default_collate's "not writable" warning never shows) and
+    already of the Embedding's dtype."""
+    import warnings
+
+    pytest.importorskip("torch")
+    import torch
+    from torch.utils.data import DataLoader
+
+    ds = matrixctl.open_pack(pack, dtype="int64")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        batches = list(DataLoader(ds, batch_size=4))
+    assert all(b.dtype == torch.int64 for b in batches)
+    np.testing.assert_array_equal(torch.cat(batches).numpy(), _raw_atoms(pack))
