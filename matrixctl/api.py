@@ -568,7 +568,10 @@ def load_tokenizer(
 # Ingest packs -----------------------------------------------------------------------------------
 
 
-def open_pack(path: str | os.PathLike[str], *, verify: bool = False) -> PackDataset:
+def open_pack(
+    path: str | os.PathLike[str], *, verify: bool = False, dtype: Any = None
+) -> PackDataset:
     """A dataset over an ingest pack, checked on open (`verify=True`: every check of
-    `matrixctl verify PACKDIR`, which reads the whole pack). See `matrixctl.dataset`."""
-    return PackDataset(path, verify=verify)
+    `matrixctl verify PACKDIR`, which reads the whole pack); `dtype` the id dtype every read
+    returns, in new writable arrays (e.g. "int64" for an Embedding). See `matrixctl.dataset`."""
+    return PackDataset(path, verify=verify, dtype=dtype)

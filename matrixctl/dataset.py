@@ -3,8 +3,9 @@
     pack = matrixctl.open_pack("pack/")
     len(pack)            # atoms
     pack[i]              # atom i: atom_size token ids, a read-only row of a memory map
+    pack[a:b], pack[[i, j]], pack[np.array(...)]   # a batch: a new (n, atom_size) array
     pack.document(j)     # the token ids of document j, through the document index
-    for atom in pack.iter(seed=0):  # one epoch, shuffled; pack.state_dict() resumes it
+    for atom in pack.iter(seed=0):  # epoch 0, shuffled; pack.state_dict() resumes it
         ...
 
 Checked on open, cheaply: the manifest's fields and artifact names, every artifact present with
@@ -17,12 +18,25 @@ The map-style protocol PyTorch's `Dataset` uses is `__len__` and `__getitem__`; 
 it without importing torch. A random atom costs about one page read: rows are read-only views
 of one memory map of the payload (advised MADV_RANDOM), nothing is read until a row is used.
 
-Resuming follows MosaicML's StreamingDataset and torchdata's StatefulDataLoader:
-`state_dict()` is a small JSON-able dict `{"epoch", "position", "seed", "shuffle"}` that a
-training loop saves with its checkpoint; `load_state_dict(state)` (or `iter(start=state)`)
+`iter(seed=, shuffle=, epoch=, start=)` is a pure function of its arguments: the same call
+gives the same atoms in the same order, however often it is made. Resuming follows MosaicML's
+StreamingDataset and torchdata's StatefulDataLoader: `state_dict()` is a small JSON-able dict
+`{"epoch", "position", "seed", "shuffle"}` that tells where the most recent iteration stands; a
+training loop saves it with its checkpoint, and `iter(start=state)`, or `load_state_dict(state)`
+followed by one `iter()` (the loaded state applies to the next call only, as in torchdata),
 continues from the same atom. Epoch `e`'s order is a permutation drawn from
 `numpy.random.default_rng([seed, e])`: the same on every machine and numpy version that keeps
 the PCG64 stream (numpy's documented stream-compatibility policy).
+
+A dataset pickles by path (`__reduce__`: path, id dtype, the atom file's recorded hash and the
+pending state, a few hundred bytes whatever the pack's size) and maps the pack again where it is
+unpickled, so a DataLoader worker started with spawn or forkserver holds one shared page-cache
+mapping, not a copy. A pack that changed between the two (another atom file hash) is refused
+with PACK_MISMATCH.
+
+`dtype=` (for example "int64", what `torch.nn.Embedding` takes) makes every read return new,
+writable arrays of that dtype; without it a single atom is a read-only view of the mapping and a
+batch is a new array of the pack's own dtype.
 """
 
 from __future__ import annotations
@@ -33,7 +47,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from matrixctl import codes
-from matrixctl.errors import FormatError
+from matrixctl.errors import FormatError, UsageError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,7 +63,13 @@ PACK_STATE = codes.define(
 class PackDataset:
     """Atoms and documents of one ingest pack (see the module docstring)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, verify: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        verify: bool = False,
+        dtype: str | np.dtype[Any] | type | None = None,
+    ) -> None:
         import numpy as np
 
         from matrixctl.formats import doc_index, ingest_pack, matrix_atom
@@ -58,6 +78,7 @@ class PackDataset:
         from matrixctl.validate.manifest_folder import PACK_MISSING
 
         self.path = os.fspath(path)
+        asked_dtype = dtype
         with open_sniffed(self.path) as (_, fmt):
             pass
         if fmt != ingest_pack.FORMAT:
@@ -102,7 +123,14 @@ class PackDataset:
         self._atoms = tokens.reshape(header.atom_count, header.atom_size)
         record = np.dtype(doc_index.RECORD_DTYPE)
         self._records = _memmap(index_path, record, doc_index.HEADER_SIZE, index_header.doc_count)
+        self.out_dtype: np.dtype[Any] | None = _out_dtype(asked_dtype, self.vocab_size)
         self._state: dict[str, Any] = {"epoch": 0, "position": 0, "seed": 0, "shuffle": True}
+        self._pending: dict[str, Any] | None = None  # a loaded state, for the next iter() only
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled by path (see the module docstring): a few hundred bytes."""
+        dtype = None if self.out_dtype is None else self.out_dtype.name
+        return (_reopen, (self.path, dtype, self.manifest.get("hash"), self._pending))
 
     def _agree(self, manifest: dict[str, Any], header: Any, index_header: Any) -> None:
         """The headers against the manifest (PACK_MISMATCH, as `verify` reports it)."""
@@ -136,11 +164,64 @@ class PackDataset:
     def __len__(self) -> int:
         return self._count
 
-    def __getitem__(self, index: int) -> np.ndarray:
-        """Atom `index` (negative counts from the end): a read-only memmap row."""
+    def __getitem__(self, index: Any) -> np.ndarray:
+        """Atom `index` (negative counts from the end): a read-only memmap row, or a new
+        writable array of the `dtype` option. A slice, a list or an integer array of indexes
+        is a batch: a new (n, atom_size) array, rows in the order asked."""
+        if isinstance(index, slice):
+            import numpy as np
+
+            start, stop, step = index.indices(self._count)
+            rows = np.arange(start, stop, step, dtype=np.int64)
+            return self._gather(rows)
+        if not _is_scalar(index):
+            return self._gather(self._rows(index))
         i = _index(index, self._count, "atom")
         row: np.ndarray = self._atoms[i]
+        if self.out_dtype is not None:
+            return row.astype(self.out_dtype)
         return row
+
+    def __getitems__(self, indices: Any) -> list[np.ndarray]:
+        """The batched read PyTorch's DataLoader calls with a batch sampler's indexes: one
+        gather of every row, returned as the list of samples the DataLoader expects (writable
+        rows of one new array, so `default_collate` stacks them without a warning)."""
+        batch = self._gather(self._rows(indices))
+        return list(batch)
+
+    def _rows(self, index: Any) -> np.ndarray:
+        import numpy as np
+
+        try:
+            rows = np.asarray(index)
+        except (TypeError, ValueError):
+            rows = np.asarray([], dtype=object)
+        if rows.dtype == bool or rows.dtype.kind not in "iu" or rows.ndim != 1:
+            if rows.size == 0 and rows.ndim == 1 and rows.dtype.kind in "fO":
+                return np.zeros(0, dtype=np.int64)  # an empty list
+            raise TypeError(
+                "atom indexes are an int, a slice, or a 1-D sequence of ints, got "
+                f"{type(index).__name__}"
+            )
+        rows = rows.astype(np.int64, copy=False)
+        if rows.size:
+            low, high = int(rows.min()), int(rows.max())
+            if low < -self._count or high >= self._count:
+                bad = low if low < -self._count else high
+                raise IndexError(f"atom {bad} out of range ({self._count} atoms)")
+            if low < 0:
+                rows = np.where(rows < 0, rows + self._count, rows)
+        return rows
+
+    def _gather(self, rows: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        if rows.size == 0:
+            return np.zeros((0, self.atom_size), dtype=self.out_dtype or self.dtype)
+        out: np.ndarray = np.take(self._atoms, rows, axis=0)  # a new, writable array
+        if self.out_dtype is not None and self.out_dtype != out.dtype:
+            out = out.astype(self.out_dtype)
+        return out
 
     @property
     def documents(self) -> int:
@@ -172,46 +253,64 @@ class PackDataset:
         *,
         seed: int | None = None,
         shuffle: bool | None = None,
+        epoch: int | None = None,
         start: dict[str, Any] | None = None,
     ) -> Iterator[np.ndarray]:
-        """The atoms of one epoch from `start` (default: this dataset's state, at first epoch 0
-        position 0), in the epoch's order; `state_dict()` follows each atom yielded, and after
-        the last atom it is the next epoch's first position. `seed` and `shuffle` default to the
-        state's (0 and True at first). Resuming mid-epoch with another seed or shuffle than the
-        state's is refused (PACK_STATE): it would not continue the same order."""
-        state = self._checked(start if start is not None else self._state)
-        mid = state["position"] > 0
-        for key, asked in (("seed", seed), ("shuffle", shuffle)):
-            if asked is not None and mid and state[key] != asked:
-                raise FormatError(
-                    PACK_STATE,
-                    f"the state is inside an epoch shuffled with {key}={state[key]!r}; iter() "
-                    f"asks for {asked!r}, which would not resume the same order",
-                    field=key,
-                )
-        seed = state["seed"] if seed is None else int(seed)
-        shuffle = state["shuffle"] if shuffle is None else bool(shuffle)
-        return self._epoch(state["epoch"], state["position"], seed, shuffle)
+        """The atoms of one epoch in its order: a pure function of the arguments. Without
+        `start`, epoch `epoch` (default 0) of `seed` (default 0) from its first atom; with
+        `start` (a `state_dict()`), from the atom that state points at. A state given to
+        `load_state_dict` is the `start` of the next call that has none (once). `seed`,
+        `shuffle` and `epoch` default to the start's; asking for other ones than a mid-epoch
+        start's is refused (PACK_STATE): it would not continue the same order. `state_dict()`
+        follows each atom yielded, and after the last atom it is the next epoch's first
+        position."""
+        if start is None and self._pending is not None:
+            start, self._pending = self._pending, None
+        if start is None:
+            state: dict[str, Any] = {
+                "epoch": 0 if epoch is None else epoch,
+                "position": 0,
+                "seed": 0 if seed is None else seed,
+                "shuffle": True if shuffle is None else shuffle,
+            }
+            state = self._checked(state)
+        else:
+            state = self._checked(start)
+            mid = state["position"] > 0
+            for key, asked in (("seed", seed), ("shuffle", shuffle), ("epoch", epoch)):
+                if asked is not None and mid and state[key] != asked:
+                    raise FormatError(
+                        PACK_STATE,
+                        f"the state is inside an epoch with {key}={state[key]!r}; iter() asks "
+                        f"for {asked!r}, which would not resume the same order",
+                        field=key,
+                    )
+                if asked is not None:
+                    state[key] = asked
+            state = self._checked(state)
+        return self._epoch(state["epoch"], state["position"], state["seed"], state["shuffle"])
 
     def _epoch(self, epoch: int, position: int, seed: int, shuffle: bool) -> Iterator[np.ndarray]:
         self._state = {"epoch": epoch, "position": position, "seed": seed, "shuffle": shuffle}
         order = self.order(epoch, seed=seed, shuffle=shuffle)
         for k in range(position, self._count):
             self._state = {"epoch": epoch, "position": k + 1, "seed": seed, "shuffle": shuffle}
-            yield self._atoms[int(order[k])]
+            yield self[int(order[k])]
         self._state = {"epoch": epoch + 1, "position": 0, "seed": seed, "shuffle": shuffle}
 
     def __iter__(self) -> Iterator[np.ndarray]:
         return self.iter()
 
     def state_dict(self) -> dict[str, Any]:
-        """Where iteration stands: `{"epoch", "position", "seed", "shuffle"}` (JSON-able);
-        `position` counts the atoms of the epoch already yielded."""
-        return dict(self._state)
+        """Where the most recent iteration stands (or the state loaded for the next one):
+        `{"epoch", "position", "seed", "shuffle"}` (JSON-able); `position` counts the atoms of
+        the epoch already yielded."""
+        return dict(self._pending if self._pending is not None else self._state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from `state` (a `state_dict()` of this pack) at the next `iter()`."""
-        self._state = self._checked(state)
+        """Continue from `state` (a `state_dict()` of this pack) at the next `iter()` called
+        without `start` (that call only)."""
+        self._pending = self._checked(state)
 
     def _checked(self, state: Any) -> dict[str, Any]:
         if not isinstance(state, dict):
@@ -236,6 +335,56 @@ class PackDataset:
             f"<PackDataset {self.path!r}: {self._count} atoms of {self.atom_size}, "
             f"{self._docs} documents>"
         )
+
+
+def _reopen(
+    path: str, dtype: str | None, atoms_hash: Any, pending: dict[str, Any] | None
+) -> PackDataset:
+    """Unpickling: the pack mapped again from its path, refused if it changed meanwhile."""
+    pack = PackDataset(path, dtype=dtype)
+    if pack.manifest.get("hash") != atoms_hash:
+        raise FormatError(
+            _pack_code("PACK_MISMATCH"),
+            f"the pack changed since it was pickled: its atom file hash is "
+            f"{pack.manifest.get('hash')}, the pickled dataset's {atoms_hash}",
+            path=path,
+            field="hash",
+        )
+    if pending is not None:
+        pack.load_state_dict(pending)
+    return pack
+
+
+def _out_dtype(dtype: Any, vocab_size: int) -> np.dtype[Any] | None:
+    """The `dtype` option: None, or an integer dtype that holds every id below vocab_size."""
+    import numpy as np
+
+    if dtype is None:
+        return None
+    try:
+        out = np.dtype(dtype)
+    except TypeError:
+        raise UsageError(f"dtype {dtype!r} is not a numpy dtype") from None
+    if out.kind not in "iu" or (vocab_size and int(np.iinfo(out).max) < vocab_size - 1):
+        raise UsageError(
+            f"dtype {out.name} cannot hold token ids below {vocab_size}",
+            hint="int64 (torch.nn.Embedding's index type) or int32",
+        )
+    return out
+
+
+def _is_scalar(index: Any) -> bool:
+    import operator
+
+    if isinstance(index, (list, tuple)):
+        return False
+    if getattr(index, "ndim", 0) != 0:
+        return False
+    try:
+        operator.index(index)
+    except TypeError:
+        return not hasattr(index, "__len__")
+    return True
 
 
 def _pack_code(name: str) -> str:

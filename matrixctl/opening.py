@@ -101,9 +101,10 @@ def tensor_source_class(fmt: str) -> type[TensorSource] | None:
 _SOURCE_CLASSES: dict[str, type[TensorSource] | None] = {}  # format -> its class, once imported
 
 
-def open_checked(src: Source | Folder, fmt: str) -> Any:
-    """Load `src` with its format's handler and run the structural rules; raise the first error
-    as a FormatError (the same code `verify` reports). Returns the handler's subject."""
+def open_checked(src: Source | Folder, fmt: str, *, scan: bool = False) -> Any:
+    """Load `src` with its format's handler and run the structural rules (`scan=True`: every
+    rule `verify` runs); raise the first error as a FormatError (the same code `verify`
+    reports). Returns the handler's subject."""
     from matrixctl.codes import Severity
     from matrixctl.findings import FileReport
     from matrixctl.validate.engine import handler, run_rules
@@ -111,7 +112,7 @@ def open_checked(src: Source | Folder, fmt: str) -> Any:
     mod = handler(fmt)
     subject = mod.load_dir(src.path) if getattr(src, "is_folder", False) else mod.load(src)
     report = FileReport(src.name, fmt)
-    run_rules(fmt, subject, report, scan=False)
+    run_rules(fmt, subject, report, scan=scan)
     for f in report.findings:
         if f.severity is Severity.ERROR:
             raise FormatError(f.code, f.message, path=src.name, offset=f.offset, field=f.field)

@@ -110,6 +110,14 @@ CONVERTERS: list[Converter] = [
     Converter("matrix-atom", "npy", "matrixctl.converters.ids:atoms_to_npy"),
     Converter("npy", "token-stream", "matrixctl.converters.ids:npy_to_stream", IDS_OPTIONS),
     Converter("npy", "matrix-atom", "matrixctl.converters.ids:npy_to_atoms", IDS_OPTIONS),
+    # An ingest pack to the dataset formats trainers read (matrixctl.converters.training).
+    Converter("ingest-pack", "megatron", "matrixctl.converters.training:pack_to_megatron"),
+    Converter("ingest-pack", "mds", "matrixctl.converters.training:pack_to_mds"),
+    Converter("ingest-pack", "hf-parquet", "matrixctl.converters.training:pack_to_hf_parquet"),
+    # ...and back into a pack: written by the pack builder, so the targets are in ingest/
+    # (named here, imported only when used; docs/training.md).
+    Converter("megatron", "ingest-pack", "matrixctl.ingest.imports:megatron_to_pack"),
+    Converter("mds", "ingest-pack", "matrixctl.ingest.imports:mds_to_pack"),
 ]
 
 
@@ -117,7 +125,7 @@ CONVERTERS: list[Converter] = [
 OUTPUT_EXTENSIONS: dict[str, str] = {".svg": "svg", ".mxt": "token-stream", ".bin": "matrix-atom"}
 
 # Short names `--to` takes besides a format's name and its output extensions (zt, weights, ...).
-TO_ALIASES: dict[str, str] = {"st": "safetensors"}
+TO_ALIASES: dict[str, str] = {"st": "safetensors", "pack": "ingest-pack"}
 
 
 def _writable() -> dict[str, Container]:

@@ -66,6 +66,12 @@ def _sniff_stb_sidecar(head: bytes, size: int) -> bool:
     return sniff_sidecar(head, size)
 
 
+def _is_mds_dir(path: str) -> bool:
+    from matrixctl.formats.mds import is_mds_dir
+
+    return is_mds_dir(path)
+
+
 def _is_hf_model_dir(path: str) -> bool:
     from matrixctl.formats.hf_model import is_model_dir
 
@@ -243,6 +249,20 @@ FORMATS: list[Format] = [
         holds="config.json + model.safetensors (or model.safetensors.index.json)",
     ),
     Format("gguf", "GGUF model", "matrixctl.validate.gguf", magic=b"GGUF", extensions=(".gguf",)),
+    Format(
+        "megatron",
+        "Megatron indexed dataset (.idx of a .bin/.idx pair)",
+        "matrixctl.validate.megatron",
+        magic=b"MMIDIDX\x00\x00",
+        extensions=(".idx",),
+    ),
+    Format(
+        "mds",
+        "MosaicML MDS dataset (folder)",
+        "matrixctl.validate.mds",
+        directory=_is_mds_dir,
+        holds="index.json with MDS shards",
+    ),
     Format(
         "gguf-ingest",
         "GGUF ingest folder (symbol map, tokenizer, embeddings)",

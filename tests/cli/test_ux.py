@@ -60,8 +60,8 @@ def test_formats_that_cannot_be_written_are_never_offered(tmp_path: Path, npz: P
     from matrixctl.converters import writable_formats
 
     assert list(writable_formats()) == [
-        "embd", "gguf", "matrix-atom", "npy", "npz", "safetensors", "stb", "svg",
-        "token-stream", "ztensor", "ztensor-v2",
+        "embd", "gguf", "hf-parquet", "ingest-pack", "matrix-atom", "mds", "megatron", "npy", "npz",
+        "safetensors", "stb", "svg", "token-stream", "ztensor", "ztensor-v2",
     ]  # fmt: skip
     help_text = " ".join(run_cli("convert", "--help").out.split())
     offered = help_text.split("does not tell it:", 1)[1].split(".", 1)[0]
