@@ -74,6 +74,14 @@ GGUF_WRITE = codes.define(
     group="gguf",
 )
 
+GGUF_QUANTIZE = codes.define(
+    "GGUF_QUANTIZE",
+    "--quantize q8_0 refused a tensor whose values Q8_0 cannot hold: NaN or infinity (the "
+    "whole 32-value block would become NaN) or magnitudes above about 8.3e6 (the block's "
+    "float16 scale would be infinite); nothing was written.",
+    group="gguf",
+)
+
 
 def _string(text: str | bytes) -> bytes:
     raw = text.encode("utf-8") if isinstance(text, str) else bytes(text)
@@ -161,16 +169,46 @@ def encode_value(vtype: int, value: Any, item: int | None) -> bytes:
     return struct.pack(_PACK[vtype], value)
 
 
+# The largest block scale float16 holds is 65504, so a block whose largest magnitude is above
+# about 65504 * 127 = 8.3e6 has no Q8_0 form: its scale would be stored as infinity.
+Q8_0_MAX = 65504.0 * 127
+
+
+def q8_0_refusal(values: Any) -> tuple[int, str] | None:
+    """(index, why) of the first value of a 1-D f32 array that Q8_0 cannot hold, or None:
+    NaN or infinity (its whole block would dequantize to NaN), or a block whose scale
+    overflows float16 (the block would dequantize to infinity)."""
+    import numpy as np
+
+    x = np.asarray(values, dtype=np.float32).reshape(-1, QK8_0)
+    finite = np.isfinite(x)
+    if not finite.all():
+        i = int(np.flatnonzero(~finite.reshape(-1))[0])
+        return i, "is not finite"
+    with np.errstate(over="ignore"):
+        d16 = (np.abs(x).max(axis=1) / np.float32(127)).astype(np.float16)
+    big = np.flatnonzero(~np.isfinite(d16))
+    if big.size:
+        row = int(big[0])
+        i = row * QK8_0 + int(np.argmax(np.abs(x[row])))
+        return i, f"is beyond Q8_0's range (|x| up to about {Q8_0_MAX:.3g})"
+    return None
+
+
 def q8_0(values: Any) -> bytes:
     """Q8_0 blocks of a 1-D f32 array whose length is a multiple of 32 (ggml's reference
-    quantizer: d = amax / 127 stored as f16; q = roundf(x * (1 / d)), halves away from 0)."""
+    quantizer: d = amax / 127 stored as f16; q = roundf(x * (1 / d)), halves away from 0).
+    The values must pass `q8_0_refusal` (finite, scales within float16)."""
     import numpy as np
 
     x = np.asarray(values, dtype=np.float32).reshape(-1, QK8_0)
     amax = np.abs(x).max(axis=1)
     d = (amax / np.float32(127)).astype(np.float32)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore"):
         inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    # A scale so small that its inverse overflows float32 is 0 as float16: every value of its
+    # block dequantizes to 0, so its quants are 0 (ggml's reference casts infinity there).
+    inv[~np.isfinite(inv)] = 0
     scaled = (x * inv[:, None]).astype(np.float64)
     q = (np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)).astype(np.int8)
     out = np.empty((x.shape[0], Q8_0_BYTES), dtype=np.uint8)
@@ -185,7 +223,9 @@ def _to_f32(piece: Any, dtype: str) -> Any:
     raw = np.frombuffer(memoryview(piece).cast("B"), dtype=np.dtype(DTYPES[dtype].storage))
     if dtype == "bf16":
         return (raw.astype(np.uint32) << 16).view(np.float32)
-    return raw.astype(np.float32)
+    # An f64 beyond f32 becomes inf, refused by q8_0_refusal; a signalling NaN warns "invalid".
+    with np.errstate(over="ignore", invalid="ignore"):
+        return raw.astype(np.float32)
 
 
 class GgufSink(TensorSink):
@@ -325,13 +365,27 @@ class GgufSink(TensorSink):
 
         rest = np.empty(0, dtype=np.float32)
         written = 0
+        base = 0  # index of values[0] in the tensor
         for piece in stream:
             values = _to_f32(piece, info.dtype)
             if rest.size:
                 values = np.concatenate([rest, values])
             whole = values.size - values.size % QK8_0
             if whole:
+                bad = q8_0_refusal(values[:whole])
+                if bad is not None:
+                    i, why = bad
+                    seen = " as float32" if info.dtype == "f64" else ""
+                    raise FormatError(
+                        GGUF_QUANTIZE,
+                        f"tensor {info.name!r}: --quantize q8_0: the value at element "
+                        f"{base + i:,} ({float(values[i])!r}{seen}) {why}; nothing was written",
+                        field=f"{info.name}[{base + i}]",
+                        hint=f"convert without --quantize, or leave it out: --exclude "
+                        f"'{info.name}'",
+                    )
                 block = q8_0(values[:whole])
+                base += whole
                 self.fp.write(block)
                 written += len(block)
             rest = values[whole:].copy()
