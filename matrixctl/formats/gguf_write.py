@@ -70,7 +70,8 @@ INT32_ARRAYS = frozenset({TOKEN_TYPE})
 GGUF_WRITE = codes.define(
     "GGUF_WRITE",
     "A value cannot be written to GGUF: a typed --meta value that does not parse or fit its "
-    "type, or bytes streamed that disagree with the tensor's shape.",
+    "type, a general.alignment that is not a uint32 power of two, or bytes streamed that "
+    "disagree with the tensor's shape.",
     group="gguf",
 )
 
@@ -151,6 +152,38 @@ def typed(key: str, kind: str, text: str) -> tuple[int, Any, None]:
     except (ValueError, struct.error, OverflowError):
         raise UsageError(f"--meta {key}:{kind}={text!r}: not a valid {kind}") from None
     return vtype, value, None
+
+
+def _alignment(vtype: int, value: Any, from_option: bool) -> int:
+    """The value of `general.alignment` to write: a uint32 power of two, as the spec (and this
+    project's `verify`) requires. A decimal text (an untyped `--meta`, or metadata that went
+    through a format that keeps text only) is read as that number."""
+    where = "--meta general.alignment" if from_option else "the input's general.alignment"
+    if vtype == STRING and isinstance(value, str) and value.strip().isdecimal():
+        vtype, value = U32, int(value.strip())
+    kind = next((k for k, t in TYPE_NAMES.items() if t == vtype), "?")
+    if vtype != U32 or isinstance(value, bool) or not isinstance(value, int):
+        why = f"{where} is {value!r} ({kind}): GGUF requires a uint32 power of two"
+    elif not 0 < value < 1 << 32 or value & (value - 1):
+        why = f"{where} is {value}: GGUF requires a uint32 power of two (1, 2, 4, ... 2^31)"
+    else:
+        return int(value)
+    hint = "--meta general.alignment:u32=64 (or leave it out: 32, GGUF's default)"
+    if from_option:
+        raise UsageError(why, code=GGUF_WRITE, hint=hint)
+    raise FormatError(GGUF_WRITE, why, field=ALIGNMENT_KEY, hint=hint)
+
+
+ZERO_CHUNK = 1 << 20
+
+
+def _zeros(fp: Any, count: int) -> None:
+    """`count` zero bytes, at most 1 MiB in memory (an alignment may be up to 2^31)."""
+    chunk = bytes(min(count, ZERO_CHUNK))
+    while count > 0:
+        n = min(count, ZERO_CHUNK)
+        fp.write(chunk if n == len(chunk) else chunk[:n])
+        count -= n
 
 
 def encode_value(vtype: int, value: Any, item: int | None) -> bytes:
@@ -314,9 +347,14 @@ class GgufSink(TensorSink):
                 "no general.architecture: llama.cpp needs one to load the model "
                 "(--meta general.architecture=NAME)"
             )
-        align = {k: v for k, _, v, _ in ordered}.get(ALIGNMENT_KEY, DEFAULT_ALIGNMENT)
-        if not isinstance(align, int) or align < 1 or align & (align - 1):
-            raise UsageError(f"general.alignment must be a power of two, got {align!r}")
+        align = DEFAULT_ALIGNMENT
+        for i, (key, vtype, value, item) in enumerate(ordered):
+            if key == ALIGNMENT_KEY:
+                by_option = any(
+                    str(k).partition(":")[0] == key for k in self.options.get("meta", {})
+                )
+                align = _alignment(vtype, value, by_option)
+                ordered[i] = (key, U32, align, None)
         self.alignment = align
         header = bytearray(MAGIC + struct.pack("<IQQ", VERSION, len(plan), len(ordered)))
         for key, vtype, value, item in ordered:
@@ -331,8 +369,8 @@ class GgufSink(TensorSink):
             header += struct.pack("<IQ", gid, offset)
             self.layout[info.name] = (offset, nbytes, quant_here)
             offset += -(-nbytes // align) * align
-        header += bytes(-len(header) % align)
         self.fp.write(header)
+        _zeros(self.fp, -len(header) % align)
         self.data_start = len(header)
         self.pos = 0
         self.count = 0
@@ -355,8 +393,7 @@ class GgufSink(TensorSink):
                 field=info.name,
             )
         pad = -nbytes % self.alignment
-        if pad:
-            self.fp.write(bytes(pad))
+        _zeros(self.fp, pad)
         self.pos = offset + nbytes + pad
         self.count += 1
 

@@ -215,3 +215,53 @@ def test_q8_0_without_warnings_on_tiny_and_largest_values() -> None:
     assert np.isfinite(scale) and abs(scale * 127 - 8.3e6) < 8.3e6 * 1e-3
     over = q8_0_refusal(np.full(32, 8.4e6, dtype=np.float32))
     assert over is not None and over[0] == 0 and "range" in over[1]
+
+
+@pytest.mark.parametrize(
+    ("meta", "code"),
+    [
+        ("general.alignment:u64=64", 2),
+        ("general.alignment:i32=64", 2),
+        ("general.alignment:bool=true", 2),
+        ("general.alignment:u32=0", 2),
+        ("general.alignment:u32=48", 2),
+        ("general.alignment=abc", 2),
+        ("general.alignment=64", 0),  # untyped: a decimal text is the number (uint32)
+        ("general.alignment:u32=1", 0),
+        ("general.alignment:u32=128", 0),
+    ],
+)
+def test_alignment_is_a_uint32_power_of_two_or_refused(
+    model: Path, tmp_path: Path, meta: str, code: int
+) -> None:
+    """The writer never writes a general.alignment its own verify rejects (a u64, i32 or bool
+    one was written): it writes a uint32 power of two or refuses with one line naming the
+    option and the type GGUF requires."""
+    out = tmp_path / "a.gguf"
+    result = run_cli("convert", str(model), str(out), "--meta", meta)
+    assert result.code == code, result.stderr
+    if code:
+        lines = [x for x in result.stderr.splitlines() if not x.startswith("matrixctl: hint")]
+        assert len(lines) == 1 and "error[GGUF_WRITE]" in lines[0]
+        assert "--meta general.alignment" in lines[0] and "uint32 power of two" in lines[0]
+        assert not out.exists()
+    else:
+        assert run_cli("verify", str(out)).code == 0
+        assert GGUFReader(str(out)).fields["general.alignment"].types == [GGUFValueType.UINT32]
+
+
+def test_padding_is_written_in_bounded_pieces() -> None:
+    """A 2^31 alignment pads with zeros 1 MiB at a time, never one 2 GiB buffer."""
+    from matrixctl.formats.gguf_write import _zeros
+
+    class Counting:
+        total = 0
+        largest = 0
+
+        def write(self, data: bytes) -> None:
+            self.total += len(data)
+            self.largest = max(self.largest, len(data))
+
+    fp = Counting()
+    _zeros(fp, (1 << 31) - 5)
+    assert fp.total == (1 << 31) - 5 and fp.largest == 1 << 20
