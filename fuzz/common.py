@@ -68,10 +68,10 @@ def cbor_target() -> Callable[[bytes], None]:
 def q8_0_target() -> Callable[[bytes], None]:
     """The bytes as the values of a tensor that `convert --quantize q8_0` quantizes
     (`formats/gguf_write.py`): the first byte picks the dtype (f32, f16, bf16, f64), the rest
-    are its values, cut to whole 32-value blocks (repeated to one block when shorter). The oracle: no numpy warning (turned into
-    an error), a refusal exactly when a value is not finite or a block's float16 scale
-    overflows, and otherwise every dequantized value finite and within half a step (plus the
-    scale's float16 rounding) of the input."""
+    are its values, cut to whole 32-value blocks (repeated to one block when shorter). The
+    oracle: no numpy warning (turned into an error), a refusal exactly when a value is not
+    finite or a block's float16 scale overflows, and otherwise every dequantized value finite
+    and within half a step (plus the scale's float16 rounding) of the input."""
     import warnings
 
     import numpy as np

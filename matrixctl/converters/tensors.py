@@ -118,9 +118,30 @@ def parse_meta(values: list[str] | None) -> dict[str, str]:
     for text in values or []:
         key, sep, value = text.partition("=")
         if not sep or not key.strip():
-            raise UsageError(f"--meta {text!r}: expected KEY=VALUE")
+            raise UsageError(f"--meta {_shown(text)}: expected KEY=VALUE")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            # Arguments that are not UTF-8 arrive with surrogate escapes; no format stores those.
+            c = ord(text[err.start])
+            what = f"byte 0x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else f"U+{c:04X}"
+            raise UsageError(
+                f"--meta {_shown(text)}: not UTF-8 text ({what} at character {err.start}); "
+                "metadata keys and values are UTF-8"
+            ) from None
         out[key.strip()] = value
     return out
+
+
+def _shown(text: str) -> str:
+    """An argument for an error line: its bytes as Python shows them when it is not UTF-8."""
+    for errors in ("strict", "surrogateescape"):
+        try:
+            raw = text.encode("utf-8", errors)
+        except UnicodeEncodeError:
+            continue
+        return repr(text) if errors == "strict" else repr(raw)
+    return ascii(text)  # a lone surrogate that no byte gave (from the Python API)
 
 
 # Casting ------------------------------------------------------------------------------------

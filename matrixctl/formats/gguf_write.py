@@ -348,7 +348,7 @@ class GgufSink(TensorSink):
                 "(--meta general.architecture=NAME)"
             )
         align = DEFAULT_ALIGNMENT
-        for i, (key, vtype, value, item) in enumerate(ordered):
+        for i, (key, vtype, value, _item) in enumerate(ordered):
             if key == ALIGNMENT_KEY:
                 by_option = any(
                     str(k).partition(":")[0] == key for k in self.options.get("meta", {})

@@ -332,9 +332,13 @@ def _read(
         )
         return texts, iter(())
     if kind.cut == "text":
-        part = RangeReader(sf, piece.start, piece.length)
+        part = RangeReader(sf, piece.start, piece.length, piece.identity)
         return None, iter([(0, base.iter_decoded(part, sf.recorded, opts, piece.start))])
-    data = piece.data if not piece.length else read_range(sf, piece.start, piece.length)
+    data = (
+        piece.data
+        if not piece.length
+        else read_range(sf, piece.start, piece.length, piece.identity)
+    )
     texts = jsonl.texts(
         data,
         sf.recorded,
