@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -569,6 +570,15 @@ def _run(
             if hashing.digest is not None:
                 summary = {**summary, "sha256": hashing.digest}
     result.notes.extend(sink.notes())
+    stale = getattr(sink, "stale_members", None)
+    for path in stale() if stale is not None and dst_path != STDIO else ():
+        # After the commit: the previous set's members the new set has not (STB).
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            result.notes.append(f"{path}, a file of the previous set, was left: {exc.strerror}")
     result.summary = {
         "tensors": len(plan),
         "of": total,
