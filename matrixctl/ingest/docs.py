@@ -193,7 +193,7 @@ def ingest_docs(
         executor.close()
 
 
-def _disk_full(exc: OSError, out_dir: str) -> OSError:
+def _disk_full(exc: OSError, out_dir: str) -> Exception:
     """A full disk or a file size limit met while the pack was written names the pack: the
     write that met it (a token file, a worker's result) named no file, so the error line said
     `<stdout>`, or it was raised where an input was read and named that input. A Dask
