@@ -381,10 +381,17 @@ class DaskExecutor:
                 return
             except TimeoutError:
                 pass
-            try:
-                self.client.sync(self.client.scheduler.identity, callback_timeout=self.timeout)
-            except TimeoutError:
-                raise self._silent() from None
+            self._identity()
+
+    def _identity(self) -> dict[str, Any]:
+        """The scheduler's description (its workers), which must come within the timeout."""
+        try:
+            info: dict[str, Any] = self.client.sync(
+                self.client.scheduler.identity, n_workers=-1, callback_timeout=self.timeout
+            )
+        except TimeoutError:
+            raise self._silent() from None
+        return info
 
     def _stage(self, blob: bytes) -> None:
         """The staging folder (emptied unless resuming) with the build's state in it."""
@@ -451,7 +458,7 @@ class DaskExecutor:
             pending = itertools.chain(early, pending)
             self._ready()
         else:
-            workers = len(self.client.scheduler_info().get("workers", {}))
+            workers = len(self._identity().get("workers", {}))
         limit = 4 * max(self.jobs, workers) + 4  # units carry no data: a deep window is cheap
         batch = max(self.jobs, workers)  # submitted together once this many are merged
 
