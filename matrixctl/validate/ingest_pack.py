@@ -244,6 +244,8 @@ def check_consistency(s: ManifestFolder) -> Iterator[Finding]:
         h = matrix_atom.AtomHeader.parse(src.head(matrix_atom.HEADER_SIZE))
         if h.itemsize is None or src.size != matrix_atom.HEADER_SIZE + h.token_count * h.itemsize:
             return
+        if h.data_offset != matrix_atom.HEADER_SIZE:  # ATOM_DATA_OFFSET, the atom file's own
+            return
         for key, want in (
             ("atom_size", h.atom_size),
             ("dtype", h.dtype_name),
