@@ -39,3 +39,28 @@ def test_a_hostile_data_offset_in_the_atom_file_is_a_finding(
     report = matrixctl.verify(bad)
     assert not report.ok() and any("ATOM_DATA_OFFSET" in f.message for f in report.findings)
     assert not matrixctl.inspect(bad, full=True, stats=True)["ok"]
+
+
+@pytest.mark.parametrize(
+    ("offset", "length"), [((1 << 64) - 1000, 5), (0, (1 << 64) - 1), ((1 << 63) + 7, 1 << 63)]
+)
+def test_index_records_beyond_the_payload_are_a_finding(
+    pack: Path, tmp_path: Path, offset: int, length: int
+) -> None:
+    """A record's token_offset + token_length, each a u64, wrapped negative as int64 and
+    indexed the tokens from the end: IndexError, exit 70."""
+    import shutil
+
+    from matrixctl.formats import doc_index
+
+    bad = tmp_path / "pk"
+    shutil.copytree(pack, bad)
+    index = bad / "doc_index.bin"
+    raw = bytearray(index.read_bytes())
+    at = doc_index.HEADER_SIZE
+    raw[at : at + 16] = struct.pack("<QQ", offset, length)
+    index.write_bytes(bytes(raw))
+    run = run_cli("verify", str(bad))
+    assert run.code == 1, run.stderr
+    assert "INTERNAL" not in run.stderr and "PACK_INDEX" in run.stderr
+    assert not matrixctl.verify(bad).ok()
