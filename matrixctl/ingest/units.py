@@ -261,6 +261,19 @@ def changed(sf: SourceFile, offset: int | None = None) -> InputError:
     )
 
 
+def check_identity(piece: Piece) -> None:
+    """IO_CHANGED unless the file at the piece's path is still the one the planner cut and
+    hashed (pieces of files as stored; a no-op for the others)."""
+    if piece.identity is None:
+        return
+    try:
+        now = identity(os.stat(piece.source.path))
+    except OSError:
+        raise changed(piece.source) from None
+    if now != piece.identity:
+        raise changed(piece.source)
+
+
 def read_range(
     sf: SourceFile, start: int, length: int, ident: tuple[int, int, int] | None = None
 ) -> bytes:
@@ -407,6 +420,10 @@ def split_parquet(sf: SourceFile, size: int, defer: bool = False) -> Iterator[Pi
     from matrixctl.ingest.kinds import columnar
     from matrixctl.io import FileHash
 
+    try:
+        ident = identity(os.stat(sf.path))
+    except OSError as exc:
+        raise from_os_error(exc, sf.recorded) from None
     ranges = columnar.row_group_pieces(sf.path, sf.recorded, size)
     ends = columnar.row_group_ends(sf.path, sf.recorded)
     hashing: FileHash | None = FileHash(sf.path)
@@ -415,6 +432,7 @@ def split_parquet(sf: SourceFile, size: int, defer: bool = False) -> Iterator[Pi
             piece = Piece(f"{sf.ordinal}:rg{first}-{stop}", sf, index, first, rows, 0, b"", 0)
             piece.kind = "parquet"
             piece.groups = (first, stop)
+            piece.identity = ident  # the workers read by path: `check_identity`
             piece.stored_end = ends[stop - 1] if stop > 0 else 0  # progress by bytes
             if index == len(ranges) - 1:
                 piece.last = True
@@ -423,6 +441,7 @@ def split_parquet(sf: SourceFile, size: int, defer: bool = False) -> Iterator[Pi
                     piece.digest, hashing = hashing, None
                 else:
                     piece.file_sha256 = hashing.result()
+                    check_identity(piece)  # the hash is of the file the pieces were cut from
                 piece.file_size = piece.stored_end = os.path.getsize(sf.path)
             yield piece
     finally:

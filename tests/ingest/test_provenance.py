@@ -116,3 +116,34 @@ def test_jobs_2_fails_with_io_changed_on_an_input_rewritten_in_place(
     assert run.code == 2, run.stderr
     assert "error[IO_CHANGED]" in run.stderr and str(src) in run.stderr
     assert "Traceback" not in run.stderr and not out.exists()
+
+
+def test_a_parquet_piece_is_read_only_from_the_file_that_was_hashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Row-group pieces are read by path (pyarrow): the worker checks the file's identity
+    before and after, and the planner after its hash, as for byte ranges."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    from matrixctl.ingest.step import process_piece
+
+    _small_pieces(monkeypatch)
+    src = tmp_path / "big.parquet"
+    texts = [f"alpha beta matrix {i} " * 20 for i in range(4000)]
+    pq.write_table(pa.table({"text": texts}), src, row_group_size=200)
+    assert src.stat().st_size > 64 << 10
+    step = _step()
+    step.spill_dir = str(tmp_path)
+    pieces = _plan(src, step)
+    first = next(pieces)
+    assert isinstance(first, units.Piece) and first.kind == "parquet"
+    assert first.identity is not None
+    st = src.stat()
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # rewritten, same bytes
+    with pytest.raises(InputError) as err:
+        process_piece(first, step)
+    assert err.value.code == "IO_CHANGED" and err.value.path == str(src)
+    with pytest.raises(InputError) as err:
+        list(pieces)  # the last piece: its hash is checked against the file cut
+    assert err.value.code == "IO_CHANGED"
