@@ -124,14 +124,14 @@ def test_a_parquet_piece_is_read_only_from_the_file_that_was_hashed(
     """Row-group pieces are read by path (pyarrow): the worker checks the file's identity
     before and after, and the planner after its hash, as for byte ranges."""
     pq = pytest.importorskip("pyarrow.parquet")
-    import pyarrow as pa
+    import pyarrow
 
     from matrixctl.ingest.step import process_piece
 
     _small_pieces(monkeypatch)
     src = tmp_path / "big.parquet"
     texts = [f"alpha beta matrix {i} " * 20 for i in range(4000)]
-    pq.write_table(pa.table({"text": texts}), src, row_group_size=200)
+    pq.write_table(pyarrow.table({"text": texts}), src, row_group_size=200)
     assert src.stat().st_size > 64 << 10
     step = _step()
     step.spill_dir = str(tmp_path)
