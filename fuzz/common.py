@@ -65,6 +65,58 @@ def cbor_target() -> Callable[[bytes], None]:
     return target
 
 
+def q8_0_target() -> Callable[[bytes], None]:
+    """The bytes as the values of a tensor that `convert --quantize q8_0` quantizes
+    (`formats/gguf_write.py`): the first byte picks the dtype (f32, f16, bf16, f64), the rest
+    are its values, cut to whole 32-value blocks (repeated to one block when shorter). The
+    oracle: no numpy warning (turned into an error), a refusal exactly when a value is not
+    finite or a block's float16 scale overflows, and otherwise every dequantized value finite
+    and within half a step (plus the scale's float16 rounding) of the input."""
+    import warnings
+
+    import numpy as np
+
+    from matrixctl.formats import gguf_write
+
+    dtypes = ("f32", "f16", "bf16", "f64")
+    sizes = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8}
+
+    def target(data: bytes) -> None:
+        if not data:
+            return
+        dtype = dtypes[data[0] % len(dtypes)]
+        body, block = data[1:], sizes[dtype] * gguf_write.QK8_0
+        if not body:
+            return
+        if len(body) < block:  # a short input repeated to one whole block
+            body = body * (block // len(body) + 1)
+        count = len(body) // block * gguf_write.QK8_0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the quantizer's own warnings are bugs
+            x = gguf_write._to_f32(body[: count * sizes[dtype]], dtype)
+            bad = gguf_write.q8_0_refusal(x)
+            stored = None if bad is not None else gguf_write.q8_0(x)
+        with np.errstate(all="ignore"):  # the oracle's (a signalling NaN warns when cast)
+            blocks = x.reshape(-1, gguf_write.QK8_0).astype(np.float64)
+            finite = bool(np.isfinite(blocks).all())
+            scale_ok = finite and bool((np.abs(blocks).max(axis=1) / 127 < 65520).all())
+        if (bad is None) != scale_ok:
+            raise AssertionError(f"refusal {bad!r} disagrees (finite {finite})")
+        if stored is None:
+            return
+        raw = np.frombuffer(stored, dtype=np.uint8).reshape(-1, 34)
+        d = raw[:, :2].copy().view("<f2").astype(np.float64).reshape(-1)
+        back = d[:, None] * raw[:, 2:].copy().view(np.int8).astype(np.float64)
+        if not np.isfinite(back).all():
+            raise AssertionError("a dequantized value is not finite")
+        step = np.abs(blocks).max(axis=1) / 127
+        bound = 0.5 * step + 127 * (step * 2.0**-10 + 2.0**-24) + 1e-30
+        if (np.abs(back - blocks) > bound[:, None]).any():
+            raise AssertionError("a dequantized value is further than the bound")
+
+    return target
+
+
 def extractor_target(kind: str) -> Callable[[bytes], None]:
     from matrixctl.errors import MatrixError
     from matrixctl.ingest import kinds

@@ -102,6 +102,23 @@ def build() -> None:
         values = [{"a": [1, -2, 3.5, True, None], "b": b"\x00\x01"}, [[[]]], "text", 2**40]
         for i, value in enumerate(values):
             (out / f"value{i}").write_bytes(cbor.dumps(value))
+        _q8_0(CORPUS / "q8_0")
+
+
+def _q8_0(out: Path) -> None:
+    """Tensors for the Q8_0 quantizer: a dtype byte (0 f32, 1 f16, 2 bf16, 3 f64), then values:
+    ordinary ones, one NaN, one infinity, one beyond the float16 scale, tiny ones."""
+    import numpy as np
+
+    out.mkdir(parents=True, exist_ok=True)
+    x = np.random.default_rng(7).standard_normal(64).astype(np.float32)
+    cases = {"normal": x.copy(), "nan": x.copy(), "inf": x.copy(), "big": x.copy()}
+    cases["nan"][3], cases["inf"][40], cases["big"][7] = np.nan, -np.inf, 9e6
+    cases["tiny"] = (x * np.float32(1e-38)).astype(np.float32)
+    for name, values in cases.items():
+        (out / f"{name}-f32").write_bytes(b"\x00" + values.tobytes())
+        (out / f"{name}-f64").write_bytes(b"\x03" + values.astype(np.float64).tobytes())
+    (out / "normal-f16").write_bytes(b"\x01" + x.astype(np.float16).tobytes())
 
 
 def _compressed() -> dict[str, list[bytes]]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from matrixctl import codes
 from matrixctl.dataset import PackDataset
-from matrixctl.errors import FormatError, UsageError
+from matrixctl.errors import FormatError, InputError, OutputError, UsageError
 from matrixctl.findings import FileReport
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class TensorFile(Mapping[str, "np.ndarray"]):
     def __init__(self, path: str | os.PathLike[str], *, keep_quantized: bool = False) -> None:
         from matrixctl.opening import open_tensors
 
-        self.path = os.fspath(path)
+        self.path = _path(path)
         self._stack = contextlib.ExitStack()
         options: dict[str, object] = {"keep_quantized": True} if keep_quantized else {}
         source: TensorSource = self._stack.enter_context(open_tensors(self.path, options))
@@ -315,7 +315,12 @@ def save(
     from matrixctl.converters.tensors import convert_source
     from matrixctl.formats.registry import TENSOR_CONTAINERS
 
-    dst = os.fspath(path)
+    dst = _path(path, output=True)
+    if not isinstance(tensors, Mapping):
+        raise TypeError(f"tensors must be a mapping of name -> array, not {type(tensors).__name__}")
+    _check_text(tensors.keys(), "a tensor name")
+    _check_text(metadata, "metadata")
+    _check_text(meta, "meta")
     dst_fmt = ztensor_version(destination_format(dst, format), zt_version)
     container = next((c for c in TENSOR_CONTAINERS if c.format == dst_fmt), None)
     sink_cls = container.io()[1] if container is not None else None
@@ -364,7 +369,8 @@ def convert(
     from matrixctl import converters as conversions
     from matrixctl.opening import open_sniffed
 
-    src_path, dst_path = os.fspath(src), os.fspath(dst)
+    src_path, dst_path = _path(src), _path(dst, output=True)
+    _check_text(meta, "meta")
     given = _options(
         select=select,
         exclude=exclude,
@@ -403,7 +409,15 @@ def verify(path: str | os.PathLike[str]) -> FileReport:
     raises for a bad input: an unreadable path is a report with `unreadable` set."""
     from matrixctl.validate.engine import examine
 
-    return examine(os.fspath(path), scan=True)[0]
+    try:
+        name = _path(path)
+    except InputError as err:  # no file can have this name: a report, as for a missing one
+        from matrixctl.findings import from_error
+
+        report = FileReport(str(err.path), None, unreadable=True)
+        report.findings.append(from_error(err))
+        return report
+    return examine(name, scan=True)[0]
 
 
 def inspect(
@@ -422,14 +436,26 @@ def inspect(
     from matrixctl.jsondoc import document
     from matrixctl.validate.ids import IdPreview, parse_range
 
+    if ids is not None and not isinstance(ids, str):
+        raise TypeError(f"ids must be a str 'START:COUNT', not {type(ids).__name__}")
     start, count = parse_range(ids)
     smap = None
     if symbols is not None:
         from matrixctl.tokenizers.pi import load_symbol_map
 
-        smap = load_symbol_map(os.fspath(symbols))[0]
+        smap = load_symbol_map(_path(symbols))[0]
     preview = IdPreview(start, count, smap)
-    seen = inspect_path(os.fspath(path), full=full, stats=stats, ids=preview)
+    try:
+        name = _path(path)
+    except InputError as err:  # no file can have this name: a report, as for a missing one
+        from matrixctl.findings import from_error
+        from matrixctl.inspection import Inspection
+
+        report = FileReport(str(err.path), None, unreadable=True)
+        report.findings.append(from_error(err))
+        unread = Inspection(str(err.path), report, None, None, stats)
+        return document({"files": [unread.entry()]}, ok=False)
+    seen = inspect_path(name, full=full, stats=stats, ids=preview)
     return document({"files": [seen.entry()]}, ok=seen.report.exit_code() == 0)
 
 
@@ -470,10 +496,12 @@ class Tokenizer:
         if self.kind == "pi":
             if not isinstance(text, str):
                 raise UsageError("a π tokenizer encodes str")
+            _check_text([text], "the text")
             ids: np.ndarray = self._impl.encode(text)
             return ids
         from matrixctl.tokenizers.scx.api import encode_bytes
 
+        _check_text([text], "the text")
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         return encode_bytes(self._impl, data)
 
@@ -488,20 +516,18 @@ class Tokenizer:
         if self.kind == "model":
             return bytes(self._impl.decode_bytes(np.asarray(ids, dtype=np.int64).tolist()))
         if self.kind == "pi":
-            out: bytes = self._impl.decode_bytes(np.asarray(ids))
+            out: bytes = self._impl.decode_bytes(_ids(ids))
             return out
         from matrixctl.tokenizers.scx.api import iter_decode
 
-        tokens = np.asarray(ids, dtype=np.int64).astype("<u2", casting="unsafe")
+        tokens = _ids(ids).astype(np.int64).astype("<u2", casting="unsafe")
         return b"".join(part.tobytes() for part in iter_decode(self._impl, [tokens]))
 
     def decode(self, ids: Any) -> str:
         """The text of `ids`. Bytes that are not UTF-8 are an error: PI_DECODE_UTF8 for a π
         map, API_DECODE_UTF8 for SCX and model tokenizers (`decode_bytes` gives the bytes)."""
         if self.kind == "pi":
-            import numpy as np
-
-            text: str = self._impl.decode(np.asarray(ids))
+            text: str = self._impl.decode(_ids(ids))
             return text
         data = self.decode_bytes(ids)
         try:
@@ -539,7 +565,7 @@ def load_tokenizer(
         from matrixctl.tokenizers.pi import default_map_path
 
         path = default_map_path()
-    name = os.fspath(path)
+    name = _path(path)
     if sniff_model_source(name) is not None:
         model, source = load_model_tokenizer(name)
         return Tokenizer("model", model, model.vocab_size, source)
@@ -574,4 +600,62 @@ def open_pack(
     """A dataset over an ingest pack, checked on open (`verify=True`: every check of
     `matrixctl verify PACKDIR`, which reads the whole pack); `dtype` the id dtype every read
     returns, in new writable arrays (e.g. "int64" for an Embedding). See `matrixctl.dataset`."""
-    return PackDataset(path, verify=verify, dtype=dtype)
+    return PackDataset(_path(path), verify=verify, dtype=dtype)
+
+
+# Arguments --------------------------------------------------------------------------------------
+# A wrong Python type is a TypeError (as Python's own functions raise); a wrong value of the right
+# type is a MatrixError with the CLI's code (docs/api.md, "Errors").
+
+
+def _path(path: Any, *, output: bool = False) -> str:
+    """A path argument as the str the codecs take: bytes and `os.PathLike` are decoded as the
+    file system does (undecodable bytes as surrogate escapes); a NUL, which no file name can
+    hold, is the missing file it names (IO_NOT_FOUND; IO_WRITE for an output), not Python's
+    ValueError."""
+    name = os.fsdecode(os.fspath(path))
+    if "\0" in name:
+        if output:
+            raise OutputError(codes.IO_WRITE, "a path cannot hold a NUL byte", path=repr(name))
+        raise InputError(
+            codes.IO_NOT_FOUND,
+            "no such file or folder (a path cannot hold a NUL byte)",
+            path=repr(name),
+        )
+    return name
+
+
+def _check_text(value: Any, what: str) -> None:
+    """Text that a file will hold must be Unicode that UTF-8 can encode: a lone surrogate
+    (from a non-UTF-8 file name or a cut escape) is a UsageError naming it, not the
+    UnicodeEncodeError a codec would raise halfway through a write."""
+    items: Iterable[Any]
+    if isinstance(value, str):
+        items = [value]
+    elif isinstance(value, Mapping):
+        items = [*value.keys(), *value.values()]
+    elif isinstance(value, list | tuple) or what in ("a tensor name", "the text"):
+        items = value
+    else:
+        return
+    for item in items:
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise UsageError(
+                    f"{what}: {item[:40]!a} is not valid Unicode text (U+"
+                    f"{ord(item[exc.start]):04X} at character {exc.start}, a lone surrogate)"
+                ) from None
+        elif isinstance(item, Mapping | list | tuple):
+            _check_text(item, what)
+
+
+def _ids(ids: Any) -> np.ndarray:
+    """Token ids as an integer array (TypeError for anything else, e.g. text or floats)."""
+    import numpy as np
+
+    arr = np.asarray(ids)
+    if arr.dtype.kind not in "iub" and not (arr.size == 0 and arr.dtype.kind == "f"):
+        raise TypeError(f"token ids must be integers, not {arr.dtype}")
+    return arr

@@ -257,8 +257,9 @@ def docs(
         typer.Option(
             "--scheduler",
             metavar="ADDRESS",
-            help="--executor dask: an existing scheduler (tcp://HOST:8786). Default: "
-            "$DASK_SCHEDULER_ADDRESS, else a local cluster.",
+            help="--executor dask: an existing scheduler (tcp://HOST:8786 or tls://...). "
+            "Default: $DASK_SCHEDULER_ADDRESS, else a local cluster. A scheduler silent for "
+            "$MATRIXCTL_DASK_TIMEOUT seconds (default 30) stops the build.",
         ),
     ] = None,
     resume: Annotated[

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -118,9 +119,30 @@ def parse_meta(values: list[str] | None) -> dict[str, str]:
     for text in values or []:
         key, sep, value = text.partition("=")
         if not sep or not key.strip():
-            raise UsageError(f"--meta {text!r}: expected KEY=VALUE")
+            raise UsageError(f"--meta {_shown(text)}: expected KEY=VALUE")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            # Arguments that are not UTF-8 arrive with surrogate escapes; no format stores those.
+            c = ord(text[err.start])
+            what = f"byte 0x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else f"U+{c:04X}"
+            raise UsageError(
+                f"--meta {_shown(text)}: not UTF-8 text ({what} at character {err.start}); "
+                "metadata keys and values are UTF-8"
+            ) from None
         out[key.strip()] = value
     return out
+
+
+def _shown(text: str) -> str:
+    """An argument for an error line: its bytes as Python shows them when it is not UTF-8."""
+    for errors in ("strict", "surrogateescape"):
+        try:
+            raw = text.encode("utf-8", errors)
+        except UnicodeEncodeError:
+            continue
+        return repr(text) if errors == "strict" else repr(raw)
+    return ascii(text)  # a lone surrogate that no byte gave (from the Python API)
 
 
 # Casting ------------------------------------------------------------------------------------
@@ -579,6 +601,15 @@ def _run(
             f"bool bytes other than 0x00/0x01 written as 0x01 (true, as readers take them): "
             f"{named}{', ...' if len(bools) > 4 else ''}"
         )
+    stale = getattr(sink, "stale_members", None)
+    for path in stale() if stale is not None and dst_path != STDIO else ():
+        # After the commit: the previous set's members the new set has not (STB).
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            result.notes.append(f"{path}, a file of the previous set, was left: {exc.strerror}")
     result.summary = {
         "tensors": len(plan),
         "of": total,

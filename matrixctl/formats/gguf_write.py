@@ -70,7 +70,16 @@ INT32_ARRAYS = frozenset({TOKEN_TYPE})
 GGUF_WRITE = codes.define(
     "GGUF_WRITE",
     "A value cannot be written to GGUF: a typed --meta value that does not parse or fit its "
-    "type, or bytes streamed that disagree with the tensor's shape.",
+    "type, a general.alignment that is not a uint32 power of two, or bytes streamed that "
+    "disagree with the tensor's shape.",
+    group="gguf",
+)
+
+GGUF_QUANTIZE = codes.define(
+    "GGUF_QUANTIZE",
+    "--quantize q8_0 refused a tensor whose values Q8_0 cannot hold: NaN or infinity (the "
+    "whole 32-value block would become NaN) or magnitudes above about 8.3e6 (the block's "
+    "float16 scale would be infinite); nothing was written.",
     group="gguf",
 )
 
@@ -145,6 +154,38 @@ def typed(key: str, kind: str, text: str) -> tuple[int, Any, None]:
     return vtype, value, None
 
 
+def _alignment(vtype: int, value: Any, from_option: bool) -> int:
+    """The value of `general.alignment` to write: a uint32 power of two, as the spec (and this
+    project's `verify`) requires. A decimal text (an untyped `--meta`, or metadata that went
+    through a format that keeps text only) is read as that number."""
+    where = "--meta general.alignment" if from_option else "the input's general.alignment"
+    if vtype == STRING and isinstance(value, str) and value.strip().isdecimal():
+        vtype, value = U32, int(value.strip())
+    kind = next((k for k, t in TYPE_NAMES.items() if t == vtype), "?")
+    if vtype != U32 or isinstance(value, bool) or not isinstance(value, int):
+        why = f"{where} is {value!r} ({kind}): GGUF requires a uint32 power of two"
+    elif not 0 < value < 1 << 32 or value & (value - 1):
+        why = f"{where} is {value}: GGUF requires a uint32 power of two (1, 2, 4, ... 2^31)"
+    else:
+        return int(value)
+    hint = "--meta general.alignment:u32=64 (or leave it out: 32, GGUF's default)"
+    if from_option:
+        raise UsageError(why, code=GGUF_WRITE, hint=hint)
+    raise FormatError(GGUF_WRITE, why, field=ALIGNMENT_KEY, hint=hint)
+
+
+ZERO_CHUNK = 1 << 20
+
+
+def _zeros(fp: Any, count: int) -> None:
+    """`count` zero bytes, at most 1 MiB in memory (an alignment may be up to 2^31)."""
+    chunk = bytes(min(count, ZERO_CHUNK))
+    while count > 0:
+        n = min(count, ZERO_CHUNK)
+        fp.write(chunk if n == len(chunk) else chunk[:n])
+        count -= n
+
+
 def encode_value(vtype: int, value: Any, item: int | None) -> bytes:
     if vtype == STRING:
         return _string(value)
@@ -161,16 +202,46 @@ def encode_value(vtype: int, value: Any, item: int | None) -> bytes:
     return struct.pack(_PACK[vtype], value)
 
 
+# The largest block scale float16 holds is 65504, so a block whose largest magnitude is above
+# about 65504 * 127 = 8.3e6 has no Q8_0 form: its scale would be stored as infinity.
+Q8_0_MAX = 65504.0 * 127
+
+
+def q8_0_refusal(values: Any) -> tuple[int, str] | None:
+    """(index, why) of the first value of a 1-D f32 array that Q8_0 cannot hold, or None:
+    NaN or infinity (its whole block would dequantize to NaN), or a block whose scale
+    overflows float16 (the block would dequantize to infinity)."""
+    import numpy as np
+
+    x = np.asarray(values, dtype=np.float32).reshape(-1, QK8_0)
+    finite = np.isfinite(x)
+    if not finite.all():
+        i = int(np.flatnonzero(~finite.reshape(-1))[0])
+        return i, "is not finite"
+    with np.errstate(over="ignore"):
+        d16 = (np.abs(x).max(axis=1) / np.float32(127)).astype(np.float16)
+    big = np.flatnonzero(~np.isfinite(d16))
+    if big.size:
+        row = int(big[0])
+        i = row * QK8_0 + int(np.argmax(np.abs(x[row])))
+        return i, f"is beyond Q8_0's range (|x| up to about {Q8_0_MAX:.3g})"
+    return None
+
+
 def q8_0(values: Any) -> bytes:
     """Q8_0 blocks of a 1-D f32 array whose length is a multiple of 32 (ggml's reference
-    quantizer: d = amax / 127 stored as f16; q = roundf(x * (1 / d)), halves away from 0)."""
+    quantizer: d = amax / 127 stored as f16; q = roundf(x * (1 / d)), halves away from 0).
+    The values must pass `q8_0_refusal` (finite, scales within float16)."""
     import numpy as np
 
     x = np.asarray(values, dtype=np.float32).reshape(-1, QK8_0)
     amax = np.abs(x).max(axis=1)
     d = (amax / np.float32(127)).astype(np.float32)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore"):
         inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    # A scale so small that its inverse overflows float32 is 0 as float16: every value of its
+    # block dequantizes to 0, so its quants are 0 (ggml's reference casts infinity there).
+    inv[~np.isfinite(inv)] = 0
     scaled = (x * inv[:, None]).astype(np.float64)
     q = (np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)).astype(np.int8)
     out = np.empty((x.shape[0], Q8_0_BYTES), dtype=np.uint8)
@@ -185,7 +256,9 @@ def _to_f32(piece: Any, dtype: str) -> Any:
     raw = np.frombuffer(memoryview(piece).cast("B"), dtype=np.dtype(DTYPES[dtype].storage))
     if dtype == "bf16":
         return (raw.astype(np.uint32) << 16).view(np.float32)
-    return raw.astype(np.float32)
+    # An f64 beyond f32 becomes inf, refused by q8_0_refusal; a signalling NaN warns "invalid".
+    with np.errstate(over="ignore", invalid="ignore"):
+        return raw.astype(np.float32)
 
 
 class GgufSink(TensorSink):
@@ -274,9 +347,14 @@ class GgufSink(TensorSink):
                 "no general.architecture: llama.cpp needs one to load the model "
                 "(--meta general.architecture=NAME)"
             )
-        align = {k: v for k, _, v, _ in ordered}.get(ALIGNMENT_KEY, DEFAULT_ALIGNMENT)
-        if not isinstance(align, int) or align < 1 or align & (align - 1):
-            raise UsageError(f"general.alignment must be a power of two, got {align!r}")
+        align = DEFAULT_ALIGNMENT
+        for i, (key, vtype, value, _item) in enumerate(ordered):
+            if key == ALIGNMENT_KEY:
+                by_option = any(
+                    str(k).partition(":")[0] == key for k in self.options.get("meta", {})
+                )
+                align = _alignment(vtype, value, by_option)
+                ordered[i] = (key, U32, align, None)
         self.alignment = align
         header = bytearray(MAGIC + struct.pack("<IQQ", VERSION, len(plan), len(ordered)))
         for key, vtype, value, item in ordered:
@@ -291,8 +369,8 @@ class GgufSink(TensorSink):
             header += struct.pack("<IQ", gid, offset)
             self.layout[info.name] = (offset, nbytes, quant_here)
             offset += -(-nbytes // align) * align
-        header += bytes(-len(header) % align)
         self.fp.write(header)
+        _zeros(self.fp, -len(header) % align)
         self.data_start = len(header)
         self.pos = 0
         self.count = 0
@@ -315,8 +393,7 @@ class GgufSink(TensorSink):
                 field=info.name,
             )
         pad = -nbytes % self.alignment
-        if pad:
-            self.fp.write(bytes(pad))
+        _zeros(self.fp, pad)
         self.pos = offset + nbytes + pad
         self.count += 1
 
@@ -325,13 +402,27 @@ class GgufSink(TensorSink):
 
         rest = np.empty(0, dtype=np.float32)
         written = 0
+        base = 0  # index of values[0] in the tensor
         for piece in stream:
             values = _to_f32(piece, info.dtype)
             if rest.size:
                 values = np.concatenate([rest, values])
             whole = values.size - values.size % QK8_0
             if whole:
+                bad = q8_0_refusal(values[:whole])
+                if bad is not None:
+                    i, why = bad
+                    seen = " as float32" if info.dtype == "f64" else ""
+                    raise FormatError(
+                        GGUF_QUANTIZE,
+                        f"tensor {info.name!r}: --quantize q8_0: the value at element "
+                        f"{base + i:,} ({float(values[i])!r}{seen}) {why}; nothing was written",
+                        field=f"{info.name}[{base + i}]",
+                        hint=f"convert without --quantize, or leave it out: --exclude "
+                        f"'{info.name}'",
+                    )
                 block = q8_0(values[:whole])
+                base += whole
                 self.fp.write(block)
                 written += len(block)
             rest = values[whole:].copy()

@@ -1069,6 +1069,7 @@ class StbSink(TensorSink):
             self.parts.append(part)
             self._write(part, self._head(part))
         self.sidecar_fp = out.sidecar(out.path + ".json")
+        self._stale = _stale_members(out.path, len(self.parts))
         far = [
             f"{p.path} ids {GLYPH_REACH}-{len(p.tensors) - 1}"
             for p in self.parts
@@ -1166,6 +1167,29 @@ class StbSink(TensorSink):
 
     def notes(self) -> list[str]:
         return list(self._notes)
+
+    def stale_members(self) -> list[str]:
+        """Files of the set this one replaces that the new set has not (its NAME.k.stb for k
+        at or above the new file count): the caller removes them once the new set is in
+        place, so a smaller set leaves no member of the old one behind."""
+        return list(self._stale)
+
+
+def _stale_members(path: str, count: int) -> list[str]:
+    """The previous set's members past `count`, as its sidecar (if it parses) lists them.
+    Only the writer's own part names are taken (NAME.k.stb beside NAME.stb): a sidecar is
+    input, and what else it lists is never removed."""
+    try:
+        old = read_sidecar(path + ".json")
+    except (FormatError, OSError):
+        return []
+    listed = {f.path for f in old.bin_files}
+    stale = []
+    for k in range(count, MAX_FILES):
+        member = part_path(path, k)
+        if os.path.basename(member) in listed:
+            stale.append(member)
+    return stale
 
 
 def _json_default(obj: Any) -> Any:

@@ -1165,12 +1165,17 @@ class ZtWriter:
             cctx = zstandard.ZstdCompressor(
                 level=self.level, write_content_size=True, write_checksum=True, threads=0
             )
-            with cctx.stream_writer(sink, size=nbytes, closefd=False) as writer:  # type: ignore[arg-type]
-                for piece in stream:
-                    got += memoryview(piece).nbytes
-                    if got > nbytes:
-                        break
-                    writer.write(piece)
+            # No `with`: leaving the block on an error (a full disk in `sink.write`, a short
+            # stream) would end the frame, and zstd's "Src size is incorrect" would replace the
+            # error that stopped us. The frame is ended only when every byte arrived.
+            writer = cctx.stream_writer(sink, size=nbytes, closefd=False)  # type: ignore[arg-type]
+            for piece in stream:
+                got += memoryview(piece).nbytes
+                if got > nbytes:
+                    break
+                writer.write(piece)
+            if got == nbytes:
+                writer.flush(zstandard.FLUSH_FRAME)
             length = sink.count
             self.pos += length
         if got != nbytes:

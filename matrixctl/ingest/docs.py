@@ -247,5 +247,31 @@ def ingest_docs(
         if report is not None:
             summary["executor"] = report
         return summary
+    except OSError as exc:
+        raise _disk_full(exc, out_dir) from None
     finally:
         executor.close()
+
+
+def _disk_full(exc: OSError, out_dir: str) -> Exception:
+    """A full disk or a file size limit met while the pack was written names the pack: the
+    write that met it (a token file, a worker's result) named no file, so the error line said
+    `<stdout>`, or it was raised where an input was read and named that input. A Dask
+    worker's error naming its staging folder (beside the pack) is kept as it is."""
+    import errno
+    import os
+
+    from matrixctl import codes
+    from matrixctl.errors import MatrixError, OutputError, from_os_error
+
+    full = (codes.OUT_NO_SPACE, codes.OUT_TOO_LARGE)
+    if isinstance(exc, OutputError) and exc.code in full:
+        staging = os.path.join(
+            os.path.dirname(os.path.abspath(out_dir)), f".{os.path.basename(out_dir)}.dask-"
+        )
+        if not (exc.path and os.path.abspath(exc.path).startswith(staging)):
+            exc.path = out_dir
+        return exc
+    if not isinstance(exc, MatrixError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return from_os_error(exc, out_dir, writing=True)
+    return exc

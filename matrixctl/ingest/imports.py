@@ -155,6 +155,7 @@ def _build(
 ) -> dict[str, Any]:
     import numpy as np
 
+    from matrixctl.formats import ingest_pack as pack_format
     from matrixctl.formats import matrix_atom
     from matrixctl.ingest.pack import PackBuilder, PackPlan
     from matrixctl.tokenizers import pi
@@ -188,8 +189,10 @@ def _build(
         pad_id=smap.pad_id,
         eos_id=smap.eos_id if ends_with_eos and count else None,
         grid=None,
-        map_raw=raw,
-        map_hash=smap.canonical_hash(),
+        tokenizer_raw=raw,
+        tokenizer_meta={
+            "symbol_map": {"file": pack_format.SYMBOLS, "canonical_hash": smap.canonical_hash()}
+        },
         manifest_head={"source": name},
     )
     with PackBuilder(dst, plan) as pb:

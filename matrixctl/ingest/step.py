@@ -26,7 +26,14 @@ from matrixctl.ingest.kinds.base import Kind
 from matrixctl.ingest.kinds.jsonl import TextBuffer
 from matrixctl.ingest.sources import SourceFile
 from matrixctl.ingest.tokenizer import IngestTokenizer
-from matrixctl.ingest.units import Piece, RangeReader, lines_before, open_raw, read_range
+from matrixctl.ingest.units import (
+    Piece,
+    RangeReader,
+    check_identity,
+    lines_before,
+    open_raw,
+    read_range,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -332,9 +339,13 @@ def _read(
         )
         return texts, iter(())
     if kind.cut == "text":
-        part = RangeReader(sf, piece.start, piece.length)
+        part = RangeReader(sf, piece.start, piece.length, piece.identity)
         return None, iter([(0, base.iter_decoded(part, sf.recorded, opts, piece.start))])
-    data = piece.data if not piece.length else read_range(sf, piece.start, piece.length)
+    data = (
+        piece.data
+        if not piece.length
+        else read_range(sf, piece.start, piece.length, piece.identity)
+    )
     texts = jsonl.texts(
         data,
         sf.recorded,
@@ -425,15 +436,20 @@ def take_batches(
 
 
 def process_piece(piece: Piece, step: Step) -> FileResult:
-    """Tokenize one piece; the result carries the piece without its bytes."""
+    """Tokenize one piece; the result carries the piece without its bytes. A piece of a file
+    as stored is read from the file the planner hashed, checked before and after (a Parquet
+    piece is read by path; a byte range is also checked around its read): IO_CHANGED."""
     try:
+        check_identity(piece)
         result = _process_piece(piece, step)
+        check_identity(piece)
     except BaseException:
         if piece.digest is not None:
             piece.digest.cancel()
         raise
     if piece.digest is not None:  # the file's hash, finished meanwhile (`Cutting.defer_hash`)
         result.sha256 = piece.digest.result()
+        check_identity(piece)  # ...of the file the pieces were read from
     return result
 
 

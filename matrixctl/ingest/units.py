@@ -27,6 +27,7 @@ from matrixctl.errors import InputError, from_os_error
 from matrixctl.ingest import kinds
 from matrixctl.ingest.kinds.base import HashingReader, Options, too_long
 from matrixctl.ingest.sources import SourceFile
+from matrixctl.io import IO_CHANGED
 
 INGEST_CHANGED = codes.define(
     "INGEST_CHANGED",
@@ -92,6 +93,10 @@ class Piece:
     # The last piece of a Parquet file under `defer_hash`: the file's hash still running on a
     # helper thread (an `io.FileHash`), taken once the piece is tokenized (never pickled).
     digest: Any = None
+    # A piece of a file as stored: the file's (size, mtime_ns, inode) when the planner opened
+    # it to hash and cut it. A worker reads its range only from that file (`read_range`), so
+    # the tokens and the manifest's SHA-256 come from the same bytes.
+    identity: tuple[int, int, int] | None = None
 
     def bare(self) -> Piece:
         """The piece without its bytes and running hash (what a result carries)."""
@@ -240,13 +245,53 @@ def open_raw(sf: SourceFile) -> Any:
     return open(sf.path, "rb")
 
 
-def read_range(sf: SourceFile, start: int, length: int) -> bytes:
-    """The bytes of a ranged piece, read by the worker from the file as stored."""
+def identity(st: os.stat_result) -> tuple[int, int, int]:
+    """What tells a file rewritten (in place or replaced) from the one that was read."""
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def changed(sf: SourceFile, offset: int | None = None) -> InputError:
+    return InputError(
+        IO_CHANGED,
+        "changed while the build read it (its size, modification time or inode differ from "
+        "when it was hashed and cut into pieces); nothing was written",
+        path=sf.recorded,
+        offset=offset,
+        hint="rerun once the file is stable",
+    )
+
+
+def check_identity(piece: Piece) -> None:
+    """IO_CHANGED unless the file at the piece's path is still the one the planner cut and
+    hashed (pieces of files as stored; a no-op for the others)."""
+    if piece.identity is None:
+        return
+    try:
+        now = identity(os.stat(piece.source.path))
+    except OSError:
+        raise changed(piece.source) from None
+    if now != piece.identity:
+        raise changed(piece.source)
+
+
+def read_range(
+    sf: SourceFile, start: int, length: int, ident: tuple[int, int, int] | None = None
+) -> bytes:
+    """The bytes of a ranged piece, read by the worker from the file as stored; with `ident`,
+    only from the file the planner hashed (checked before and after the read: IO_CHANGED)."""
     try:
         with open(sf.path, "rb") as fp:
+            if ident is not None and identity(os.fstat(fp.fileno())) != ident:
+                raise changed(sf, start)
             fp.seek(start)
             data = fp.read(length)
+            if ident is not None and identity(os.fstat(fp.fileno())) != ident:
+                raise changed(sf, start)
+    except InputError:
+        raise
     except OSError as exc:
+        if ident is not None and isinstance(exc, FileNotFoundError):
+            raise changed(sf, start) from None  # removed or renamed away since it was cut
         raise from_os_error(exc, sf.recorded) from None
     if len(data) != length:
         raise InputError(
@@ -278,16 +323,19 @@ def lines_before(sf: SourceFile, end: int) -> int:
 class RangeReader:
     """`length` bytes of a file from `start`, read as a stream (a piece of a text file)."""
 
-    def __init__(self, sf: SourceFile, start: int, length: int) -> None:
+    def __init__(
+        self, sf: SourceFile, start: int, length: int, ident: tuple[int, int, int] | None = None
+    ) -> None:
         self.sf = sf
         self.pos = start
         self.left = length
+        self.ident = ident
 
     def read(self, n: int = -1) -> bytes:
         n = self.left if n < 0 else min(n, self.left)
         if n <= 0:
             return b""
-        data = read_range(self.sf, self.pos, n)
+        data = read_range(self.sf, self.pos, n, self.ident)
         self.pos += n
         self.left -= n
         return data
@@ -372,6 +420,10 @@ def split_parquet(sf: SourceFile, size: int, defer: bool = False) -> Iterator[Pi
     from matrixctl.ingest.kinds import columnar
     from matrixctl.io import FileHash
 
+    try:
+        ident = identity(os.stat(sf.path))
+    except OSError as exc:
+        raise from_os_error(exc, sf.recorded) from None
     ranges = columnar.row_group_pieces(sf.path, sf.recorded, size)
     ends = columnar.row_group_ends(sf.path, sf.recorded)
     hashing: FileHash | None = FileHash(sf.path)
@@ -380,6 +432,7 @@ def split_parquet(sf: SourceFile, size: int, defer: bool = False) -> Iterator[Pi
             piece = Piece(f"{sf.ordinal}:rg{first}-{stop}", sf, index, first, rows, 0, b"", 0)
             piece.kind = "parquet"
             piece.groups = (first, stop)
+            piece.identity = ident  # the workers read by path: `check_identity`
             piece.stored_end = ends[stop - 1] if stop > 0 else 0  # progress by bytes
             if index == len(ranges) - 1:
                 piece.last = True
@@ -388,6 +441,7 @@ def split_parquet(sf: SourceFile, size: int, defer: bool = False) -> Iterator[Pi
                     piece.digest, hashing = hashing, None
                 else:
                     piece.file_sha256 = hashing.result()
+                    check_identity(piece)  # the hash is of the file the pieces were cut from
                 piece.file_size = piece.stored_end = os.path.getsize(sf.path)
             yield piece
     finally:
@@ -480,6 +534,7 @@ def _split_stored(
     reads; each hashed on a helper thread)."""
     sha = hashlib.sha256()
     with open(sf.path, "rb", buffering=0) as fp:
+        ident = identity(os.fstat(fp.fileno()))
         keep = cutting.keep_stored and how == "lines"
         cuts = cut(
             fp.readinto,
@@ -494,7 +549,12 @@ def _split_stored(
         for piece in _pieces(sf, cuts, how_kind(how), not keep):
             if keep:  # lines counted by the worker, as for ranges (the writer adds the base)
                 piece.first_line = piece.lines = -1
+            piece.identity = ident
             if piece.last:
+                # Hashed to the end: the file must still be the one opened, or the hash mixes
+                # two versions (the workers check their ranges against `ident` too).
+                if identity(os.fstat(fp.fileno())) != ident:
+                    raise changed(sf)
                 piece.file_sha256 = "sha256:" + sha.hexdigest()
                 piece.file_size = piece.stored_end = piece.start + (piece.length or piece.data_size)
             yield piece

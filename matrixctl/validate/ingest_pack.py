@@ -261,6 +261,8 @@ def check_consistency(s: ManifestFolder) -> Iterator[Finding]:
         h = matrix_atom.AtomHeader.parse(src.head(matrix_atom.HEADER_SIZE))
         if h.itemsize is None or src.size != matrix_atom.HEADER_SIZE + h.token_count * h.itemsize:
             return
+        if h.data_offset != matrix_atom.HEADER_SIZE:  # ATOM_DATA_OFFSET, the atom file's own
+            return
         for key, want in (
             ("atom_size", h.atom_size),
             ("dtype", h.dtype_name),
@@ -500,8 +502,14 @@ def _check_index(path: str | None, m: dict[str, Any], tokens: Any) -> Iterator[F
                     field=f"record[{n}].source",
                 )
                 return
-            ends = part["token_offset"].astype(np.int64) + part["token_length"].astype(np.int64)
-            if ends.size and (int(ends.max()) > tokens.size or int(part["token_length"].min()) < 1):
+            offs, lens = part["token_offset"], part["token_length"]
+            # Each at most the payload before they are added as int64 (a u64 near 2^64 wrapped
+            # negative and indexed the tokens from the end: IndexError, exit 70).
+            if offs.size and (int(offs.max()) > tokens.size or int(lens.max()) > tokens.size):
+                yield finding(PACK_INDEX, "a record lies outside the payload", field="records")
+                return
+            ends = offs.astype(np.int64) + lens.astype(np.int64)
+            if ends.size and (int(ends.max()) > tokens.size or int(lens.min()) < 1):
                 yield finding(PACK_INDEX, "a record lies outside the payload", field="records")
                 return
             if eos is not None:

@@ -15,6 +15,7 @@ from typing import Any
 from matrixctl.errors import FormatError, MatrixError
 from matrixctl.findings import Finding, finding, findings_of, from_error
 from matrixctl.formats import ztensor2
+from matrixctl.formats.ztensor2.layout import shown
 from matrixctl.io import STDIO, Source
 from matrixctl.tensors import DTYPES, human_bytes, mapped_chunks
 from matrixctl.validate.engine import first_nonzero, rule
@@ -265,7 +266,7 @@ def check_layouts(s: Zt2Subject) -> Iterator[Finding]:
             if p.type is not None and p.type not in ztensor2.LOGICAL:
                 yield finding(
                     ztensor2.ZT2_TYPE_UNKNOWN,
-                    f"{o.name}/{p.role}: logical type {p.type!r:.40} is not registered: not "
+                    f"{o.name}/{p.role}: logical type {shown(p.type, 40)} is not registered: not "
                     "decoded",
                     offset=at,
                     field=f"{p.field}/type",
@@ -273,7 +274,7 @@ def check_layouts(s: Zt2Subject) -> Iterator[Finding]:
             if p.encoding is not None and p.encoding != ztensor2.ZSTD_SEEKABLE:
                 yield finding(
                     ztensor2.ZT2_ENCODING_UNKNOWN,
-                    f"{o.name}/{p.role}: encoding {p.encoding!r:.40} is unknown: not decoded",
+                    f"{o.name}/{p.role}: encoding {shown(p.encoding, 40)} is unknown: not decoded",
                     offset=at,
                     field=f"{p.field}/encoding",
                 )
@@ -281,7 +282,7 @@ def check_layouts(s: Zt2Subject) -> Iterator[Finding]:
         if not ztensor2.layout_known(o.layout):
             yield finding(
                 ztensor2.ZT2_LAYOUT_UNKNOWN,
-                f"{o.name}: layout {o.layout!r:.60} is unknown: exposed structurally only",
+                f"{o.name}: layout {shown(o.layout, 60)} is unknown: exposed structurally only",
                 offset=at,
                 field=f"{o.field}/layout",
             )
@@ -312,7 +313,7 @@ def check_digests(s: Zt2Subject) -> Iterator[Finding]:
         except ValueError as exc:
             yield finding(
                 ztensor2.ZT2_DIGEST_FORMAT,
-                f"{p.obj}/{p.role}: digest {p.digest!r:.60} is malformed: {exc}",
+                f"{p.obj}/{p.role}: digest {shown(p.digest, 60)} is malformed: {exc}",
                 offset=at,
                 field=f"{p.field}/digest",
             )
@@ -320,8 +321,9 @@ def check_digests(s: Zt2Subject) -> Iterator[Finding]:
         if known is None:
             yield finding(
                 ztensor2.ZT2_DIGEST_UNKNOWN,
-                f"{p.obj}/{p.role}: digest algorithm {p.digest.partition(':')[0]!r:.30} is not "
-                "registered (xxh3, sha256): not verified",
+                f"{p.obj}/{p.role}: digest algorithm "
+                f"{shown(p.digest.partition(':')[0], 30)} is not registered (xxh3, sha256): "
+                "not verified",
                 offset=at,
                 field=f"{p.field}/digest",
             )

@@ -162,3 +162,106 @@ def test_refusals_write_nothing(tmp_path: Path) -> None:
     assert run_cli("convert", str(npz), str(out), "--meta", "k:u8=300").code == 2
     assert run_cli("convert", str(npz), str(tmp_path / "o.zt"), "--quantize", "q8_0").code == 2
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "dtype"),
+    [
+        ((1, 5), np.nan, np.float32),
+        ((2, 40), -np.inf, np.float32),
+        ((2, 40), 9e6, np.float32),  # the block's float16 scale would be infinite
+        ((0, 3), 1e300, np.float64),  # beyond float32 before it is quantized
+        ((3, 63), np.nan, np.float16),
+    ],
+)
+def test_q8_0_refuses_values_it_cannot_hold(
+    tmp_path: Path, where: tuple[int, int], value: float, dtype: type
+) -> None:
+    """Decision (docs/formats/gguf.md, writing): a NaN or infinity (its whole 32-value block
+    became NaN) or a magnitude above about 8.3e6 (the block became infinite) is refused with
+    GGUF_QUANTIZE naming the tensor and the element; nothing is written, no numpy warning."""
+    import warnings
+
+    x = RNG.standard_normal((4, 64)).astype(dtype)
+    with np.errstate(over="ignore"):
+        x[where] = value
+    npz = tmp_path / "a.npz"
+    np.savez(npz, w=x)
+    out = tmp_path / "o.gguf"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = run_cli("convert", str(npz), str(out), "--quantize", "q8_0")
+    assert result.code == 1, result.stderr
+    element = where[0] * 64 + where[1]
+    assert "error[GGUF_QUANTIZE]" in result.stderr and f"element {element}" in result.stderr
+    assert "Warning" not in result.stderr and not out.exists()
+
+
+def test_q8_0_without_warnings_on_tiny_and_largest_values() -> None:
+    """Values so small that 1 / scale overflows float32 give zero quants (they dequantize to
+    0, as the float16 scale is 0); the largest values whose scale fits float16 quantize."""
+    import warnings
+
+    from matrixctl.formats.gguf_write import q8_0, q8_0_refusal
+
+    tiny = np.full(32, 1e-39, dtype=np.float32)
+    big = np.full(32, 8.3e6, dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert q8_0_refusal(tiny) is None and q8_0_refusal(big) is None
+        assert q8_0(tiny) == bytes(34)
+        block = np.frombuffer(q8_0(big), dtype=np.uint8)
+    scale = float(block[:2].copy().view("<f2")[0])
+    assert np.isfinite(scale) and abs(scale * 127 - 8.3e6) < 8.3e6 * 1e-3
+    over = q8_0_refusal(np.full(32, 8.4e6, dtype=np.float32))
+    assert over is not None and over[0] == 0 and "range" in over[1]
+
+
+@pytest.mark.parametrize(
+    ("meta", "code"),
+    [
+        ("general.alignment:u64=64", 2),
+        ("general.alignment:i32=64", 2),
+        ("general.alignment:bool=true", 2),
+        ("general.alignment:u32=0", 2),
+        ("general.alignment:u32=48", 2),
+        ("general.alignment=abc", 2),
+        ("general.alignment=64", 0),  # untyped: a decimal text is the number (uint32)
+        ("general.alignment:u32=1", 0),
+        ("general.alignment:u32=128", 0),
+    ],
+)
+def test_alignment_is_a_uint32_power_of_two_or_refused(
+    model: Path, tmp_path: Path, meta: str, code: int
+) -> None:
+    """The writer never writes a general.alignment its own verify rejects (a u64, i32 or bool
+    one was written): it writes a uint32 power of two or refuses with one line naming the
+    option and the type GGUF requires."""
+    out = tmp_path / "a.gguf"
+    result = run_cli("convert", str(model), str(out), "--meta", meta)
+    assert result.code == code, result.stderr
+    if code:
+        lines = [x for x in result.stderr.splitlines() if not x.startswith("matrixctl: hint")]
+        assert len(lines) == 1 and "error[GGUF_WRITE]" in lines[0]
+        assert "--meta general.alignment" in lines[0] and "uint32 power of two" in lines[0]
+        assert not out.exists()
+    else:
+        assert run_cli("verify", str(out)).code == 0
+        assert GGUFReader(str(out)).fields["general.alignment"].types == [GGUFValueType.UINT32]
+
+
+def test_padding_is_written_in_bounded_pieces() -> None:
+    """A 2^31 alignment pads with zeros 1 MiB at a time, never one 2 GiB buffer."""
+    from matrixctl.formats.gguf_write import _zeros
+
+    class Counting:
+        total = 0
+        largest = 0
+
+        def write(self, data: bytes) -> None:
+            self.total += len(data)
+            self.largest = max(self.largest, len(data))
+
+    fp = Counting()
+    _zeros(fp, (1 << 31) - 5)
+    assert fp.total == (1 << 31) - 5 and fp.largest == 1 << 20

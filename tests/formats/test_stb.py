@@ -464,3 +464,34 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "tiny.stb.json").read_text())["bin_files"][0]["crc32"] == (
         f"0x{crc:08x}"
     )
+
+
+def test_a_smaller_set_removes_the_old_sets_extra_members(tmp_path: Path) -> None:
+    """Decision (docs/formats/stb.md, "Sets"): rewriting NAME.stb with fewer files removes
+    the members of the previous set (as its sidecar lists them) that the new set has not,
+    once the new set is in place; nothing else beside it is touched."""
+    three = tmp_path / "three.npz"
+    np.savez(three, **{k: np.full(4, i, dtype=np.float32) for i, k in enumerate("abc")})
+    one = tmp_path / "one.npz"
+    np.savez(one, a=np.ones(4, dtype=np.float32))
+    out = tmp_path / "s.stb"
+    assert run_cli("convert", str(three), str(out), "--per-file", "1").code == 0
+    assert {p.name for p in tmp_path.glob("s.*")} == {"s.stb", "s.1.stb", "s.2.stb", "s.stb.json"}
+    (tmp_path / "s.3.stb").write_bytes(b"not listed by the old sidecar")
+    result = run_cli("convert", str(one), str(out))
+    assert result.code == 0, result.stderr
+    left = {p.name for p in tmp_path.glob("s.*")}
+    assert left == {"s.stb", "s.stb.json", "s.3.stb"}
+    assert run_cli("verify", str(tmp_path / "s.stb.json")).code == 0
+
+
+def test_a_failed_rewrite_keeps_the_old_set_whole(tmp_path: Path) -> None:
+    three = tmp_path / "three.npz"
+    np.savez(three, **{k: np.full(4, i, dtype=np.float32) for i, k in enumerate("abc")})
+    out = tmp_path / "s.stb"
+    assert run_cli("convert", str(three), str(out), "--per-file", "1").code == 0
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, a=np.ones(4, dtype=np.uint64))  # STB has no u64: refused before any write
+    assert run_cli("convert", str(bad), str(out)).code == 1
+    assert {p.name for p in tmp_path.glob("s.*")} == {"s.stb", "s.1.stb", "s.2.stb", "s.stb.json"}
+    assert run_cli("verify", str(tmp_path / "s.stb.json")).code == 0

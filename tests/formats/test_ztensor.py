@@ -737,3 +737,16 @@ def test_a_component_made_at_once_is_the_one_the_full_checks_make(comp: dict) ->
     assert [(p.code, p.field) for p in fast] == [(p.code, p.field) for p in slow]
     assert obj is not None and made is not None
     assert obj.components["data"] == made
+
+
+@pytest.mark.parametrize("sent", [10, 30])
+def test_a_compressed_component_of_the_wrong_size_is_zt_write(sent: int) -> None:
+    """zstd with a pledged size: a stream shorter or longer than the shape says is ZT_WRITE
+    naming the component; ending the frame anyway gave zstd's "Src size is incorrect"
+    (INTERNAL)."""
+    from matrixctl.errors import FormatError
+
+    w = ztensor.ZtWriter(io.BytesIO(), level=3)
+    with pytest.raises(FormatError) as err:
+        w.add("x", (20,), "dense", [("data", "u8", 20, iter([bytes(sent)]))])
+    assert err.value.code == "ZT_WRITE" and "x/data" in err.value.message

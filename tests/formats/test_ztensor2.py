@@ -494,3 +494,35 @@ def test_overlap_findings_name_both_spans(tmp_path: Path) -> None:
     report, _ = examine(str(path), scan=False)
     msgs = [f.message for f in report.findings if f.code == "ZT2_OVERLAP"]
     assert len(msgs) == 1 and "the manifest" in msgs[0] and "m/data" in msgs[0], msgs
+
+
+@pytest.mark.parametrize(
+    ("case", "wanted"),
+    [
+        # a long name: the quote closed, the length said (the cut repr left it open)
+        ("name-long", ["…' (1,026 bytes) is longer than 1024 bytes"]),
+        ("attributes-not-map", ["attributes is not a map but an array"]),
+        ("shard-bad-name", ["'../etc' is not allowed: a shard name is 1-64 bytes of"]),
+    ],
+)
+def test_manifest_edge_case_messages_say_what_was_found(
+    tmp_path: Path, case: str, wanted: list[str]
+) -> None:
+    from matrixctl.validate.engine import examine
+    from tests.helpers import zt2craft
+
+    found = next(c for c in zt2craft.CASES if c.id == case)
+    path = tmp_path / "f.zt"
+    path.write_bytes(found.build())
+    messages = [f.message for f in examine(str(path), scan=True)[0].findings]
+    for text in wanted:
+        assert any(text in m for m in messages), messages
+
+
+def test_shown_cuts_long_values_and_keeps_their_quotes() -> None:
+    from matrixctl.formats.ztensor2.layout import shown
+
+    assert shown("abc") == "'abc'"
+    cut = shown("x" * 500, 40)
+    assert cut.startswith("'x") and cut.endswith("…' (500 bytes)") and len(cut) < 60
+    assert shown(list(range(100)), 30).endswith("… (100 items)")

@@ -531,6 +531,8 @@ def test_pieces_of_a_large_jsonl_file_travel_to_the_workers(
 
 
 def test_unreachable_scheduler_is_one_error_line(tmp_path: Path) -> None:
+    """A scheme matrixctl does not connect over is a usage error (test_dask_failures.py has
+    the others)."""
     (tmp_path / "a.txt").write_text("hello", encoding="utf-8")
     out = tmp_path / "p"
     run = run_cli(
@@ -538,7 +540,7 @@ def test_unreachable_scheduler_is_one_error_line(tmp_path: Path) -> None:
         "--scheduler", "bogus://nowhere",
     )  # fmt: skip
     assert run.code in (1, 2)
-    assert "INGEST_DASK_CLUSTER" in run.stderr and "bogus://nowhere" in run.stderr
+    assert "INGEST_DASK_ADDRESS" in run.stderr and "bogus://nowhere" in run.stderr
     assert "Traceback" not in run.stderr and not out.exists()
 
 

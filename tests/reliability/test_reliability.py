@@ -63,6 +63,53 @@ def test_efbig_is_an_output_error_and_leaves_nothing(tmp_path: Path, npz: Path, 
     assert sorted(os.listdir(tmp_path)) == before
 
 
+def test_efbig_with_zstd_components_is_an_output_error(tmp_path: Path, npz: Path) -> None:
+    """zTensor 1.1 with --compress zstd under `ulimit -f`: OUT_TOO_LARGE, not INTERNAL (zstd's
+    "Src size is incorrect" from ending the frame replaced the write error), nothing left."""
+    before = sorted(os.listdir(tmp_path))
+    res = sub("convert", str(npz), str(tmp_path / "out.zt"), "--compress", "zstd", fsize=64 << 10)
+    err = res.stderr.decode()
+    assert res.returncode == 2, err
+    assert "error[OUT_TOO_LARGE]" in err and "out.zt" in err
+    assert TRACEBACK not in err and len(err.strip().splitlines()) == 1
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_enospc_with_zstd_components_is_an_output_error(
+    tmp_path: Path, npz: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC while a zstd component is written (injected at the file the compressor writes
+    to): OUT_NO_SPACE naming the output, exit 2, no temporary file left."""
+    import errno
+
+    from matrixctl.formats import ztensor
+
+    class Full:
+        def __init__(self, fp: object) -> None:
+            self.fp = fp
+            self.left = 16 << 10
+
+        def write(self, data: bytes) -> int:
+            n = memoryview(data).nbytes
+            if n > self.left:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.left -= n
+            return self.fp.write(data)  # type: ignore[attr-defined,no-any-return]
+
+    real = ztensor._Counting.__init__
+
+    def counting(self: ztensor._Counting, fp: object, digester: object) -> None:
+        real(self, Full(fp), digester)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ztensor._Counting, "__init__", counting)
+    before = sorted(os.listdir(tmp_path))
+    res = run_cli("convert", str(npz), str(tmp_path / "out.zt"), "--compress", "zstd")
+    assert res.code == 2, res.stderr
+    assert "error[OUT_NO_SPACE]" in res.stderr and "out.zt" in res.stderr
+    assert TRACEBACK not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert sorted(os.listdir(tmp_path)) == before
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
 @pytest.mark.parametrize("to", ["npz", "ztensor", "safetensors", "npy"])
 def test_enospc_on_stdout_is_an_output_error(npz: Path, to: str) -> None:

@@ -351,3 +351,21 @@ ZT2_UNSUPPORTED = codes.define(
     "Retired: earlier versions refused every zTensor v2 file with this code; v2 is now read.",
     group=G,
 )
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A value from a manifest for a message: its repr, cut to about `limit` characters with
+    its quotes kept and its full length said (a cut repr left a quote open)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = (
+        f"{len(value.encode('utf-8', 'surrogatepass')):,} bytes"
+        if isinstance(value, str)
+        else f"{len(value):,} items"
+        if isinstance(value, list | tuple | dict)
+        else f"{len(text):,} characters shown"
+    )
+    if isinstance(value, str):
+        return repr(value[: max(8, limit - 12)] + "…") + f" ({size})"
+    return text[: max(8, limit - 12)] + f"… ({size})"

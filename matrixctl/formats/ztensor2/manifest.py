@@ -41,6 +41,7 @@ from matrixctl.formats.ztensor2.layout import (
     Obj,
     Part,
     Zt2File,
+    shown,
 )
 from matrixctl.formats.ztensor2.parts import parse_digest
 from matrixctl.tensors import (
@@ -207,15 +208,24 @@ def parse(buf: Any, size: int, *, end: int | None = None) -> Zt2File:
     shards = root.get("shards")
     if shards is not None:
         if not isinstance(shards, dict):
-            bad(ZT2_SCHEMA, "'shards' is not a map", "shards")
+            bad(ZT2_SCHEMA, f"'shards' is not a map but {_cbor_kind(shards)}", "shards")
         else:
             for name, entry in shards.items():
                 where = f"shards/{name}"
                 if not _SHARD_RE.fullmatch(name):
-                    bad(ZT2_NAME, f"shard name {name!r:.80} is not allowed", where)
+                    bad(
+                        ZT2_NAME,
+                        f"shard name {shown(name, 80)} is not allowed: a shard name is 1-64 "
+                        "bytes of A-Z a-z 0-9 . _ - and does not start with '.'",
+                        where,
+                    )
                     continue
                 if not isinstance(entry, dict):
-                    bad(ZT2_SHARD, f"shard {name!r}: entry is not a map", where)
+                    bad(
+                        ZT2_SHARD,
+                        f"shard {name!r}: entry is not a map but {_cbor_kind(entry)}",
+                        where,
+                    )
                     continue
                 if not _uint(entry.get("size")) or not isinstance(entry.get("digest"), str):
                     bad(ZT2_SHARD, f"shard {name!r}: size (u64) and digest (text) required", where)
@@ -245,14 +255,23 @@ def parse(buf: Any, size: int, *, end: int | None = None) -> Zt2File:
 _by_first_two = operator.itemgetter(0, 1)
 
 
+def _cbor_kind(value: Any) -> str:
+    """What a manifest value is, in CBOR's words, for a message ("an array", "a text")."""
+    kinds = ((bool, "a bool"), (int, "an integer"), (float, "a float"), (str, "a text"),
+             (bytes, "a byte string"), (list, "an array"), (dict, "a map"))  # fmt: skip
+    if value is None:
+        return "null"
+    return next((name for cls, name in kinds if isinstance(value, cls)), type(value).__name__)
+
+
 def _attributes(value: Any, where: str, bad: Any) -> dict[str, Any] | None:
     if not isinstance(value, dict):
-        bad(ZT2_SCHEMA, f"{where} is not a map", where)
+        bad(ZT2_SCHEMA, f"{where} is not a map but {_cbor_kind(value)}", where)
         return None
     for key in value:
         why = name_problem(key)
         if why:
-            bad(ZT2_NAME, f"attribute key {key!r:.60} {why}", f"{where}/{key}")
+            bad(ZT2_NAME, f"attribute key {shown(key, 60)} {why}", f"{where}/{key}")
             return None
     return value
 
@@ -264,7 +283,7 @@ def _object(name: str, obj: Any, shards: Any, bad: Any) -> Obj | None:
     if not (type(name) is str and name and len(name) * 4 <= MAX_NAME and "\x00" not in name):
         why = name_problem(name)
         if why:
-            bad(ZT2_NAME, f"object name {name!r:.60} {why}", where)
+            bad(ZT2_NAME, f"object name {shown(name, 60)} {why}", where)
             return None
     if not isinstance(obj, dict):
         bad(ZT2_SCHEMA, f"object {name!r}: not a map", where)
@@ -273,7 +292,7 @@ def _object(name: str, obj: Any, shards: Any, bad: Any) -> Obj | None:
     if type(shape) is not list or not _uint_list(shape):
         bad(
             ZT2_SCHEMA,
-            f"object {name!r}: shape must be an array of u64, got {shape!r:.60}",
+            f"object {name!r}: shape must be an array of u64, got {shown(shape, 60)}",
             f"{where}/shape",
         )
         return None
@@ -283,7 +302,7 @@ def _object(name: str, obj: Any, shards: Any, bad: Any) -> Obj | None:
     if element_count(shape) >= U64:
         bad(
             ZT2_SHAPE,
-            f"object {name!r}: element count of {shape!r:.60} overflows u64",
+            f"object {name!r}: element count of {shown(shape, 60)} overflows u64",
             f"{where}/shape",
         )
         return None
@@ -339,16 +358,16 @@ def _part(name: str, role: str, part: Any, shards: Any, bad: Any) -> Part | None
         return Part(name, role, dtype, None, offset, length, None, None, None, digest, where)
     why = name_problem(role)
     if why:
-        bad(ZT2_NAME, f"{name}: part name {role!r:.60} {why}", where)
+        bad(ZT2_NAME, f"{name}: part name {shown(role, 60)} {why}", where)
         return None
     if not isinstance(part, dict):
-        bad(ZT2_SCHEMA, f"{name}/{role}: part is not a map", where)
+        bad(ZT2_SCHEMA, f"{name}/{role}: part is not a map but {_cbor_kind(part)}", where)
         return None
     dtype = part.get("dtype")
     if not isinstance(dtype, str) or dtype not in STORAGE:
         bad(
             ZT2_DTYPE,
-            f"{name}/{role}: dtype {dtype!r:.40} is not one of the 12 storage types",
+            f"{name}/{role}: dtype {shown(dtype, 40)} is not one of the 12 storage types",
             f"{where}/dtype",
         )
         return None
@@ -368,13 +387,15 @@ def _part(name: str, role: str, part: Any, shards: Any, bad: Any) -> Part | None
         bad(
             ZT2_SCHEMA,
             f"{name}/{role}: blob must be an array of exactly two u64 [offset, length], got "
-            f"{blob!r:.60}",
+            f"{shown(blob, 60)}",
             f"{where}/blob",
         )
         return None
     if not all(_uint(v) for v in blob):
         bad(
-            ZT2_SCHEMA, f"{name}/{role}: blob values must be u64, got {blob!r:.60}", f"{where}/blob"
+            ZT2_SCHEMA,
+            f"{name}/{role}: blob values must be u64, got {shown(blob, 60)}",
+            f"{where}/blob",
         )
         return None
     shard = part.get("shard")
@@ -385,7 +406,7 @@ def _part(name: str, role: str, part: Any, shards: Any, bad: Any) -> Part | None
         if not isinstance(shards, dict) or shard not in shards:
             bad(
                 ZT2_SHARD,
-                f"{name}/{role}: shard {shard!r:.60} is not in the shard table",
+                f"{name}/{role}: shard {shown(shard, 60)} is not in the shard table",
                 f"{where}/shard",
             )
             return None

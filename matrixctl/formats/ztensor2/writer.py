@@ -30,6 +30,7 @@ from matrixctl.formats.ztensor2.layout import (
     ZSTD_LEVEL,
     ZSTD_SEEKABLE,
     ZT2_WRITE,
+    shown,
 )
 from matrixctl.formats.ztensor2.manifest import manifest_hash, name_problem
 from matrixctl.formats.ztensor2.parts import Digester
@@ -115,7 +116,7 @@ class Zt2Writer:
         per part. Parts are written in ascending name order, as canonical form wants."""
         why = name_problem(name)
         if why:
-            raise FormatError(ZT2_WRITE, f"tensor name {name!r:.60} {why}", field=name)
+            raise FormatError(ZT2_WRITE, f"tensor name {shown(name, 60)} {why}", field=name)
         if name in self.objects:
             raise FormatError(ZT2_WRITE, f"tensor {name!r} is added twice", field=name)
         key = name.encode("utf-8")

@@ -70,7 +70,18 @@ INGEST_DASK_CLUSTER = codes.define(
     "The Dask cluster could not be reached or started, or lost the build's tasks.",
     group="ingest",
 )
+INGEST_DASK_ADDRESS = codes.define(
+    "INGEST_DASK_ADDRESS",
+    "--scheduler (or DASK_SCHEDULER_ADDRESS) is not an address matrixctl can connect to: "
+    "tcp://HOST:PORT, tls://HOST:PORT or HOST:PORT.",
+    group="ingest",
+)
 ENV_SCHEDULER = "DASK_SCHEDULER_ADDRESS"
+# How long the client waits for the scheduler to answer (connecting, and a probe whenever no
+# unit has finished for that long) before INGEST_DASK_CLUSTER (docs/scale-out.md).
+ENV_TIMEOUT = "MATRIXCTL_DASK_TIMEOUT"
+DEFAULT_TIMEOUT = 30.0
+SCHEMES = ("tcp", "tls")  # ucx:// needs ucx-py, inproc:// one process, ws:// websockets
 UNIT_MAX_BYTES = 32 << 20  # a Dask unit: up to this many input bytes (local: 4 MiB)...
 UNITS_PER_JOB = 8  # ...aiming at this many units per worker (local: 32)
 READ_BYTES = 8 << 20  # the client reads a JSON Lines file it cuts in reads of this size
@@ -80,6 +91,47 @@ def staging_dir(out_dir: str) -> str:
     """The staging folder beside the destination (same file system, stable name)."""
     out = os.path.abspath(out_dir.rstrip("/\\") or out_dir)
     return os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.dask-staging")
+
+
+def answer_timeout() -> float:
+    """The bound on every wait for the scheduler's answer (MATRIXCTL_DASK_TIMEOUT seconds)."""
+    text = os.environ.get(ENV_TIMEOUT, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 86400:
+        raise UsageError(
+            f"{ENV_TIMEOUT}={text!r}: expected seconds, more than 0 and at most 86400",
+            hint=f"unset it for the default, {DEFAULT_TIMEOUT:g} s",
+        )
+    return value
+
+
+def check_address(address: str, from_env: bool) -> None:
+    """A scheduler address matrixctl can connect to (a usage error otherwise, before any
+    work): Dask's ucx:// needs ucx-py and gave an INTERNAL error."""
+    where = ENV_SCHEDULER if from_env else "--scheduler"
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    if scheme.lower() not in SCHEMES or not rest.strip() or address != address.strip():
+        raise UsageError(
+            f"{where} {address!r}: not a Dask scheduler address matrixctl connects to "
+            "(tcp://HOST:PORT, tls://HOST:PORT or HOST:PORT)",
+            code=INGEST_DASK_ADDRESS,
+            hint="`dask scheduler` prints its address, e.g. tcp://10.0.0.5:8786",
+        )
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception of Dask's as one line (some messages span several)."""
+    text = " ".join(str(exc).split())
+    if len(text) > 200:
+        text = text[:199] + "…"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _import_distributed() -> Any:
@@ -226,6 +278,10 @@ class DaskExecutor:
         self.start_error: BaseException | None = None
         address = scheduler or os.environ.get(ENV_SCHEDULER) or None
         self.address = address
+        self.timeout = answer_timeout()
+        self._quiet: list[tuple[Any, int]] = []
+        if address is not None:
+            check_address(address, from_env=not scheduler)
         bare = dataclasses.replace(step, tok=None, sink=TokenSink(), on_bytes=None)
         blob = pickle.dumps((bare, recipe), protocol=pickle.HIGHEST_PROTOCOL)
         # The workers read the state (the tokenizer's recipe: for π the symbol map, about
@@ -257,13 +313,85 @@ class DaskExecutor:
         # This process lives for one build: what it holds now (distributed, the symbol map)
         # stays to the end, so the collector need not walk it again and again.
         gc.freeze()
+        self._silence_client_logs()
         try:
-            self.client = distributed.Client(address, timeout="30s")
-        except (OSError, TimeoutError, ValueError) as exc:
+            self.client = self._connect(distributed, address)
+        except BaseException:
             self._shutdown()
             gc.unfreeze()
-            raise self._unreachable(exc) from None
+            raise
         self._stage(blob)
+
+    def _silence_client_logs(self) -> None:
+        """Dask's client logs a traceback when it loses the scheduler (its reconnection):
+        the build reports that as its one error line, so Dask's handlers show only CRITICAL
+        while the build runs (restored by `close`)."""
+        import logging
+
+        for handler in logging.getLogger("distributed").handlers:
+            self._quiet.append((handler, handler.level))
+            handler.setLevel(logging.CRITICAL)
+
+    def _connect(self, distributed: Any, address: str) -> Any:
+        """A client of the scheduler at `address`, connected within the timeout. Dask's own
+        timeout covers the TCP connection only: a scheduler that accepts it and never answers
+        (frozen by SIGSTOP, or not a scheduler) kept Client() waiting forever, so the client
+        is made on a helper thread that is abandoned after the timeout."""
+        import threading
+
+        box: dict[str, Any] = {}
+
+        def connect() -> None:
+            try:
+                box["client"] = distributed.Client(address, timeout=f"{self.timeout}s")
+            except BaseException as exc:  # raised on the main thread below
+                box["error"] = exc
+
+        thread = threading.Thread(target=connect, name="matrixctl-dask-connect", daemon=True)
+        thread.start()
+        thread.join(self.timeout + 5)
+        if thread.is_alive():
+            raise self._silent()
+        exc = box.get("error")
+        if exc is not None:
+            if isinstance(exc, MatrixError):
+                raise exc
+            if isinstance(exc, Exception):
+                raise self._unreachable(exc) from None
+            raise exc
+        return box["client"]
+
+    def _silent(self) -> InputError:
+        return InputError(
+            INGEST_DASK_CLUSTER,
+            f"the Dask scheduler did not answer within {self.timeout:g} s (frozen, overloaded, "
+            "not a Dask scheduler, or the network to it is cut)",
+            path=self.address or "LocalCluster",
+            hint=f"{ENV_TIMEOUT}=SECONDS waits longer; with --resume a rerun reuses the "
+            "finished units",
+        )
+
+    def _wait(self, future: Any) -> None:
+        """Wait for a unit's task however long it runs, as long as the scheduler answers: each
+        time no answer came for the timeout, the scheduler is asked who it is, and must reply
+        within the timeout too."""
+        while True:
+            try:
+                self.distributed.wait(future, timeout=self.timeout)
+                return
+            except TimeoutError:
+                pass
+            self._identity()
+
+    def _identity(self) -> dict[str, Any]:
+        """The scheduler's description (its workers), which must come within the timeout."""
+        try:
+            info: dict[str, Any] = self.client.sync(
+                self.client.scheduler.identity, n_workers=-1, callback_timeout=self.timeout
+            )
+        except TimeoutError:
+            raise self._silent() from None
+        return info
 
     def _stage(self, blob: bytes) -> None:
         """The staging folder (emptied unless resuming) with the build's state in it."""
@@ -276,7 +404,7 @@ class DaskExecutor:
     def _unreachable(self, exc: BaseException) -> InputError:
         return InputError(
             INGEST_DASK_CLUSTER,
-            f"cannot reach the Dask scheduler: {exc}",
+            f"cannot reach the Dask scheduler: {_one_line(exc)}",
             path=self.address or "LocalCluster",
             hint="start one with `dask scheduler` or leave out --scheduler",
         )
@@ -291,6 +419,7 @@ class DaskExecutor:
         try:
             self.distributed = _import_distributed()
             gc.freeze()
+            self._silence_client_logs()
             self.cluster = _local_cluster(self.distributed, self.jobs)
             self.client = self.distributed.Client(self.cluster)
         except BaseException as exc:  # raised on the main thread by `_ready`
@@ -307,7 +436,7 @@ class DaskExecutor:
             return
         if isinstance(exc, MatrixError):
             raise exc
-        if isinstance(exc, (OSError, TimeoutError, ValueError)):
+        if isinstance(exc, Exception):
             raise self._unreachable(exc) from None
         raise exc
 
@@ -329,7 +458,7 @@ class DaskExecutor:
             pending = itertools.chain(early, pending)
             self._ready()
         else:
-            workers = len(self.client.scheduler_info().get("workers", {}))
+            workers = len(self._identity().get("workers", {}))
         limit = 4 * max(self.jobs, workers) + 4  # units carry no data: a deep window is cheap
         batch = max(self.jobs, workers)  # submitted together once this many are merged
 
@@ -458,28 +587,31 @@ class DaskExecutor:
             os.unlink(path)
 
     def _collect(self, key: str, future: Any) -> tuple[dict[str, Any], list[FileResult]]:
-        distributed = self.distributed
-        killed = getattr(distributed, "KilledWorker", None) or distributed.scheduler.KilledWorker
         try:
             # The task's record is also in the staging folder: read from there once the task
             # is done, it costs no fetch from the worker through the scheduler. Only a unit
             # whose record is missing or does not check out (a bad input's error, a staging
             # folder the client does not see) asks for the task's result.
-            distributed.wait(future)
+            self._wait(future)
             if future.status == "finished":
                 loaded = load_staged(self.staging, key)
                 if loaded is not None:
                     return loaded
-            status, payload = future.result()
-        except (killed, distributed.client.FutureCancelledError, OSError, TimeoutError) as exc:
+            if future.status == "error":  # the task itself raised in its worker
+                self._task_error(future.exception(timeout=self.timeout))
+            status, payload = future.result(timeout=self.timeout)
+        except MatrixError:
+            raise
+        except Exception as exc:  # KilledWorker, cancelled futures, a lost connection...
             raise InputError(
                 INGEST_DASK_CLUSTER,
-                f"the cluster lost unit {key}: {type(exc).__name__}: {exc}",
+                f"the cluster lost unit {key}: {_one_line(exc)}",
                 path=self.address or "LocalCluster",
                 hint="rerun with --resume to reuse the finished units",
             ) from None
         if status == "error":
-            self.input_error = True
+            # A bad input is fixed and rerun from scratch; a full disk is freed and resumed.
+            self.input_error = payload[1] not in (codes.OUT_NO_SPACE, codes.OUT_TOO_LARGE)
             reraise(payload)
         loaded = load_staged(self.staging, key, payload)
         if loaded is None:
@@ -492,6 +624,14 @@ class DaskExecutor:
             )
         return loaded
 
+    def _task_error(self, exc: BaseException | None) -> None:
+        """A task that raised (not a lost worker): a full disk where the worker writes is
+        the output error it is, not a lost cluster."""
+        import errno
+
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise from_os_error(exc, exc.filename or self.staging, writing=True) from None
+
     def report(self) -> dict[str, Any]:
         return {
             "name": "dask",
@@ -502,10 +642,16 @@ class DaskExecutor:
         }
 
     def _shutdown(self) -> None:
-        for obj in (getattr(self, "client", None), self.cluster):
-            if obj is not None:
-                with contextlib.suppress(Exception):
-                    obj.close()
+        client = getattr(self, "client", None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close(timeout=min(self.timeout, 10))  # a frozen scheduler: bounded
+        if self.cluster is not None:
+            with contextlib.suppress(Exception):
+                self.cluster.close()
+        for handler, level in self._quiet:
+            handler.setLevel(level)
+        self._quiet = []
 
     def _drain(self) -> None:
         """Let the units still in flight finish: a task already running on a worker cannot be

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import mmap
@@ -407,9 +408,16 @@ def run_unit(
                 results = [process_piece(unit, step)]
             else:
                 results = [process_file(sf, step) for sf in unit]
+            staged = _stage(results, unit, key, staging, work, step.out_dtype)
         except MatrixError as err:
             return "error", error_payload(err)
-        return "ok", _stage(results, unit, key, staging, work, step.out_dtype)
+        except OSError as exc:
+            # A full disk under the staging folder: the output error it is, named (a rerun
+            # on another worker would meet the same disk), not a lost worker.
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise
+            return "error", error_payload(from_os_error(exc, exc.filename or staging, writing=True))
+        return "ok", staged
     finally:
         if collecting:
             gc.enable()
