@@ -238,9 +238,11 @@ def _patterns(option: str, value: str | Iterable[str] | None) -> list[str] | Non
     """A repeatable CLI option's keyword: one string or several (a list, a tuple)."""
     if value is None:
         return None
+    if not isinstance(value, str | Iterable) or isinstance(value, bytes | Mapping):
+        raise TypeError(f"{option} must be a str or a list of str, not {type(value).__name__}")
     items = [value] if isinstance(value, str) else list(value)
     if not all(isinstance(v, str) for v in items):
-        raise UsageError(f"{option}= takes a string or a list of strings, got {value!r}")
+        raise TypeError(f"{option} must be a str or a list of str, got {value!r:.60}")
     return items or None
 
 
@@ -251,11 +253,30 @@ def _meta(value: Mapping[str, Any] | Iterable[str] | None) -> list[str] | None:
     if isinstance(value, Mapping):
         items = []
         for key, text in value.items():
-            if not isinstance(key, str) or "=" in key or not isinstance(text, str):
-                raise UsageError(f"meta= maps text keys without '=' to text, got {key!r}: {text!r}")
+            if not isinstance(key, str) or not isinstance(text, str):
+                raise TypeError(f"meta maps str keys to str values, got {key!r}: {text!r:.40}")
+            if "=" in key:
+                raise UsageError(f"meta= keys hold no '=', got {key!r}")
             items.append(f"{key}={text}")
         return items or None
     return _patterns("meta", value)
+
+
+def _check_scalars(**named: Any) -> None:
+    """The API's scalar keywords of a wrong Python type are a TypeError, as Python's own
+    functions raise (docs/api.md, "Errors"); their values are checked where the CLI checks
+    them."""
+    for key, value in named.items():
+        if value is None:
+            continue
+        if key in ("densify", "keep_quantized"):
+            ok, want = isinstance(value, bool), "a bool"
+        elif key in ("per_file", "zt_version", "vocab_size"):
+            ok, want = type(value) is int, "an int"
+        else:
+            ok, want = isinstance(value, str), "a str"
+        if not ok:
+            raise TypeError(f"{key} must be {want}, not {type(value).__name__} ({value!r:.40})")
 
 
 def _options(
@@ -321,6 +342,15 @@ def save(
     _check_text(tensors.keys(), "a tensor name")
     _check_text(metadata, "metadata")
     _check_text(meta, "meta")
+    _check_scalars(
+        format=format,
+        zt_version=zt_version,
+        compress=compress,
+        digest=digest,
+        quantize=quantize,
+        per_file=per_file,
+        densify=densify,
+    )
     dst_fmt = ztensor_version(destination_format(dst, format), zt_version)
     container = next((c for c in TENSOR_CONTAINERS if c.format == dst_fmt), None)
     sink_cls = container.io()[1] if container is not None else None
@@ -371,6 +401,18 @@ def convert(
 
     src_path, dst_path = _path(src), _path(dst, output=True)
     _check_text(meta, "meta")
+    _check_scalars(
+        to=to,
+        zt_version=zt_version,
+        compress=compress,
+        digest=digest,
+        quantize=quantize,
+        keep_quantized=keep_quantized,
+        densify=densify,
+        per_file=per_file,
+        vocab_size=vocab_size,
+        atoms=atoms,
+    )
     given = _options(
         select=select,
         exclude=exclude,
