@@ -78,3 +78,221 @@ def test_an_integer_past_pythons_digit_limit_is_a_json_error(tmp_path: Path, suf
     assert ("in" + suffix) in err
     run = run_cli("ingest", "docs", str(path), "-o", str(tmp_path / "p"), "--on-error", "skip")
     assert run.code == 1 and "INGEST_NO_DOCUMENTS" in run.stderr  # the one file was left out
+
+
+# Markdown: linear in time, bounded in memory -------------------------------------------------
+
+# The regular expressions the Markdown extractor applied before issue 32, line by line, in this
+# order: the reference its scanners must agree with (they were quadratic on some lines).
+_OLD_INLINE = [
+    (r"!\[([^\]]*)\]\([^)]*\)", r"\1"),
+    (r"\[([^\]]+)\](?:\([^)]*\)|\[[^\]]*\])", r"\1"),
+    (r"<((?:https?|ftp|mailto):[^>\s]+)>", r"\1"),
+    (r"`+([^`]+?)`+", r"\1"),
+    (r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1", r"\2"),
+    (r"(?<![\w*])([*_])(?=\S)(.+?)(?<=\S)\1(?![\w*])", r"\2"),
+    (r"</?[A-Za-z][^<>]*>", ""),
+]
+_OLD_HEADING = r"^ {0,3}#{1,6}(?:\s+|$)(.*?)(?:\s+#+\s*)?$"
+
+
+def _old_markdown(text: str) -> str:
+    """The extractor before issue 32 (its line loop and expressions), for texts of short
+    lines: the reference."""
+    import re
+
+    out: list[str] = []
+    fence = None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    in_front = False
+    for n, line in enumerate(lines):
+        if n == 0 and line.rstrip() == "---":
+            in_front = True
+            continue
+        if in_front:
+            if line.rstrip() in ("---", "..."):
+                in_front = False
+            continue
+        m = re.match(r"^ {0,3}(`{3,}|~{3,})", line)
+        if fence is not None:
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
+                fence = None
+                continue
+            out.append(line + "\n")
+            continue
+        if m:
+            fence = m.group(1)
+            continue
+        if (
+            re.match(r"^ {0,3}(?:[-*_] *){3,}$", line)
+            or re.match(r"^ {0,3}(?:=+|-+) *$", line)
+            or re.match(r"^ {0,3}\[[^\]]+\]:\s+\S", line)
+        ):
+            continue
+        h = re.match(_OLD_HEADING, line)
+        if h:
+            line = h.group(1)
+        line = re.sub(r"^ {0,3}(?:> ?)+", "", line)
+        line = re.sub(r"^(\s*)(?:[-*+]|\d{1,9}[.)])\s+", r"\1", line)
+        for pattern, repl in _OLD_INLINE:
+            line = re.sub(pattern, repl, line)
+        out.append(line.rstrip() + "\n")
+    return "".join(out)
+
+
+def _md(text: str, long: int | None = None) -> str:
+    from matrixctl.ingest.kinds import markdown
+
+    lines = (
+        markdown.split_lines(iter([text]))
+        if long is None
+        else markdown.split_lines(iter([text]), long)
+    )
+    return "".join(markdown.markdown_lines(lines))
+
+
+def test_markdown_scanners_agree_with_the_old_expressions_on_generated_lines() -> None:
+    """Output identical to the regular expressions' on lines dense in markup: 20,000 texts
+    from small alphabets of delimiters, so every construct opens, closes, nests and fails."""
+    import random
+
+    rng = random.Random(32)
+    alphabets = [
+        list("*_`[]()!<>#:- \t=.a1\u00a0\x1c") + ["http:", "mailto:", "**", "__", "![", "]("],
+        list("*_ a.\u00a0"),
+        list("`a "),
+        list("[]()a !"),
+        ["<", ">", ":", "http", "https", "ftp:", "a", " "],
+        list("# a\t") + ["##"],
+        ["**", "__", "*", "_", " ", "a", "\u00e9"],
+    ]
+    for alphabet in alphabets:
+        for _ in range(20_000 // len(alphabets)):
+            lines = [
+                "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 30)))
+                for _ in range(rng.randrange(1, 5))
+            ]
+            text = "\n".join(lines) + "\n"
+            assert _md(text) == _old_markdown(text), repr(text)
+
+
+def test_markdown_output_is_unchanged_on_ordinary_documents() -> None:
+    from tests.helpers.cli import ROOT
+
+    text = "".join(p.read_text() for p in sorted((ROOT / "docs").glob("**/*.md")))
+    assert _md(text) == _old_markdown(text)
+
+
+ADVERSARIAL = [" **a", " *a", " _a", "![", "[a", "[a](", "<http:", "```a", "`", "[a]", "__a "]
+
+
+def _run_child(code: str, tmp_path: Path, timeout: float = 60) -> str:
+    """Run `code` in a Python child; its stdout. A hang past `timeout` fails the test."""
+    import subprocess
+    import sys
+
+    from tests.helpers.cli import ROOT
+
+    script = tmp_path / "child.py"
+    script.write_text(code)
+    try:
+        run = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running after {timeout} s")
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def test_adversarial_markdown_is_extracted_in_linear_time(tmp_path: Path) -> None:
+    """` **a` * 50,000 was still running after 60 s (issue 32), 1 MB lines would take hours:
+    here 13 lines of about 1 MB each (after `x ` so none opens a fence), a heading, a list item. The child's
+    timeout is the fail signal; what is asserted is the output: each line's length is the
+    old expressions' on the same pattern repeated (affine in the repeats, extrapolated from
+    100, 200 and 300 of them)."""
+    lines = [("x ", p) for p in ADVERSARIAL] + [("# ", " **a"), ("- ", " *a")]
+    out = _run_child(
+        "import json\n"
+        "from matrixctl.ingest.kinds import markdown\n"
+        f"lines = {lines!r}\n"
+        "text = ''.join(h + p * (1_000_000 // len(p) // 100 * 100) + '\\n' for h, p in lines)\n"
+        "out = ''.join(markdown.markdown_lines(markdown.split_lines(iter([text]))))\n"
+        "print(json.dumps([len(x) for x in out.split('\\n')[:-1]]))\n",
+        tmp_path,
+    )
+    got = json.loads(out)
+    assert len(got) == len(lines)
+    for (head, pattern), length in zip(lines, got, strict=True):
+        old = [len(_old_markdown(head + pattern * k + "\n")) - 1 for k in (100, 200, 300)]
+        assert old[2] - old[1] == old[1] - old[0], (pattern, old)
+        repeats = 1_000_000 // len(pattern) // 100 * 100
+        assert length == old[0] + (old[1] - old[0]) * (repeats - 100) // 100, (head, pattern)
+
+
+def test_a_huge_markdown_line_is_bounded_in_memory(tmp_path: Path) -> None:
+    """One 512 MB Markdown line (a 16 KB `.zst`) took 244 s and 2.5 GB: a 160 MiB line here,
+    through the zstd stream and the extractor, under 400 MB in a child (ru_maxrss)."""
+    out = _run_child(
+        "import io, resource, zstandard\n"
+        "from matrixctl.ingest.kinds import base, compressed, markdown\n"
+        "line = b'# ' + b'word **a** [b](c) `d` ' * (160 * 2**20 // 22)\n"
+        "data = zstandard.ZstdCompressor().compress(line)\n"
+        "del line\n"
+        "stream, _ = compressed.decompressing(io.BytesIO(data), 'zstd', 'x.md.zst')\n"
+        "total = stars = 0\n"
+        "for _, pieces in markdown.documents(stream, 'x.md', base.Options(), base.Counters()):\n"
+        "    for p in pieces:\n"
+        "        total += len(p)\n"
+        "        stars += p.count('*')\n"
+        "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024\n"
+        "print(total, stars, peak)\n",
+        tmp_path,
+        timeout=300,
+    )
+    total, stars, peak = (int(x) for x in out.split())
+    n = 160 * 2**20 // 22
+    # `word a b d ` per unit: strong, link and code removed, within each 1 Mi segment (a
+    # unit cut by a segment's end keeps its markup); the heading mark goes.
+    assert n * 11 <= total < n * 11 + 160 * 22 and stars <= 160 * 4, (total, stars)
+    assert peak < 400, f"peak {peak} MB"
+
+
+def test_long_lines_are_cut_into_the_same_segments_whatever_the_reads() -> None:
+    import random
+
+    from matrixctl.ingest.kinds import markdown
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        text = "".join(rng.choice("ab\n  ") for _ in range(rng.randrange(0, 120)))
+        cuts = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randrange(6))))
+        reads = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+        whole = list(markdown.split_lines(iter([text]), 7))
+        assert list(markdown.split_lines(iter(reads), 7)) == whole
+        assert all(len(s) <= 7 for s, _ in whole) and all(s for s, ends in whole if not ends)
+        joined, line = [], ""
+        for s, ends in whole:
+            line += s
+            if ends:
+                joined.append(line)
+                line = ""
+        assert joined == text.removesuffix("\n").split("\n") if text else joined == []
+
+
+def test_a_long_line_keeps_its_block_markup_from_its_first_segment() -> None:
+    """Decision (docs/inputs.md, "Markdown"): a line longer than a segment is a heading,
+    quote or list item by its first segment; it is never a rule or setext underline; inline
+    markup is removed within each segment, trailing white space of the line only."""
+    assert _md("# Title **b** and more  \nnext\n", long=8) == "Title b and more\nnext\n"
+    assert _md("- - - - - x\n", long=4) == "- - - - x\n"  # a list item, not a rule
+    assert _md("```\n" + "k" * 20 + "\n```\n", long=8) == "k" * 20 + "\n"
+    assert _md("a" * 9 + "   \n", long=4) == "a" * 9 + "\n"
+    assert _md("a" * 7 + "   b\n", long=4) == "a" * 7 + "   b\n"
