@@ -6,8 +6,15 @@ read. Each row is one document; its item in the document index is its row number
 `--text-field a.b` reads the column `a` and, inside its struct values, the field `b` (a column
 named `a.b` itself wins, as a key named `a.b` does in JSON). A null
 or non-string cell is handled like a JSON record without the field (skipped and counted, or an
-error under `--missing-field error`). The documents do not depend on how the file is cut into
-row groups or batches.
+error under `--missing-field error`); a column that is not text (a list, an integer) is an
+error naming its type. The documents do not depend on how the file is cut into row groups or
+batches.
+
+Hostile files (docs/inputs.md, "Parquet and Arrow"): memory is bounded whatever the file says.
+A dictionary-encoded column is read as a dictionary and each cell is a view of its entry (one
+20 MiB entry used by 5,000 rows is 20 MiB, not 100 GB), and its length is checked against
+--max-doc-size before any text is made; Parquet page checksums are verified where the file
+has them; an Arrow stream must end with its end-of-stream marker.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from matrixctl import codes
 from matrixctl.errors import FormatError
 from matrixctl.ingest.kinds import base as extract
 from matrixctl.ingest.kinds.base import Kind
@@ -22,6 +30,13 @@ from matrixctl.ingest.kinds.base import Kind
 BATCH_ROWS = 1024  # rows converted to Python strings at a time, at most...
 BATCH_BYTES = 1 << 20  # ...and about this many bytes of text (from the footer's sizes)
 READ_BUFFER = 1 << 20  # Parquet: column chunks are read through a buffer of this size
+DECODED = 64 << 20  # most text bytes one batch of a dictionary-encoded column may decode to
+EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an Arrow IPC stream's end (continuation, length 0)
+INGEST_PARQUET_CRC = codes.define(
+    "INGEST_PARQUET_CRC",
+    "A Parquet page's CRC-32 does not match its bytes (verified where the writer stored one).",
+    group="ingest",
+)
 
 
 def _pyarrow(name: str) -> Any:
@@ -39,20 +54,75 @@ def _pyarrow(name: str) -> Any:
     return pyarrow
 
 
+_KIND_NAMES = {"parquet": "Parquet", "arrow": "Arrow IPC"}
+
+
+def _reason(exc: BaseException) -> str:
+    """pyarrow's reason as one short clause: its first line, without the error class and the
+    C++ source locations it sometimes carries."""
+    import re
+
+    text = str(exc).strip().split("\n", 1)[0]
+    text = re.sub(r"^(?:Invalid|IOError|ArrowInvalid|Arrow error|NotImplemented):\s*", "", text)
+    text = re.sub(r"\S*/(?:cpp|src)/\S+:\d+\s*", "", text).strip(" :")
+    if not text:
+        text = type(exc).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
 def _damaged(name: str, kind: str, exc: BaseException) -> FormatError:
-    return FormatError(extract.INGEST_COLUMNAR, f"is not a readable {kind} file ({exc})", path=name)
+    reason = _reason(exc)
+    if "CRC" in reason or "checksum" in reason.lower():
+        return FormatError(
+            INGEST_PARQUET_CRC,
+            f"a page's CRC-32 does not match its bytes: the {_KIND_NAMES[kind]} file is damaged",
+            path=name,
+        )
+    return FormatError(
+        extract.INGEST_COLUMNAR,
+        f"is not a readable {_KIND_NAMES[kind]} file (damaged or truncated: {reason})",
+        path=name,
+    )
+
+
+def _not_a_file(name: str, kind: str) -> FormatError:
+    return FormatError(
+        extract.INGEST_COLUMNAR,
+        f"a {kind} input must be a file as stored (it is read by its footer), "
+        "not a compressed file or stdin",
+        path=name,
+        hint="save it to a file first",
+    )
+
+
+def _text_type(pa: Any, kind: Any) -> bool:
+    """A column type whose cells are read as text (nulls are skipped rows)."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return bool(
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_null(kind)
+        or getattr(pa.types, "is_string_view", lambda _: False)(kind)
+    )
 
 
 class Table:
     """One Parquet or Arrow file: its row groups / batches and the text column."""
 
-    def __init__(self, kind: str, path: str, name: str, field: str) -> None:
+    def __init__(
+        self, kind: str, path: str, name: str, field: str, max_doc: int = extract.MAX_WHOLE
+    ) -> None:
         self.pa = _pyarrow(name)
+        if name == "-":
+            raise _not_a_file(name, kind)
         self.kind = kind
         self.name = name
         self.path = path
         self.field = field
+        self.max_doc = max_doc
         self.top, self.inner = field, []
+        self.pf_dict: Any = None
         try:
             if kind == "parquet":
                 # Memory (docs/inputs.md, "Parquet and Arrow"): batches hold about
@@ -61,7 +131,10 @@ class Table:
                 # read into memory first: the same batches; decoding the 1 GB benchmark
                 # folder alone peaked at 311 MB instead of 336-344 MB (docs/benchmarks.md).
                 self.pf = self.pa.parquet.ParquetFile(
-                    path, pre_buffer=False, buffer_size=READ_BUFFER
+                    path,
+                    pre_buffer=False,
+                    buffer_size=READ_BUFFER,
+                    page_checksum_verification=True,
                 )
                 self.schema = self.pf.schema_arrow
                 meta = self.pf.metadata
@@ -98,25 +171,116 @@ class Table:
                 field=field,
                 hint="choose the column with --text-field",
             )
+        self._check_type()
+
+    def _check_type(self) -> None:
+        """The text column (or struct field) must hold text: a list or an integer column is
+        an error naming it and its type, not a file of skipped rows."""
+        pa = self.pa
+        kind = self.schema.field(self.top).type
+        where = self.top
+        for key in self.inner:
+            if not pa.types.is_struct(kind) or kind.get_field_index(key) < 0:
+                raise FormatError(
+                    extract.INGEST_TEXT_FIELD,
+                    f"column {where!r} ({kind}) has no field {key!r}",
+                    path=self.name,
+                    field=self.field,
+                    hint="choose the column with --text-field",
+                )
+            kind = kind.field(key).type
+            where = f"{where}.{key}"
+        if not _text_type(pa, kind):
+            raise FormatError(
+                extract.INGEST_TEXT_FIELD,
+                f"column {where!r} is {kind}, not text (string)",
+                path=self.name,
+                field=self.field,
+                hint="choose a string column with --text-field",
+            )
+
+    def _inner(self, col: Any) -> Any:
+        """The struct field `--text-field a.b` names, as its own array (a null struct gives a
+        null cell)."""
+        import pyarrow.compute as pc
+
+        for key in self.inner:
+            col = pc.struct_field(col, key)
+        return col
+
+    def _dict_file(self) -> Any:
+        if self.pf_dict is None:
+            self.pf_dict = self.pa.parquet.ParquetFile(
+                self.path,
+                pre_buffer=False,
+                buffer_size=READ_BUFFER,
+                page_checksum_verification=True,
+                read_dictionary=[".".join([self.top, *self.inner])],
+            )
+        return self.pf_dict
+
+    def _plan(self, index: int) -> tuple[Any, int]:
+        """How row group `index` is read: the file object and rows per batch. A column chunk
+        with a dictionary page has its dictionary looked at first (one row read as a
+        dictionary): its longest entry `n` bounds what a row decodes to, so batches of
+        DECODED // n rows decode to at most DECODED bytes; an entry longer than DECODED or
+        --max-doc-size, and the chunk is read as a dictionary (each cell a view of its entry,
+        its length checked before any text is made). Plain pages hold their text: the
+        footer's sizes are what they decode to."""
+        rows = self.rows[index]
+        group = self.pf.metadata.row_group(index)
+        path = ".".join([self.top, *self.inner])
+        chunk = next(
+            (
+                group.column(c)
+                for c in range(group.num_columns)
+                if group.column(c).path_in_schema == path
+            ),
+            None,
+        )
+        if chunk is None or not chunk.has_dictionary_page:
+            return self.pf, rows
+        first = next(
+            self._dict_file().iter_batches(
+                batch_size=1, row_groups=[index], columns=[self.top], use_threads=False
+            ),
+            None,
+        )
+        if first is None:
+            return self.pf, rows
+        col = first.column(0)
+        if self.inner:
+            col = self._inner(col)
+        if not self.pa.types.is_dictionary(col.type):
+            return self.pf, rows
+        longest = _longest_entry(col.dictionary)
+        if longest > min(DECODED, self.max_doc):
+            return self._dict_file(), BATCH_ROWS
+        return self.pf, max(1, min(rows, DECODED // max(1, longest)))
 
     def group_columns(self, index: int) -> Iterator[Any]:
         """The text column of row group / batch `index`, as checked Arrow arrays of at most
         BATCH_ROWS rows (about BATCH_BYTES of text)."""
         try:
             if self.kind == "parquet":
-                for batch in self.pf.iter_batches(
-                    batch_size=self.rows[index],
+                pf, rows = self._plan(index)
+                for batch in pf.iter_batches(
+                    batch_size=rows,
                     row_groups=[index],
                     columns=[self.top],
                     use_threads=False,  # one column: threads only add buffers
                 ):
-                    yield _checked(batch.column(0))
+                    yield self._column(batch.column(0))
             else:
                 col = self.reader.get_batch(index).column(self.top)
                 for start in range(0, len(col), BATCH_ROWS):
-                    yield _checked(col.slice(start, BATCH_ROWS))
+                    yield self._column(col.slice(start, BATCH_ROWS))
         except (OSError, KeyError, UnicodeDecodeError, self.pa.ArrowException) as exc:
             raise _damaged(self.name, self.kind, exc) from None
+
+    def _column(self, col: Any) -> Any:
+        col = _checked(col)
+        return self._inner(col) if self.inner else col
 
     def group_texts(self, index: int) -> Iterator[list[Any]]:
         """The text column of row group / batch `index`, BATCH_ROWS Python values at a time."""
@@ -128,8 +292,6 @@ class Table:
             values: list[Any] = col.to_pylist()
         except (UnicodeDecodeError, self.pa.ArrowException) as exc:
             raise _damaged(self.name, self.kind, exc) from None
-        for key in self.inner:
-            values = [v.get(key) if isinstance(v, dict) else None for v in values]
         return values
 
     def stream_columns(self, groups: tuple[int, int] | None = None) -> Iterator[Any]:
@@ -137,8 +299,14 @@ class Table:
         of `groups` (a range of row group numbers), as checked Arrow arrays."""
         if self.kind == "arrow" and self.reader is None:
             try:
-                for batch in self.batches:
-                    yield _checked(batch.column(self.top))
+                while True:
+                    before = self.source.tell()
+                    try:
+                        batch = self.batches.read_next_batch()
+                    except StopIteration:
+                        break
+                    yield self._column(batch.column(self.top))
+                self._check_end(before)
             except (OSError, KeyError, UnicodeDecodeError, self.pa.ArrowException) as exc:
                 raise _damaged(self.name, self.kind, exc) from None
             return
@@ -146,23 +314,42 @@ class Table:
         for index in range(first, stop):
             yield from self.group_columns(index)
 
+    def _check_end(self, before: int) -> None:
+        """An Arrow stream ends with its end-of-stream marker (or the 4 zero bytes of the
+        format before 0.15): a stream cut between two record batches reads like a whole one
+        to pyarrow, and is an error here."""
+        after = self.source.tell()
+        self.source.seek(before)
+        end = self.source.read(after - before)
+        if end not in (EOS, EOS[4:]):
+            raise FormatError(
+                extract.INGEST_COLUMNAR,
+                "is not a readable Arrow IPC file (truncated: the stream ends after "
+                f"{before:,} bytes without its end-of-stream marker)",
+                path=self.name,
+                offset=before,
+            )
+
     def stream_texts(self, groups: tuple[int, int] | None = None) -> Iterator[list[Any]]:
         """`stream_columns` as lists of Python values."""
         for col in self.stream_columns(groups):
             yield self._values(col)
 
-    def cells(self, col: Any) -> Iterator[str | bytes | memoryview | None]:
+    def cells(self, col: Any) -> Iterator[str | bytes | memoryview | _Oversized | None]:
         """The text of each row of a checked column: a string column's cells straight from
         its Arrow buffers (offsets and UTF-8 data, checked by `_checked`), each a memoryview
         of the column's data (no copy, no Python string), or bytes for a cell holding a
-        carriage return (its CRLF is replaced, so it is copied); None for a null or a value
-        that is not a string. A column of another type (or `a.b` in a struct) goes through
-        Python values (str)."""
+        carriage return (its CRLF is replaced, so it is copied); None for a null. A
+        dictionary-encoded column's cells are views of their entries
+        (`_dictionary_cells`); a string view column goes through Python values (str) in
+        bounded runs (`_other_cells`)."""
         pa = self.pa
         kind = col.type
-        if self.inner or not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-            for value in self._values(col):
-                yield value if isinstance(value, str) else None
+        if pa.types.is_dictionary(kind):
+            yield from _dictionary_cells(pa, col)
+            return
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            yield from self._other_cells(col)
             return
         import numpy as np
 
@@ -190,6 +377,93 @@ class Table:
             cell = data[bounds[i] : bounds[i + 1]]
             yield bytes(cell) if i in with_cr else cell
 
+    def _other_cells(self, col: Any) -> Iterator[str | _Oversized | None]:
+        """Cells of another type (a string view, nulls) through Python values, in runs of
+        rows whose text is at most DECODED bytes (a view array can point many rows at one
+        long value); a cell over --max-doc-size is never made (`_Oversized`)."""
+        import pyarrow.compute as pc
+
+        if self.pa.types.is_null(col.type):
+            yield from (None for _ in range(len(col)))
+            return
+        sizes = pc.binary_length(col).fill_null(0).to_numpy(zero_copy_only=False).tolist()
+        start = 0
+        while start < len(col):
+            stop, total = start, 0
+            while stop < len(col) and sizes[stop] <= self.max_doc:
+                if stop > start and total + sizes[stop] > DECODED:
+                    break
+                total += sizes[stop]
+                stop += 1
+            for value in self._values(col.slice(start, stop - start)):
+                yield value if isinstance(value, str) else None
+            if stop < len(col) and sizes[stop] > self.max_doc:
+                yield _Oversized(sizes[stop])
+                stop += 1
+            start = stop
+
+
+class _Oversized:
+    """A cell longer than --max-doc-size, not made: only its length."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def _longest_entry(dictionary: Any) -> int:
+    """The longest entry of a dictionary of strings, in bytes (from its offsets)."""
+    import pyarrow.compute as pc
+
+    if len(dictionary) == 0:
+        return 0
+    longest = pc.max(pc.binary_length(dictionary)).as_py()
+    return int(longest or 0)
+
+
+def _dictionary_cells(pa: Any, col: Any) -> Iterator[bytes | memoryview | None]:
+    """The cells of a dictionary-encoded string column, each a view of its entry in the
+    dictionary's data (never decoded per row), or bytes for an entry holding a carriage
+    return (copied once per entry, shared by its rows); None for a null."""
+    import numpy as np
+
+    values = col.dictionary
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        yield from (None for _ in range(len(col)))  # not text: refused at open (`_check_type`)
+        return
+    entries = len(values)
+    if len(col) == 0:
+        return
+    width = np.int64 if pa.types.is_large_string(values.type) else np.int32
+    _, offsets_buf, data_buf = values.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=width)[values.offset : values.offset + entries + 1]
+    bounds = offsets.tolist()
+    data = memoryview(data_buf if data_buf is not None else b"")
+    empty = values.null_count and values.is_null().to_numpy(zero_copy_only=False).tolist()
+    indices = col.indices
+    nulls = (
+        indices.is_null().to_numpy(zero_copy_only=False).tolist() if indices.null_count else None
+    )
+    picks = indices.fill_null(0).to_numpy(zero_copy_only=False).tolist()
+    # The entries with a carriage return, from one scan of the dictionary's text; each is
+    # copied once (`_texts` replaces its CRLF) and the copy shared by its rows.
+    copies: dict[int, bytes] = {}
+    if bounds[-1] > bounds[0]:
+        text = np.frombuffer(data, dtype=np.uint8)[bounds[0] : bounds[-1]]
+        at = np.flatnonzero(text == 13)
+        if at.size:
+            for j in set((np.searchsorted(offsets, at + bounds[0], side="right") - 1).tolist()):
+                copies[j] = bytes(data[bounds[j] : bounds[j + 1]])
+    for i, j in enumerate(picks):
+        if (nulls is not None and nulls[i]) or (empty and empty[j]):
+            yield None
+        elif j in copies:
+            yield copies[j]
+        else:
+            yield data[bounds[j] : bounds[j + 1]]
+
 
 def _checked(col: Any) -> Any:
     """A column with its buffers checked. Arrow IPC buffers are taken as stored: string offsets
@@ -198,11 +472,13 @@ def _checked(col: Any) -> Any:
     validation (offsets, UTF-8) turns damage into ArrowInvalid, reported as
     INGEST_COLUMNAR."""
     col.validate(full=True)
+    if hasattr(col, "dictionary"):  # the entries too; an index past them is refused above
+        col.dictionary.validate(full=True)
     return col
 
 
 def _texts(
-    cells: Iterator[str | bytes | memoryview | None],
+    cells: Iterator[str | bytes | memoryview | _Oversized | None],
     first_row: int,
     name: str,
     opts: extract.Options,
@@ -221,7 +497,7 @@ def _texts(
                 )
             counters.skipped_records += 1
             continue
-        if (
+        if isinstance(value, _Oversized) or (
             len(value) > opts.max_doc // 4
             and (len(value) if not isinstance(value, str) else len(value.encode("utf-8")))
             > opts.max_doc
@@ -232,6 +508,7 @@ def _texts(
                 path=name,
                 field=opts.text_field,
             )
+        assert not isinstance(value, _Oversized)
         if isinstance(value, bytes):  # a cell with a carriage return (`Table.cells`)
             yield row, value.replace(b"\r\n", b"\n")
         elif isinstance(value, memoryview):  # UTF-8 without a carriage return
@@ -244,6 +521,8 @@ def row_group_pieces(path: str, name: str, target: int) -> list[tuple[int, int, 
     """Runs of consecutive row groups of about `target` bytes (uncompressed, as the footer
     says): `(first group, stop, rows before)`, the work units of one large Parquet file."""
     pa = _pyarrow(name)
+    if name == "-":
+        raise _not_a_file(name, "parquet")
     try:
         meta = pa.parquet.ParquetFile(path).metadata
     except (OSError, pa.ArrowException) as exc:
@@ -325,13 +604,15 @@ class _Reader:
 _SHARED: list[_Reader] = []  # readers kept for the next piece of their file (`--jobs 1`)
 
 
-def _shared_reader(kind: str, path: str, name: str, field: str, first: int) -> _Reader:
+def _shared_reader(
+    kind: str, path: str, name: str, field: str, first: int, max_doc: int = extract.MAX_WHOLE
+) -> _Reader:
     """The reader kept for the piece that starts at row group `first` of `path` (left by the
     piece before it, or started by `prefetch`), else a new one."""
     for reader in _SHARED:
         if reader.key == (path, field) and reader.next == first:
             return reader
-    reader = _Reader(Table(kind, path, name, field), first)
+    reader = _Reader(Table(kind, path, name, field, max_doc), first)
     _SHARED.append(reader)
     return reader
 
@@ -378,7 +659,7 @@ def texts(
 
     row = first_row
     if ahead and groups is not None:
-        reader = _shared_reader(kind, path, name, opts.text_field, groups[0])
+        reader = _shared_reader(kind, path, name, opts.text_field, groups[0], opts.max_doc)
         try:
             for rows, made in reader.columns(*groups):
                 yield from _texts(iter(made), row, name, opts, counters)
@@ -389,7 +670,7 @@ def texts(
         if groups[1] >= len(reader.table.groups):
             _release(reader)
         return
-    table = Table(kind, path, name, opts.text_field)
+    table = Table(kind, path, name, opts.text_field, opts.max_doc)
     columns: Iterator[tuple[int, Any]] = (
         (len(col), table.cells(col)) for col in table.stream_columns(groups)
     )
