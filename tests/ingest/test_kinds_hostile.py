@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,7 +108,8 @@ def _old_markdown(text: str) -> str:
     if lines[-1] == "":
         lines.pop()
     in_front = False
-    for n, line in enumerate(lines):
+    for n, raw in enumerate(lines):
+        line = raw
         if n == 0 and line.rstrip() == "---":
             in_front = True
             continue
@@ -160,12 +162,12 @@ def test_markdown_scanners_agree_with_the_old_expressions_on_generated_lines() -
 
     rng = random.Random(32)
     alphabets = [
-        list("*_`[]()!<>#:- \t=.a1\u00a0\x1c") + ["http:", "mailto:", "**", "__", "![", "]("],
+        [*"*_`[]()!<>#:- \t=.a1\u00a0\x1c", "http:", "mailto:", "**", "__", "![", "]("],
         list("*_ a.\u00a0"),
         list("`a "),
         list("[]()a !"),
         ["<", ">", ":", "http", "https", "ftp:", "a", " "],
-        list("# a\t") + ["##"],
+        [*"# a\t", "##"],
         ["**", "__", "*", "_", " ", "a", "\u00e9"],
     ]
     for alphabet in alphabets:
@@ -214,10 +216,10 @@ def _run_child(code: str, tmp_path: Path, timeout: float = 60) -> str:
 
 def test_adversarial_markdown_is_extracted_in_linear_time(tmp_path: Path) -> None:
     """` **a` * 50,000 was still running after 60 s (issue 32), 1 MB lines would take hours:
-    here 13 lines of about 1 MB each (after `x ` so none opens a fence), a heading, a list item. The child's
-    timeout is the fail signal; what is asserted is the output: each line's length is the
-    old expressions' on the same pattern repeated (affine in the repeats, extrapolated from
-    100, 200 and 300 of them)."""
+    here 13 lines of about 1 MB each (after `x `, so none opens a fence; one a heading, one
+    a list item). The child's timeout is the fail signal; what is asserted is the output:
+    each line's length is the old expressions' on the same pattern repeated (affine in the
+    repeats, extrapolated from 100, 200 and 300 of them)."""
     lines = [("x ", p) for p in ADVERSARIAL] + [("# ", " **a"), ("- ", " *a")]
     out = _run_child(
         "import json\n"
@@ -296,3 +298,184 @@ def test_a_long_line_keeps_its_block_markup_from_its_first_segment() -> None:
     assert _md("```\n" + "k" * 20 + "\n```\n", long=8) == "k" * 20 + "\n"
     assert _md("a" * 9 + "   \n", long=4) == "a" * 9 + "\n"
     assert _md("a" * 7 + "   b\n", long=4) == "a" * 7 + "   b\n"
+
+
+# Parquet and Arrow: bombs, checksums, truncation, odd columns ----------------------------------
+
+
+def _dictionary_table(value_mib: int = 20, rows: int = 5000) -> Any:
+    import numpy as np
+    import pyarrow
+
+    big = "x" * (value_mib << 20)
+    indices = pyarrow.array(np.zeros(rows, dtype=np.int32))
+    return pyarrow.table({"text": pyarrow.DictionaryArray.from_arrays(indices, [big])})
+
+
+def write_bomb(path: Path) -> Path:
+    """One 20 MiB value used by 5,000 rows (zstd): 100 GB of text in about 1.5 KB."""
+    import pyarrow
+    from pyarrow import ipc, parquet
+
+    table = _dictionary_table()
+    if path.suffix == ".parquet":
+        parquet.write_table(table, path, compression="zstd")
+    else:
+        options = ipc.IpcWriteOptions(compression="zstd")
+        with (
+            pyarrow.OSFile(str(path), "wb") as out,
+            ipc.new_file(out, table.schema, options=options) as w,
+        ):
+            w.write_table(table)
+    assert path.stat().st_size < 4096
+    return path
+
+
+@pytest.mark.parametrize("name", ["bomb.parquet", "bomb.arrow"])
+def test_a_dictionary_bomb_is_refused_in_bounded_memory(tmp_path: Path, name: str) -> None:
+    """Issue 32: 22-23 GB and the OOM killer, 10.4 GB (Parquet) or 23 GB (Arrow) with
+    --max-doc-size 4096. Here the build runs in a child whose peak memory is measured."""
+    path = write_bomb(tmp_path / name)
+    out = _run_child(
+        "import resource, subprocess, sys\n"
+        "run = subprocess.run([sys.executable, '-m', 'matrixctl', 'ingest', 'docs',"
+        f" {str(path)!r}, '-o', {str(tmp_path / 'p')!r}, '--max-doc-size', '4096'])\n"
+        "print(run.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)\n",
+        tmp_path,
+        timeout=300,
+    )
+    code, peak = (int(x) for x in out.split()[-2:])
+    assert code == 1 and peak < 400, out
+    err = fail(tmp_path, str(path), "--max-doc-size", "4096")
+    assert "INGEST_TOO_LARGE" in err and "row 0" in err
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_dictionary_columns_give_the_plain_columns_documents(tmp_path: Path, suffix: str) -> None:
+    """Read as a dictionary, cell by cell as views of the entries: the same pack as the same
+    rows stored plain, nulls, CRLF and a struct field included."""
+    import pyarrow
+    from pyarrow import ipc, parquet
+
+    texts = [
+        f"entry {i % 7} words\r\nline" if i % 5 == 0 else f"entry {i % 7}" for i in range(3000)
+    ]
+    texts[11] = None
+    plain = pyarrow.array(texts)
+    encoded = plain.dictionary_encode()
+    for column, name in ((plain, "plain"), (encoded, "dict")):
+        table = pyarrow.table(
+            {"text": column, "doc": pyarrow.StructArray.from_arrays([column], ["body"])}
+        )
+        path = tmp_path / f"{name}{suffix}"
+        if suffix == ".parquet":
+            parquet.write_table(table, path, row_group_size=700)
+        else:
+            with pyarrow.OSFile(str(path), "wb") as out, ipc.new_file(out, table.schema) as w:
+                w.write_table(table, max_chunksize=700)
+    for field in ("text", "doc.body"):
+        packs = [
+            ingest_ok(
+                tmp_path, str(tmp_path / f"{n}{suffix}"), "--text-field", field, name=f"{n}-{field}"
+            )
+            for n in ("plain", "dict")
+        ]
+        for art in ("matrix_atoms.bin", "doc_index.bin"):
+            assert (packs[0] / art).read_bytes() == (packs[1] / art).read_bytes()
+        assert manifest(packs[1])["documents"] == 2999
+
+
+def test_parquet_page_checksums_are_verified(tmp_path: Path) -> None:
+    """Issue 32: 26 of 100 mutants of a checksummed file went in with changed text."""
+    import pyarrow
+    from pyarrow import parquet
+
+    rows = [f"document number {i} with some words" for i in range(3000)]
+    path = tmp_path / "crc.parquet"
+    parquet.write_table(
+        pyarrow.table({"text": rows}),
+        path,
+        write_page_checksum=True,
+        use_dictionary=False,
+        compression="none",
+    )
+    ingest_ok(tmp_path, str(path))
+    data = bytearray(path.read_bytes())
+    data[data.find(b"document number 1500") + 9] ^= 0x20  # still valid UTF-8 text
+    path.write_bytes(bytes(data))
+    for jobs in ("1", "2"):
+        err = fail(tmp_path, str(path), "-j", jobs)
+        assert "INGEST_PARQUET_CRC" in err and "crc.parquet" in err
+
+
+def test_an_arrow_stream_without_its_end_marker_is_truncated(tmp_path: Path) -> None:
+    """Issue 32: a stream cut between record batches was read as complete (1,200 of 2,000
+    rows)."""
+    import pyarrow
+    from pyarrow import ipc
+
+    table = pyarrow.table({"text": [f"row {i}" for i in range(2000)]})
+    sink = pyarrow.BufferOutputStream()
+    with ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table, max_chunksize=100)
+    data = sink.getvalue().to_pybytes()
+    assert data.endswith(b"\xff\xff\xff\xff\x00\x00\x00\x00")
+    (tmp_path / "whole.arrow").write_bytes(data)
+    assert manifest(ingest_ok(tmp_path, str(tmp_path / "whole.arrow")))["documents"] == 2000
+    (tmp_path / "whole.arrow").unlink()
+    (tmp_path / "p").rename(tmp_path / "kept")
+    cut = tmp_path / "cut.arrow"
+    cut.write_bytes(data[:-8])  # every batch, no end marker
+    err = fail(tmp_path, str(cut))
+    assert "INGEST_COLUMNAR" in err and "truncated" in err and "end-of-stream" in err
+    cut.write_bytes(data[: len(data) // 2])  # inside a batch
+    err = fail(tmp_path, str(cut))
+    assert "INGEST_COLUMNAR" in err and "Arrow IPC" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_a_text_column_that_is_not_text_names_itself_and_its_type(
+    tmp_path: Path, suffix: str
+) -> None:
+    """Issue 32: a list or integer `text` column gave "the inputs hold no document"."""
+    import pyarrow
+    from pyarrow import ipc, parquet
+
+    cases = {
+        "list": (pyarrow.array([["a", "b"], ["c"]]), "list<"),
+        "int": (pyarrow.array([1, 2]), "int64"),
+        "binary": (pyarrow.array([b"a", b"b"]), "binary"),
+    }
+    for name, (column, shown) in cases.items():
+        table = pyarrow.table({"text": column})
+        path = tmp_path / f"{name}{suffix}"
+        if suffix == ".parquet":
+            parquet.write_table(table, path)
+        else:
+            with pyarrow.OSFile(str(path), "wb") as out, ipc.new_file(out, table.schema) as w:
+                w.write_table(table)
+        err = fail(tmp_path, str(path))
+        assert "INGEST_TEXT_FIELD" in err and "column 'text'" in err and shown in err, err
+    err = fail(tmp_path, str(tmp_path / f"int{suffix}"), "--text-field", "text.x")
+    assert "INGEST_TEXT_FIELD" in err and "no field 'x'" in err
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_parquet_and_arrow_on_stdin_are_refused_at_any_jobs(
+    tmp_path: Path, jobs: str, suffix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decision (docs/inputs.md): refused at every --jobs (it was refused at 1, read at 2)."""
+    import pyarrow
+    from pyarrow import ipc, parquet
+
+    monkeypatch.setattr(units, "SPLIT_MIN", 4096)  # a large one is cut at --jobs 2: refused too
+    table = pyarrow.table({"text": [f"row {i} of some text" for i in range(5000)]})
+    path = tmp_path / f"in{suffix}"
+    if suffix == ".parquet":
+        parquet.write_table(table, path, row_group_size=500)
+    else:
+        with pyarrow.OSFile(str(path), "wb") as out, ipc.new_file(out, table.schema) as w:
+            w.write_table(table)
+    err = fail(tmp_path, "-", "-j", jobs, stdin=path.read_bytes())
+    assert "INGEST_COLUMNAR" in err and "stdin" in err

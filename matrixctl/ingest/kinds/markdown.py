@@ -15,7 +15,6 @@ each segment.
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any
 
