@@ -479,3 +479,108 @@ def test_parquet_and_arrow_on_stdin_are_refused_at_any_jobs(
             w.write_table(table)
     err = fail(tmp_path, "-", "-j", jobs, stdin=path.read_bytes())
     assert "INGEST_COLUMNAR" in err and "stdin" in err
+
+
+# Compressed inputs: zstd skippable frames, gzip padding, messages -----------------------------
+
+
+def skippable(payload: bytes, nibble: int = 0) -> bytes:
+    return bytes([0x50 + nibble]) + b"\x2a\x4d\x18" + len(payload).to_bytes(4, "little") + payload
+
+
+def text_lines(n: int) -> bytes:
+    return b"".join(b"line %d of the corpus, with words\n" % i for i in range(n))
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_zstd_skippable_frames_anywhere_are_accepted(
+    tmp_path: Path, jobs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pzstd` writes a skippable frame before each frame; the format allows them anywhere.
+    Refused before, and skipped as binary inside a folder (issue 32)."""
+    import zstandard
+
+    monkeypatch.setattr(units, "PIECE_BYTES", 2048)  # JSON Lines cut into pieces too
+    monkeypatch.setattr(units, "SPLIT_MIN", 4096)
+    data = b"".join(b'{"text": "record %d of many"}\n' % i for i in range(3000))
+    parts = [data[i : i + 20000] for i in range(0, len(data), 20000)]
+    frames = b"".join(
+        skippable(len(p).to_bytes(4, "little"), n % 16) + zstandard.ZstdCompressor().compress(p)
+        for n, p in enumerate(parts)
+    )
+    stored = skippable(b"") + frames + skippable(b"trailing metadata", 15)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "in.jsonl.zst").write_bytes(stored)
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "in.jsonl").write_bytes(data)
+    got = ingest_ok(tmp_path, str(tmp_path / "src"), "-j", jobs, name="got")
+    want = ingest_ok(tmp_path, str(tmp_path / "plain"), "-j", jobs, name="want")
+    assert manifest(got)["skipped"] == [] and manifest(got)["documents"] == 3000
+    for art in ("matrix_atoms.bin", "doc_index.bin"):
+        assert (got / art).read_bytes() == (want / art).read_bytes()
+
+
+@pytest.mark.parametrize("delta", [-9, -1, 0, 1, 5, 64])
+def test_gzip_zero_padding_is_skipped_wherever_the_reads_end(tmp_path: Path, delta: int) -> None:
+    """Decision (docs/inputs.md, "Compressed inputs"): zero bytes between and after gzip
+    members are padding, skipped. It used to depend on where a 64 KiB read ended: here the
+    first member ends `delta` bytes from the 64 KiB boundary, then 100 zero bytes."""
+    import gzip
+
+    from matrixctl.ingest.kinds import compressed
+
+    text = text_lines(3000)
+    target = compressed.IN_PIECE + delta
+    size = target - 23  # stored blocks: 18 bytes of header and trailer, 5 per block
+    first, member = b"", b""
+    for size in range(target - 30, target):
+        first = text[:size]
+        member = gzip.compress(first, compresslevel=0, mtime=0)
+        if len(member) == target:
+            break
+    assert len(member) == target
+    second = text_lines(10)
+    padded = member + b"\0" * 100 + gzip.compress(second, mtime=0) + b"\0" * 37
+    (tmp_path / "padded.txt.gz").write_bytes(padded)
+    (tmp_path / "plain.txt").write_bytes(first + second)
+    got = ingest_ok(tmp_path, str(tmp_path / "padded.txt.gz"), name="got")
+    want = ingest_ok(tmp_path, str(tmp_path / "plain.txt"), name="want")
+    assert (got / "matrix_atoms.bin").read_bytes() == (want / "matrix_atoms.bin").read_bytes()
+
+
+def test_compressed_edge_cases_give_the_right_message(tmp_path: Path) -> None:
+    import gzip
+
+    import zstandard
+
+    data = text_lines(200)
+    member = gzip.compress(data, mtime=0)
+    frame = zstandard.ZstdCompressor().compress(data)
+    cases = {
+        "then-zstd.txt.gz": (
+            member + frame,
+            f"followed by a zstd stream, not another member [offset {len(member)} ",
+        ),
+        "then-gzip.txt.zst": (
+            frame + member,
+            f"followed by a gzip stream, not another frame [offset {len(frame)} ",
+        ),
+        "junk.txt.gz": (
+            member + b"\0\0junk",
+            f"followed by data, not another member [offset {len(member) + 2} ",
+        ),
+        "cut-magic.txt.zst": (frame[:3], "zstd stream ends inside its magic bytes"),
+        "cut-skippable.txt.zst": (
+            skippable(b"x" * 40)[:20],
+            "zstd stream ends before its end marker",
+        ),
+    }
+    (tmp_path / "src").mkdir()
+    for name, (stored, message) in cases.items():
+        (tmp_path / "src" / name).write_bytes(stored)
+        err = fail(tmp_path, str(tmp_path / "src" / name))
+        assert "INGEST_COMPRESSED" in err and message in err, err
+    (tmp_path / "src" / "ok.txt").write_bytes(data)
+    pack = ingest_ok(tmp_path, str(tmp_path / "src"), "--on-error", "skip")
+    skipped = manifest(pack)["skipped"]  # every one an error, none "binary"
+    assert sorted(s["code"] for s in skipped) == ["INGEST_COMPRESSED"] * len(cases), skipped
