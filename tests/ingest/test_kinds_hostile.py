@@ -303,21 +303,24 @@ def test_a_long_line_keeps_its_block_markup_from_its_first_segment() -> None:
 # Parquet and Arrow: bombs, checksums, truncation, odd columns ----------------------------------
 
 
-def _dictionary_table(value_mib: int = 20, rows: int = 5000) -> Any:
+def _dictionary_table(value_mib: int = 20, rows: int = 5000, small: int = 0) -> Any:
+    """`small` rows of their own short entries, then `rows` rows of one long entry: a
+    dictionary whose entries average under 4 KiB, so no page header gives the long one away."""
     import numpy as np
     import pyarrow
 
-    big = "x" * (value_mib << 20)
-    indices = pyarrow.array(np.zeros(rows, dtype=np.int32))
-    return pyarrow.table({"text": pyarrow.DictionaryArray.from_arrays(indices, [big])})
+    entries = [f"t{i}" for i in range(small)] + ["x" * (value_mib << 20)]
+    indices = np.concatenate([np.arange(small), np.full(rows, small)]).astype(np.int32)
+    column = pyarrow.DictionaryArray.from_arrays(pyarrow.array(indices), entries)
+    return pyarrow.table({"text": column})
 
 
-def write_bomb(path: Path) -> Path:
+def write_bomb(path: Path, small: int = 0) -> Path:
     """One 20 MiB value used by 5,000 rows (zstd): 100 GB of text in about 1.5 KB."""
     import pyarrow
     from pyarrow import ipc, parquet
 
-    table = _dictionary_table()
+    table = _dictionary_table(small=small)
     if path.suffix == ".parquet":
         parquet.write_table(table, path, compression="zstd")
     else:
@@ -327,15 +330,16 @@ def write_bomb(path: Path) -> Path:
             ipc.new_file(out, table.schema, options=options) as w,
         ):
             w.write_table(table)
-    assert path.stat().st_size < 4096
+    assert path.stat().st_size < 4096 + 16 * small
     return path
 
 
-@pytest.mark.parametrize("name", ["bomb.parquet", "bomb.arrow"])
+@pytest.mark.parametrize("name", ["bomb.parquet", "bomb.arrow", "plain-bomb.parquet"])
 def test_a_dictionary_bomb_is_refused_in_bounded_memory(tmp_path: Path, name: str) -> None:
     """Issue 32: 22-23 GB and the OOM killer, 10.4 GB (Parquet) or 23 GB (Arrow) with
     --max-doc-size 4096. Here the build runs in a child whose peak memory is measured."""
-    path = write_bomb(tmp_path / name)
+    small = 10_000 if name == "bomb.parquet" else 0  # past the page header check
+    path = write_bomb(tmp_path / name, small)
     out = _run_child(
         "import resource, subprocess, sys\n"
         "run = subprocess.run([sys.executable, '-m', 'matrixctl', 'ingest', 'docs',"
@@ -347,7 +351,8 @@ def test_a_dictionary_bomb_is_refused_in_bounded_memory(tmp_path: Path, name: st
     code, peak = (int(x) for x in out.split()[-2:])
     assert code == 1 and peak < 400, out
     err = fail(tmp_path, str(path), "--max-doc-size", "4096")
-    assert "INGEST_TOO_LARGE" in err and "row 0" in err
+    row = "row group 0 " if name.startswith("plain") else f"row {small} "
+    assert "INGEST_TOO_LARGE" in err and row in err, err
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
@@ -584,3 +589,29 @@ def test_compressed_edge_cases_give_the_right_message(tmp_path: Path) -> None:
     pack = ingest_ok(tmp_path, str(tmp_path / "src"), "--on-error", "skip")
     skipped = manifest(pack)["skipped"]  # every one an error, none "binary"
     assert sorted(s["code"] for s in skipped) == ["INGEST_COMPRESSED"] * len(cases), skipped
+
+
+@pytest.mark.parametrize("dictionary", [True, False])
+def test_a_huge_parquet_cell_is_refused_before_it_is_read(tmp_path: Path, dictionary: bool) -> None:
+    """Issue 32: one 300 MB cell (a 10 KB file) peaked at 1.0 GB with --max-doc-size 4096.
+    The page's header (160 MiB for 2 values) refuses it before the page is decompressed."""
+    import pyarrow
+    from pyarrow import parquet
+
+    path = tmp_path / "cell.parquet"
+    table = pyarrow.table({"text": ["y" * (160 << 20), "small"]})
+    parquet.write_table(table, path, compression="zstd", use_dictionary=dictionary)
+    del table
+    assert path.stat().st_size < 64 << 10
+    out = _run_child(
+        "import resource, subprocess, sys\n"
+        "run = subprocess.run([sys.executable, '-m', 'matrixctl', 'ingest', 'docs',"
+        f" {str(path)!r}, '-o', {str(tmp_path / 'p')!r}, '--max-doc-size', '4096'],"
+        " capture_output=True, text=True)\n"
+        "print(run.stderr)\n"
+        "print(run.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)\n",
+        tmp_path,
+    )
+    code, peak = (int(x) for x in out.split()[-2:])
+    assert code == 1 and "INGEST_TOO_LARGE" in out and "row group 0" in out, out
+    assert peak < 300, out

@@ -30,7 +30,7 @@ from matrixctl.ingest.kinds.base import Kind
 BATCH_ROWS = 1024  # rows converted to Python strings at a time, at most...
 BATCH_BYTES = 1 << 20  # ...and about this many bytes of text (from the footer's sizes)
 READ_BUFFER = 1 << 20  # Parquet: column chunks are read through a buffer of this size
-DECODED = 64 << 20  # most text bytes one batch of a dictionary-encoded column may decode to
+DECODED = 16 << 20  # most text bytes one batch of a dictionary-encoded column may decode to
 EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an Arrow IPC stream's end (continuation, length 0)
 INGEST_PARQUET_CRC = codes.define(
     "INGEST_PARQUET_CRC",
@@ -123,6 +123,7 @@ class Table:
         self.max_doc = max_doc
         self.top, self.inner = field, []
         self.pf_dict: Any = None
+        self.last_dictionary: Any = None  # the dictionary of the last batch (`cells`)
         try:
             if kind == "parquet":
                 # Memory (docs/inputs.md, "Parquet and Arrow"): batches hold about
@@ -219,6 +220,30 @@ class Table:
             )
         return self.pf_dict
 
+    def _check_pages(self, index: int, chunk: Any) -> None:
+        """Refuse row group `index` before any page of its text column is decompressed when a
+        page's own header proves a value over --max-doc-size: its values average more than
+        the limit (a 300 MB cell is one page of one value; a 10 KB file). The headers are
+        read from the file; the pages are not."""
+        start = chunk.dictionary_page_offset if chunk.has_dictionary_page else None
+        start = chunk.data_page_offset if start is None else min(start, chunk.data_page_offset)
+        end = start + chunk.total_compressed_size
+        try:
+            with open(self.path, "rb") as fp:
+                pages = list(_pages(fp, start, end))
+        except (OSError, ValueError) as exc:
+            raise _damaged(self.name, self.kind, exc) from None
+        for _kind, size, values in pages:
+            if values and (size - 4 * values) // values > self.max_doc:
+                raise FormatError(
+                    extract.INGEST_TOO_LARGE,
+                    f"row group {index} holds a cell larger than --max-doc-size "
+                    f"({self.max_doc:,} bytes): a page of {size:,} bytes for {values:,} "
+                    "values, refused before it is read",
+                    path=self.name,
+                    field=self.field,
+                )
+
     def _plan(self, index: int) -> tuple[Any, int]:
         """How row group `index` is read: the file object and rows per batch. A column chunk
         with a dictionary page has its dictionary looked at first (one row read as a
@@ -238,7 +263,10 @@ class Table:
             ),
             None,
         )
-        if chunk is None or not chunk.has_dictionary_page:
+        if chunk is None:
+            return self.pf, rows
+        self._check_pages(index, chunk)
+        if not chunk.has_dictionary_page:
             return self.pf, rows
         first = next(
             self._dict_file().iter_batches(
@@ -346,7 +374,15 @@ class Table:
         pa = self.pa
         kind = col.type
         if pa.types.is_dictionary(kind):
-            yield from _dictionary_cells(pa, col)
+            # pyarrow gives each batch of a row group its own copy of the dictionary: the
+            # cells of a batch whose dictionary equals the one before are views of that one,
+            # so batches decoded ahead hold one copy, not one each (20 MiB each, measured).
+            values = col.dictionary
+            last = self.last_dictionary
+            if last is not None and len(last) == len(values) and last.equals(values):
+                values = last
+            self.last_dictionary = values
+            yield from _dictionary_cells(pa, col.indices, values)
             return
         if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
             yield from self._other_cells(col)
@@ -423,18 +459,17 @@ def _longest_entry(dictionary: Any) -> int:
     return int(longest or 0)
 
 
-def _dictionary_cells(pa: Any, col: Any) -> Iterator[bytes | memoryview | None]:
+def _dictionary_cells(pa: Any, indices: Any, values: Any) -> Iterator[bytes | memoryview | None]:
     """The cells of a dictionary-encoded string column, each a view of its entry in the
     dictionary's data (never decoded per row), or bytes for an entry holding a carriage
     return (copied once per entry, shared by its rows); None for a null."""
     import numpy as np
 
-    values = col.dictionary
     if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
-        yield from (None for _ in range(len(col)))  # not text: refused at open (`_check_type`)
+        yield from (None for _ in range(len(indices)))  # not text: refused at open
         return
     entries = len(values)
-    if len(col) == 0:
+    if len(indices) == 0:
         return
     width = np.int64 if pa.types.is_large_string(values.type) else np.int32
     _, offsets_buf, data_buf = values.buffers()
@@ -442,7 +477,6 @@ def _dictionary_cells(pa: Any, col: Any) -> Iterator[bytes | memoryview | None]:
     bounds = offsets.tolist()
     data = memoryview(data_buf if data_buf is not None else b"")
     empty = values.null_count and values.is_null().to_numpy(zero_copy_only=False).tolist()
-    indices = col.indices
     nulls = (
         indices.is_null().to_numpy(zero_copy_only=False).tolist() if indices.null_count else None
     )
@@ -557,6 +591,114 @@ def row_group_ends(path: str, name: str) -> list[int]:
     except (OSError, pa.ArrowException) as exc:
         raise _damaged(name, "parquet", exc) from None
     return ends
+
+
+MAX_HEADER = 1 << 20  # a Parquet page header longer than this is damage
+MAX_PAGES = 1 << 20  # pages looked at in one column chunk
+
+
+class _Thrift:
+    """Just enough of Thrift's compact protocol to read a Parquet page header from a file:
+    the page's sizes and value count, every other field skipped (binary fields by seeking,
+    so a page's statistics cost nothing). Bounded: depth, lengths and the header's size."""
+
+    def __init__(self, fp: Any, start: int, end: int) -> None:
+        self.fp = fp
+        self.pos = start
+        self.start = start
+        self.end = end
+        fp.seek(start)
+
+    def byte(self) -> int:
+        data = self.fp.read(1)
+        if not data or self.pos >= self.end or self.pos - self.start > MAX_HEADER:
+            raise ValueError("a page header runs past its column chunk")
+        self.pos += 1
+        return data[0]
+
+    def varint(self) -> int:
+        out = shift = 0
+        while True:
+            b = self.byte()
+            out |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return out
+            shift += 7
+            if shift > 63:
+                raise ValueError("a varint in a page header is too long")
+
+    def zigzag(self) -> int:
+        n = self.varint()
+        return (n >> 1) ^ -(n & 1)
+
+    def skip_bytes(self, n: int) -> None:
+        if n < 0 or self.pos + n > self.end or self.pos + n - self.start > MAX_HEADER:
+            raise ValueError("a page header field runs past its column chunk")
+        self.pos += n
+        self.fp.seek(self.pos)
+
+    def value(self, kind: int, depth: int) -> Any:
+        if depth > 16:
+            raise ValueError("a page header is nested too deeply")
+        if kind in (1, 2):
+            return kind == 1
+        if kind == 3:
+            return self.byte()
+        if kind in (4, 5, 6):
+            return self.zigzag()
+        if kind == 7:
+            self.skip_bytes(8)
+        elif kind == 8:
+            self.skip_bytes(self.varint())
+        elif kind in (9, 10):
+            head = self.byte()
+            size = head >> 4 if head >> 4 != 15 else self.varint()
+            for _ in range(size):
+                self.value(head & 0x0F if head & 0x0F not in (1, 2) else 3, depth + 1)
+        elif kind == 11:
+            size = self.varint()
+            types = self.byte() if size else 0
+            for _ in range(size):
+                self.value(types >> 4, depth + 1)
+                self.value(types & 0x0F, depth + 1)
+        elif kind == 12:
+            return self.struct(depth + 1)
+        else:
+            raise ValueError(f"a page header has a field of unknown type {kind}")
+        return None
+
+    def struct(self, depth: int = 0) -> dict[int, Any]:
+        fields: dict[int, Any] = {}
+        last = 0
+        while True:
+            head = self.byte()
+            if head == 0:
+                return fields
+            delta, kind = head >> 4, head & 0x0F
+            last = last + delta if delta else self.zigzag()
+            fields[last] = self.value(kind, depth)
+
+
+def _pages(fp: Any, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(page type, uncompressed size, values) of each page of a column chunk stored in
+    `start`..`end`, from the page headers (the pages themselves are not read)."""
+    pos = start
+    for _ in range(MAX_PAGES):
+        if pos >= end:
+            return
+        reader = _Thrift(fp, pos, end)
+        header = reader.struct()
+        kind, size, stored = header.get(1), header.get(2), header.get(3)
+        if not (isinstance(kind, int) and isinstance(size, int) and isinstance(stored, int)):
+            raise ValueError("a page header lacks its type or sizes")
+        if size < 0 or stored < 0:
+            raise ValueError("a page header has a negative size")
+        inner: dict[int, Any] = next(
+            (header[k] for k in (5, 7, 8) if isinstance(header.get(k), dict)), {}
+        )
+        values = inner.get(1)
+        yield kind, size, values if isinstance(values, int) and values > 0 else 0
+        pos = reader.pos + stored
 
 
 AHEAD_BATCHES = 8  # batches (about BATCH_BYTES each) decoded ahead of the tokenizer
