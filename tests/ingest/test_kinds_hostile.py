@@ -615,3 +615,38 @@ def test_a_huge_parquet_cell_is_refused_before_it_is_read(tmp_path: Path, dictio
     code, peak = (int(x) for x in out.split()[-2:])
     assert code == 1 and "INGEST_TOO_LARGE" in out and "row group 0" in out, out
     assert peak < 300, out
+
+
+def test_a_footer_pyarrow_aborts_on_is_one_error(tmp_path: Path) -> None:
+    """Found by fuzz/fuzz_columnar_dictionary_parquet.py: pyarrow's accessor of a column
+    chunk's metadata aborts the process (an untranslated C++ exception, "Definition level
+    histogram size mismatch") on this footer; the column chunks are read from the footer
+    by matrixctl's own reader instead. Run in a child: an abort would end this process."""
+    import subprocess
+    import sys
+
+    from tests.helpers.cli import FUZZ_REGRESSIONS
+
+    path = FUZZ_REGRESSIONS / "columnar_parquet_level_histogram.parquet"
+    for jobs in ("1", "2"):
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "matrixctl",
+                "ingest",
+                "docs",
+                str(path),
+                "-j",
+                jobs,
+                "-o",
+                str(tmp_path / "p"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert run.returncode == 1, (run.returncode, run.stderr)
+        assert "INGEST_COLUMNAR" in run.stderr and "histogram" in run.stderr
+        assert not (tmp_path / "p").exists()

@@ -124,6 +124,7 @@ class Table:
         self.top, self.inner = field, []
         self.pf_dict: Any = None
         self.last_dictionary: Any = None  # the dictionary of the last batch (`cells`)
+        self.chunks: list[tuple[int, int, bool]] | None = None  # `_column_chunks`
         try:
             if kind == "parquet":
                 # Memory (docs/inputs.md, "Parquet and Arrow"): batches hold about
@@ -220,14 +221,11 @@ class Table:
             )
         return self.pf_dict
 
-    def _check_pages(self, index: int, chunk: Any) -> None:
+    def _check_pages(self, index: int, start: int, end: int) -> None:
         """Refuse row group `index` before any page of its text column is decompressed when a
         page's own header proves a value over --max-doc-size: its values average more than
         the limit (a 300 MB cell is one page of one value; a 10 KB file). The headers are
         read from the file; the pages are not."""
-        start = chunk.dictionary_page_offset if chunk.has_dictionary_page else None
-        start = chunk.data_page_offset if start is None else min(start, chunk.data_page_offset)
-        end = start + chunk.total_compressed_size
         try:
             with open(self.path, "rb") as fp:
                 pages = list(_pages(fp, start, end))
@@ -253,20 +251,16 @@ class Table:
         its length checked before any text is made). Plain pages hold their text: the
         footer's sizes are what they decode to."""
         rows = self.rows[index]
-        group = self.pf.metadata.row_group(index)
-        path = ".".join([self.top, *self.inner])
-        chunk = next(
-            (
-                group.column(c)
-                for c in range(group.num_columns)
-                if group.column(c).path_in_schema == path
-            ),
-            None,
-        )
-        if chunk is None:
+        if self.chunks is None:
+            try:
+                self.chunks = _column_chunks(self.path, ".".join([self.top, *self.inner]))
+            except (OSError, ValueError, RecursionError) as exc:
+                raise _damaged(self.name, self.kind, exc) from None
+        if index >= len(self.chunks) or self.chunks[index][1] <= self.chunks[index][0]:
             return self.pf, rows
-        self._check_pages(index, chunk)
-        if not chunk.has_dictionary_page:
+        start, end, has_dictionary = self.chunks[index]
+        self._check_pages(index, start, end)
+        if not has_dictionary:
             return self.pf, rows
         first = next(
             self._dict_file().iter_batches(
@@ -578,18 +572,14 @@ def row_group_ends(path: str, name: str) -> list[int]:
     footer): how far the progress of a file read in runs of row groups has come."""
     pa = _pyarrow(name)
     try:
-        meta = pa.parquet.ParquetFile(path).metadata
+        groups = pa.parquet.ParquetFile(path).metadata.num_row_groups
         ends: list[int] = []
-        for i in range(meta.num_row_groups):
-            group = meta.row_group(i)
-            end = 0
-            for c in range(group.num_columns):
-                col = group.column(c)
-                begin = col.dictionary_page_offset or col.data_page_offset
-                end = max(end, begin + col.total_compressed_size)
+        for _start, end, _dict in _column_chunks(path, None):
             ends.append(max(end, ends[-1] if ends else 0))
-    except (OSError, pa.ArrowException) as exc:
+    except (OSError, ValueError, RecursionError, pa.ArrowException) as exc:
         raise _damaged(name, "parquet", exc) from None
+    if len(ends) != groups:
+        raise _damaged(name, "parquet", ValueError("the footer's row groups do not add up"))
     return ends
 
 
@@ -602,16 +592,17 @@ class _Thrift:
     the page's sizes and value count, every other field skipped (binary fields by seeking,
     so a page's statistics cost nothing). Bounded: depth, lengths and the header's size."""
 
-    def __init__(self, fp: Any, start: int, end: int) -> None:
+    def __init__(self, fp: Any, start: int, end: int, limit: int = MAX_HEADER) -> None:
         self.fp = fp
         self.pos = start
         self.start = start
         self.end = end
+        self.limit = limit
         fp.seek(start)
 
     def byte(self) -> int:
         data = self.fp.read(1)
-        if not data or self.pos >= self.end or self.pos - self.start > MAX_HEADER:
+        if not data or self.pos >= self.end or self.pos - self.start > self.limit:
             raise ValueError("a page header runs past its column chunk")
         self.pos += 1
         return data[0]
@@ -632,7 +623,7 @@ class _Thrift:
         return (n >> 1) ^ -(n & 1)
 
     def skip_bytes(self, n: int) -> None:
-        if n < 0 or self.pos + n > self.end or self.pos + n - self.start > MAX_HEADER:
+        if n < 0 or self.pos + n > self.end or self.pos + n - self.start > self.limit:
             raise ValueError("a page header field runs past its column chunk")
         self.pos += n
         self.fp.seek(self.pos)
@@ -649,12 +640,22 @@ class _Thrift:
         if kind == 7:
             self.skip_bytes(8)
         elif kind == 8:
-            self.skip_bytes(self.varint())
+            n = self.varint()
+            if n <= 4096:  # a name; longer binaries (statistics) are skipped
+                start = self.pos
+                self.skip_bytes(n)
+                self.fp.seek(start)
+                return self.fp.read(n)
+            self.skip_bytes(n)
         elif kind in (9, 10):
             head = self.byte()
             size = head >> 4 if head >> 4 != 15 else self.varint()
-            for _ in range(size):
+            if size > self.end - self.pos:
+                raise ValueError("a list in the footer is longer than its bytes")
+            return [
                 self.value(head & 0x0F if head & 0x0F not in (1, 2) else 3, depth + 1)
+                for _ in range(size)
+            ]
         elif kind == 11:
             size = self.varint()
             types = self.byte() if size else 0
@@ -677,6 +678,54 @@ class _Thrift:
             delta, kind = head >> 4, head & 0x0F
             last = last + delta if delta else self.zigzag()
             fields[last] = self.value(kind, depth)
+
+
+def _column_chunks(path: str, column: str | None) -> list[tuple[int, int, bool]]:
+    """For each row group, where the column chunk of `column` (a dotted path; None: all the
+    row group's chunks together) is stored: `(start, end, has a dictionary page)`, read from
+    the file's footer here. pyarrow's own
+    accessor of a column chunk's metadata aborts the process on some damaged footers (a C++
+    exception it does not translate: "Definition level histogram size mismatch", found by
+    fuzz/fuzz_columnar_dictionary_parquet.py); this reader raises ValueError instead."""
+    import io
+    import os
+
+    with open(path, "rb") as fp:
+        size = os.fstat(fp.fileno()).st_size
+        if size < 12:
+            raise ValueError("too short for a Parquet footer")
+        fp.seek(size - 8)
+        tail = fp.read(8)
+        length = int.from_bytes(tail[:4], "little")
+        if tail[4:] != b"PAR1" or length > size - 12:
+            raise ValueError("no Parquet footer")
+        fp.seek(size - 8 - length)
+        footer = fp.read(length)
+    meta = _Thrift(io.BytesIO(footer), 0, length, length).struct()
+    want = None if column is None else column.encode("utf-8")
+    out: list[tuple[int, int, bool]] = []
+    for group in meta.get(4) or []:
+        found = (0, 0, False)
+        ends: list[int] = []
+        for chunk in (group.get(1) or []) if isinstance(group, dict) else []:
+            cmeta = chunk.get(3) if isinstance(chunk, dict) else None
+            if not isinstance(cmeta, dict):
+                continue
+            names = cmeta.get(3) or []
+            if not all(isinstance(n, bytes) for n in names):
+                raise ValueError("a column chunk's path is not names")
+            if want is not None and b".".join(names) != want:
+                continue
+            data, stored = cmeta.get(9), cmeta.get(7)
+            dictionary = cmeta.get(11)
+            if not isinstance(data, int) or not isinstance(stored, int):
+                raise ValueError("a column chunk lacks its offsets")
+            has_dict = isinstance(dictionary, int) and dictionary > 0
+            start = min(data, dictionary) if isinstance(dictionary, int) and has_dict else data
+            found = (start, start + stored, has_dict)
+            ends.append(start + stored)
+        out.append(found if want is not None else (0, max(ends, default=0), False))
+    return out
 
 
 def _pages(fp: Any, start: int, end: int) -> Iterator[tuple[int, int, int]]:
