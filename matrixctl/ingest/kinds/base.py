@@ -45,7 +45,8 @@ INGEST_COLUMNAR = codes.define(
 )
 INGEST_TEXT_FIELD = codes.define(
     "INGEST_TEXT_FIELD",
-    "A JSON document lacks the text field (or it is not a string) under --missing-field error.",
+    "A JSON document lacks the text field (or it is not a string) under --missing-field error; "
+    "a Parquet/Arrow input has no such column, or its type is not text (the error names it).",
     group=G,
 )
 
