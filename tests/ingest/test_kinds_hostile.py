@@ -650,3 +650,24 @@ def test_a_footer_pyarrow_aborts_on_is_one_error(tmp_path: Path) -> None:
         assert run.returncode == 1, (run.returncode, run.stderr)
         assert "INGEST_COLUMNAR" in run.stderr and "histogram" in run.stderr
         assert not (tmp_path / "p").exists()
+
+
+def test_a_string_view_column_is_read_in_bounded_runs(tmp_path: Path) -> None:
+    """A `string_view` column (Polars' Arrow files) may point many rows at one long value:
+    it is made into strings in runs of bounded text, a cell over the limit never made."""
+    import pyarrow
+    from pyarrow import ipc
+
+    from matrixctl.ingest.kinds import base, columnar
+
+    texts = ["hello", None, "x" * 5000, "world\r\nz"]
+    table = pyarrow.table({"text": pyarrow.array(texts, type=pyarrow.string_view())})
+    path = tmp_path / "view.arrow"
+    with pyarrow.OSFile(str(path), "wb") as out, ipc.new_file(out, table.schema) as w:
+        w.write_table(table)
+    counters = base.Counters()
+    got = list(columnar.texts("arrow", str(path), "view.arrow", base.Options(), counters))
+    assert got == [(0, "hello"), (2, "x" * 5000), (3, "world\nz")]
+    assert counters.skipped_records == 1
+    with pytest.raises(Exception, match="row 2 is larger than --max-doc-size"):
+        list(columnar.texts("arrow", str(path), "v", base.Options(max_doc=4096), base.Counters()))
