@@ -233,11 +233,14 @@ class Table:
             raise _damaged(self.name, self.kind, exc) from None
         for _kind, size, values in pages:
             if values and (size - 4 * values) // values > self.max_doc:
+                first = sum(self.groups[:index])
+                last = first + max(1, self.groups[index]) - 1
+                rows = f"row {first}" if first == last else f"rows {first} to {last}"
                 raise FormatError(
                     extract.INGEST_TOO_LARGE,
-                    f"row group {index} holds a cell larger than --max-doc-size "
+                    f"{rows} (row group {index}) hold a cell larger than --max-doc-size "
                     f"({self.max_doc:,} bytes): a page of {size:,} bytes for {values:,} "
-                    "values, refused before it is read",
+                    f"value{'s' if values > 1 else ''}, refused before it is read",
                     path=self.name,
                     field=self.field,
                 )
