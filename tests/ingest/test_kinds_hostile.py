@@ -242,13 +242,17 @@ def test_adversarial_markdown_is_extracted_in_linear_time(tmp_path: Path) -> Non
 def test_a_huge_markdown_line_is_bounded_in_memory(tmp_path: Path) -> None:
     """One 512 MB Markdown line (a 16 KB `.zst`) took 244 s and 2.5 GB: a 160 MiB line here,
     through the zstd stream and the extractor, under 400 MB in a child (ru_maxrss)."""
+    import zstandard
+
+    unit = b"word **a** [b](c) `d` "
+    n = 160 * 2**20 // 22
+    packed = zstandard.ZstdCompressor().compress(b"# " + unit * n)
+    (tmp_path / "x.md.zst").write_bytes(packed)  # made here: the child's peak is its reading
     out = _run_child(
-        "import io, resource, zstandard\n"
+        "import resource\n"
         "from matrixctl.ingest.kinds import base, compressed, markdown\n"
-        "line = b'# ' + b'word **a** [b](c) `d` ' * (160 * 2**20 // 22)\n"
-        "data = zstandard.ZstdCompressor().compress(line)\n"
-        "del line\n"
-        "stream, _ = compressed.decompressing(io.BytesIO(data), 'zstd', 'x.md.zst')\n"
+        f"raw = open({str(tmp_path / 'x.md.zst')!r}, 'rb')\n"
+        "stream, _ = compressed.decompressing(raw, 'zstd', 'x.md.zst')\n"
         "total = stars = 0\n"
         "for _, pieces in markdown.documents(stream, 'x.md', base.Options(), base.Counters()):\n"
         "    for p in pieces:\n"
@@ -260,7 +264,6 @@ def test_a_huge_markdown_line_is_bounded_in_memory(tmp_path: Path) -> None:
         timeout=300,
     )
     total, stars, peak = (int(x) for x in out.split())
-    n = 160 * 2**20 // 22
     # `word a b d ` per unit: strong, link and code removed, within each 1 Mi segment (a
     # unit cut by a segment's end keeps its markup); the heading mark goes.
     assert n * 11 <= total < n * 11 + 160 * 22 and stars <= 160 * 4, (total, stars)

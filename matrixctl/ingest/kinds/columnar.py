@@ -204,10 +204,10 @@ class Table:
     def _inner(self, col: Any) -> Any:
         """The struct field `--text-field a.b` names, as its own array (a null struct gives a
         null cell)."""
-        import pyarrow.compute as pc
+        from pyarrow import compute
 
         for key in self.inner:
-            col = pc.struct_field(col, key)
+            col = compute.struct_field(col, key)
         return col
 
     def _dict_file(self) -> Any:
@@ -464,11 +464,11 @@ class _Oversized:
 
 def _longest_entry(dictionary: Any) -> int:
     """The longest entry of a dictionary of strings, in bytes (from its offsets)."""
-    import pyarrow.compute as pc
+    from pyarrow import compute
 
     if len(dictionary) == 0:
         return 0
-    longest = pc.max(pc.binary_length(dictionary)).as_py()
+    longest = compute.max(compute.binary_length(dictionary)).as_py()
     return int(longest or 0)
 
 
