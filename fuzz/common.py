@@ -309,6 +309,123 @@ def columnar_target(kind: str) -> Callable[[bytes], None]:
     return target
 
 
+MARKDOWN_SIZE = 256 << 10  # characters the Markdown target stretches an input to
+
+
+def markdown_target() -> Callable[[bytes], None]:
+    """Markdown extraction (`ingest/kinds/markdown.py`) on the input stretched to a long text:
+    the input decoded (UTF-8 with replacement) and repeated to MARKDOWN_SIZE characters, as
+    one line and as it is (its own line ends). Quadratic scanning of a line shows as a slow
+    input (libFuzzer's -timeout, the fallback's 2 s). The oracle besides time: the same
+    output whether the text comes whole or in pieces of 4,093 characters (lines longer than
+    a segment are cut where the line starts, not where the reads end)."""
+    from matrixctl.ingest.kinds import markdown
+
+    def extract(pieces: list[str]) -> str:
+        return "".join(markdown.markdown_lines(markdown.split_lines(iter(pieces), 65_536)))
+
+    def target(data: bytes) -> None:
+        unit = data.decode("utf-8", "replace") or " **a"
+        text = unit * (MARKDOWN_SIZE // len(unit) + 1)
+        for body in (text.replace("\n", " "), text):
+            whole = extract([body])
+            cut = extract([body[i : i + 4093] for i in range(0, len(body), 4093)])
+            if whole != cut:
+                raise AssertionError("Markdown output depends on how the text is read")
+
+    return target
+
+
+DICTIONARY_RSS_MB = 512  # memory the dictionary target may add (libFuzzer's -rss_limit_mb too)
+DICTIONARY_CAP = 64 << 20  # text bytes one input may give before the target stops
+
+
+def dictionary_target(kind: str) -> Callable[[bytes], None]:
+    """A dictionary-encoded text column built from the input (`ingest/kinds/columnar.py`):
+    the first bytes choose the entries' lengths (up to 2 MiB each), the rows (up to 50,000)
+    and the index of each, compression and --max-doc-size; the file is written with pyarrow
+    (Parquet or Arrow IPC) and, when the input asks, a few of its bytes are changed. Every
+    row is read as `ingest docs` reads it. The oracle: a typed error or rows, a peak memory
+    (resource's ru_maxrss, checked after each input, so a file whose rows decode to
+    terabytes shows) at most DICTIONARY_RSS_MB over the process's when the target was made,
+    and a cell over the limit never given."""
+    import resource
+
+    import numpy as np
+
+    from matrixctl.errors import MatrixError
+    from matrixctl.ingest.kinds import base as kinds_base
+    from matrixctl.ingest.kinds import columnar
+
+    pa = columnar._pyarrow("fuzz")
+    folder = Path("/dev/shm") if os.path.isdir("/dev/shm") else Path(tempfile.gettempdir())
+    path = folder / f"matrixctl-fuzz-dict-{os.getpid()}.{kind}"
+    # The bound is over the process's peak when the target was made (CI runs the harnesses
+    # inside the test process, whose peak may already be high).
+    bound = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10) + DICTIONARY_RSS_MB
+
+    def build(data: bytes) -> int:
+        """Write the file the input describes to `path`; its --max-doc-size."""
+        head = (data + bytes(16))[:16]
+        entries = 1 + head[0] % 8
+        lengths = [(head[1 + i] << (head[9] % 16)) % (2 << 20) for i in range(entries)]
+        rows = (int.from_bytes(head[10:12], "little") * 8) % 50_000 + 1
+        picks = np.frombuffer((data[16:] or b"\0") * (rows // max(1, len(data) - 16) + 1), np.uint8)
+        indices = pa.array((picks[:rows] % entries).astype(np.int32))
+        values = pa.array([chr(97 + i) * n for i, n in enumerate(lengths)])
+        table = pa.table({"text": pa.DictionaryArray.from_arrays(indices, values)})
+        compression = ("zstd", "none", "snappy")[head[12] % 3]
+        max_doc = (64, 4096, 1 << 20, 64 << 20)[head[13] % 4]
+        group = max(rows // 4 + 1, 1 + head[14] * 64)  # each row group repeats the dictionary
+        if kind == "parquet":
+            pa.parquet.write_table(  # dictionary pages of any size: never plain (decoded) pages
+                table,
+                str(path),
+                compression=compression,
+                row_group_size=group,
+                dictionary_pagesize_limit=1 << 30,
+            )
+        else:
+            options = pa.ipc.IpcWriteOptions(compression=None if compression != "zstd" else "zstd")
+            with (
+                pa.OSFile(str(path), "wb") as out,
+                pa.ipc.new_file(out, table.schema, options=options) as writer,
+            ):
+                writer.write_table(table, max_chunksize=group)
+        flips = head[15] % 4
+        if flips:  # a few bytes changed, where the input says
+            size = path.stat().st_size
+            with open(path, "r+b") as fp:
+                for i in range(flips):
+                    at = int.from_bytes((data[16 + 2 * i : 18 + 2 * i] or b"\0\0"), "little")
+                    fp.seek(at % size)
+                    byte = fp.read(1)
+                    fp.seek(at % size)
+                    fp.write(bytes([byte[0] ^ 0x5A]))
+        return max_doc
+
+    def target(data: bytes) -> None:
+        max_doc = build(data)
+        opts = kinds_base.Options(max_doc=max_doc)
+        got = 0
+        try:
+            for _row, text in columnar.texts(kind, str(path), "fuzz", opts, kinds_base.Counters()):
+                if len(text) > max_doc:
+                    raise AssertionError(f"a cell of {len(text)} bytes over --max-doc-size")
+                got += len(text)
+                if got > DICTIONARY_CAP:
+                    break
+        except MatrixError:
+            pass
+        finally:
+            path.unlink(missing_ok=True)  # up to tens of MB: not left in /dev/shm
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+        if peak > bound:
+            raise AssertionError(f"{peak} MB of memory, {DICTIONARY_RSS_MB} MB over the start")
+
+    return target
+
+
 def _model_tokenizer(family: str, name: str) -> Any:
     from matrixctl.tokenizer_files import load_model_tokenizer
     from tests.helpers.llama_vocab import vocab_path

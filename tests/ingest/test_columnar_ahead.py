@@ -96,7 +96,7 @@ def test_a_damaged_row_group_fails_in_its_own_piece_and_stops_the_decoders(
     # Read piece by piece, the rows of row groups 0-3 come before the error, none after.
     texts: list[int] = []
     counters = kinds_base.Counters()
-    with pytest.raises(Exception, match="not a readable parquet file"):
+    with pytest.raises(Exception, match="not a readable Parquet file"):
         for first in range(6):
             for row, _ in columnar.texts(
                 "parquet", str(bad), "b", kinds_base.Options(), counters, (first, first + 1),

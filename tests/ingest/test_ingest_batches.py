@@ -160,6 +160,19 @@ CELLS = [
 ]
 
 
+def _page_refusal(err: str, want: str) -> bool:
+    """The error of a row group refused by its page header (docs/inputs.md, "Dictionary
+    bombs"): the rows it names hold the row the cell check names."""
+    import re
+
+    row = re.search(r"row (\d+) is larger", want)
+    held = re.match(r"rows? (\d+)(?: to (\d+))? \(row group \d+\) hold a cell larger", err)
+    if row is None or held is None:
+        return False
+    first, last = int(held.group(1)), int(held.group(2) or held.group(1))
+    return first <= int(row.group(1)) <= last
+
+
 @pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("large", [False, True])
 @pytest.mark.parametrize("group", [1, 3, 100])
@@ -183,8 +196,13 @@ def test_cells_from_the_arrow_buffers_are_the_python_values(
         types: list[type] = []
         got, err = columnar_texts(path, opts, ahead=ahead, types=types)
         want, want_err = reference_texts(CELLS * 3, opts)
-        assert got == want
-        assert (err is None) == (want_err is None) and (err is None or want_err in err)
+        assert (err is None) == (want_err is None)
+        if err is not None and want_err is not None and _page_refusal(err, want_err):
+            # Refused by a page header before its row group is read: the rows before that
+            # row group, none of its own (the file fails either way).
+            assert got == want[: len(got)]
+        else:
+            assert got == want and (err is None or want_err in err)
         # No Python string per cell: a view of the column's UTF-8, or bytes where a carriage
         # return was (CRLF replaced, so copied).
         for (row, _), t in zip(got, types, strict=True):

@@ -171,6 +171,17 @@ def open_input(reader: HashingReader, name: str, recorded: str, opts: Options) -
     head = compressed.read_head(reader, SNIFF)
     stream: Any = compressed.Prefixed(head, reader)
     compression = compressed.sniff_compression(head)
+    cut = compressed.cut_magic(head, name) if compression is None else None
+    if cut is not None:  # the whole file is shorter than the magic its name promises
+        from matrixctl.errors import FormatError
+
+        raise FormatError(
+            compressed.INGEST_COMPRESSED,
+            f"{cut} stream ends inside its magic bytes (truncated: {len(head)} bytes)",
+            path=recorded,
+            offset=len(head),
+            hint="offset into the file as stored",
+        )
     dec = None
     if compression is not None:
         buffered, dec = compressed.decompressing(stream, compression, recorded)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -24,7 +26,8 @@ INGEST_BINARY = codes.define(
 )
 INGEST_UTF8 = codes.define(
     "INGEST_UTF8",
-    "A source file is not valid UTF-8 (the error names the file and byte offset).",
+    "A source file is not valid UTF-8 (the error names the file and byte offset), or a JSON "
+    "or JSON Lines text holds an escape of a lone surrogate (`\\ud800`), which is no character.",
     group=G,
 )
 INGEST_JSON = codes.define("INGEST_JSON", "A JSON or JSON Lines source is not valid JSON.", group=G)
@@ -42,7 +45,8 @@ INGEST_COLUMNAR = codes.define(
 )
 INGEST_TEXT_FIELD = codes.define(
     "INGEST_TEXT_FIELD",
-    "A JSON document lacks the text field (or it is not a string) under --missing-field error.",
+    "A JSON document lacks the text field (or it is not a string) under --missing-field error; "
+    "a Parquet/Arrow input has no such column, or its type is not text (the error names it).",
     group=G,
 )
 
@@ -223,6 +227,51 @@ def text_field(obj: Any, opts: Options, name: str, where: str, counters: Counter
         )
     counters.skipped_records += 1
     return None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def no_surrogates(value: str, opts: Options, name: str, where: str, offset: int | None) -> str:
+    """A JSON text as it may be tokenized: a lone surrogate (`"\\ud800"`, a cut escape of an
+    emoji, common in web crawls) is not a character and has no UTF-8. Under
+    `--encoding-errors replace` each becomes U+FFFD; under `skip-file` the file is skipped;
+    else it is INGEST_UTF8 naming the record (`where`) and the offset of its line."""
+    if value.isascii():
+        return value
+    found = _SURROGATE.search(value)
+    if found is None:
+        return value
+    if opts.encoding_errors == "replace":
+        return _SURROGATE.sub("\ufffd", value)
+    reason = f"{where}: the text holds a lone surrogate (\\u{ord(found.group()):04x}), no character"
+    if opts.encoding_errors == "skip-file":
+        raise SkipFile(reason)
+    raise FormatError(
+        INGEST_UTF8,
+        reason,
+        path=name,
+        offset=offset,
+        field=where,
+        hint="pass --encoding-errors replace (U+FFFD) or skip-file to go on",
+    )
+
+
+def int_limit() -> int:
+    """The most digits the standard library's JSON parser turns into an int (Python's
+    int-string limit, 4,300 unless PYTHONINTMAXSTRDIGITS says otherwise; 0 is no limit)."""
+    return sys.get_int_max_str_digits()
+
+
+def too_many_digits(name: str, where: str, offset: int | None) -> FormatError:
+    """The one error for a JSON integer longer than Python reads (`int_limit`)."""
+    return FormatError(
+        INGEST_JSON,
+        f"{where} holds an integer of more than {int_limit():,} digits, which is not read",
+        path=name,
+        offset=offset,
+        field=where,
+    )
 
 
 Documents = Callable[[Any, str, Options, Counters], Iterator[Doc]]

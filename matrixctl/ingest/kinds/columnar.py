@@ -6,8 +6,15 @@ read. Each row is one document; its item in the document index is its row number
 `--text-field a.b` reads the column `a` and, inside its struct values, the field `b` (a column
 named `a.b` itself wins, as a key named `a.b` does in JSON). A null
 or non-string cell is handled like a JSON record without the field (skipped and counted, or an
-error under `--missing-field error`). The documents do not depend on how the file is cut into
-row groups or batches.
+error under `--missing-field error`); a column that is not text (a list, an integer) is an
+error naming its type. The documents do not depend on how the file is cut into row groups or
+batches.
+
+Hostile files (docs/inputs.md, "Parquet and Arrow"): memory is bounded whatever the file says.
+A dictionary-encoded column is read as a dictionary and each cell is a view of its entry (one
+20 MiB entry used by 5,000 rows is 20 MiB, not 100 GB), and its length is checked against
+--max-doc-size before any text is made; Parquet page checksums are verified where the file
+has them; an Arrow stream must end with its end-of-stream marker.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from matrixctl import codes
 from matrixctl.errors import FormatError
 from matrixctl.ingest.kinds import base as extract
 from matrixctl.ingest.kinds.base import Kind
@@ -22,6 +30,13 @@ from matrixctl.ingest.kinds.base import Kind
 BATCH_ROWS = 1024  # rows converted to Python strings at a time, at most...
 BATCH_BYTES = 1 << 20  # ...and about this many bytes of text (from the footer's sizes)
 READ_BUFFER = 1 << 20  # Parquet: column chunks are read through a buffer of this size
+DECODED = 16 << 20  # most text bytes one batch of a dictionary-encoded column may decode to
+EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an Arrow IPC stream's end (continuation, length 0)
+INGEST_PARQUET_CRC = codes.define(
+    "INGEST_PARQUET_CRC",
+    "A Parquet page's CRC-32 does not match its bytes (verified where the writer stored one).",
+    group="ingest",
+)
 
 
 def _pyarrow(name: str) -> Any:
@@ -39,20 +54,77 @@ def _pyarrow(name: str) -> Any:
     return pyarrow
 
 
+_KIND_NAMES = {"parquet": "Parquet", "arrow": "Arrow IPC"}
+
+
+def _reason(exc: BaseException) -> str:
+    """pyarrow's reason as one short clause: its first line, without the error class and the
+    C++ source locations it sometimes carries."""
+    import re
+
+    text = str(exc).strip().split("\n", 1)[0]
+    text = re.sub(r"^(?:Invalid|IOError|ArrowInvalid|Arrow error|NotImplemented):\s*", "", text)
+    text = re.sub(r"\S*/(?:cpp|src)/\S+:\d+\s*", "", text).strip(" :")
+    if not text:
+        text = type(exc).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
 def _damaged(name: str, kind: str, exc: BaseException) -> FormatError:
-    return FormatError(extract.INGEST_COLUMNAR, f"is not a readable {kind} file ({exc})", path=name)
+    reason = _reason(exc)
+    if "CRC" in reason or "checksum" in reason.lower():
+        return FormatError(
+            INGEST_PARQUET_CRC,
+            f"a page's CRC-32 does not match its bytes: the {_KIND_NAMES[kind]} file is damaged",
+            path=name,
+        )
+    return FormatError(
+        extract.INGEST_COLUMNAR,
+        f"is not a readable {_KIND_NAMES[kind]} file (damaged or truncated: {reason})",
+        path=name,
+    )
+
+
+def _not_a_file(name: str, kind: str) -> FormatError:
+    return FormatError(
+        extract.INGEST_COLUMNAR,
+        f"a {kind} input must be a file as stored (it is read by its footer), "
+        "not a compressed file or stdin",
+        path=name,
+        hint="save it to a file first",
+    )
+
+
+def _text_type(pa: Any, kind: Any) -> bool:
+    """A column type whose cells are read as text (nulls are skipped rows)."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return bool(
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_null(kind)
+        or getattr(pa.types, "is_string_view", lambda _: False)(kind)
+    )
 
 
 class Table:
     """One Parquet or Arrow file: its row groups / batches and the text column."""
 
-    def __init__(self, kind: str, path: str, name: str, field: str) -> None:
+    def __init__(
+        self, kind: str, path: str, name: str, field: str, max_doc: int = extract.MAX_WHOLE
+    ) -> None:
         self.pa = _pyarrow(name)
+        if name == "-":
+            raise _not_a_file(name, kind)
         self.kind = kind
         self.name = name
         self.path = path
         self.field = field
+        self.max_doc = max_doc
         self.top, self.inner = field, []
+        self.pf_dict: Any = None
+        self.last_dictionary: Any = None  # the dictionary of the last batch (`cells`)
+        self.chunks: list[tuple[int, int, bool]] | None = None  # `_column_chunks`
         try:
             if kind == "parquet":
                 # Memory (docs/inputs.md, "Parquet and Arrow"): batches hold about
@@ -61,7 +133,10 @@ class Table:
                 # read into memory first: the same batches; decoding the 1 GB benchmark
                 # folder alone peaked at 311 MB instead of 336-344 MB (docs/benchmarks.md).
                 self.pf = self.pa.parquet.ParquetFile(
-                    path, pre_buffer=False, buffer_size=READ_BUFFER
+                    path,
+                    pre_buffer=False,
+                    buffer_size=READ_BUFFER,
+                    page_checksum_verification=True,
                 )
                 self.schema = self.pf.schema_arrow
                 meta = self.pf.metadata
@@ -98,25 +173,139 @@ class Table:
                 field=field,
                 hint="choose the column with --text-field",
             )
+        self._check_type()
+
+    def _check_type(self) -> None:
+        """The text column (or struct field) must hold text: a list or an integer column is
+        an error naming it and its type, not a file of skipped rows."""
+        pa = self.pa
+        kind = self.schema.field(self.top).type
+        where = self.top
+        for key in self.inner:
+            if not pa.types.is_struct(kind) or kind.get_field_index(key) < 0:
+                raise FormatError(
+                    extract.INGEST_TEXT_FIELD,
+                    f"column {where!r} ({kind}) has no field {key!r}",
+                    path=self.name,
+                    field=self.field,
+                    hint="choose the column with --text-field",
+                )
+            kind = kind.field(key).type
+            where = f"{where}.{key}"
+        if not _text_type(pa, kind):
+            raise FormatError(
+                extract.INGEST_TEXT_FIELD,
+                f"column {where!r} is {kind}, not text (string)",
+                path=self.name,
+                field=self.field,
+                hint="choose a string column with --text-field",
+            )
+
+    def _inner(self, col: Any) -> Any:
+        """The struct field `--text-field a.b` names, as its own array (a null struct gives a
+        null cell)."""
+        from pyarrow import compute
+
+        for key in self.inner:
+            col = compute.struct_field(col, key)
+        return col
+
+    def _dict_file(self) -> Any:
+        if self.pf_dict is None:
+            self.pf_dict = self.pa.parquet.ParquetFile(
+                self.path,
+                pre_buffer=False,
+                buffer_size=READ_BUFFER,
+                page_checksum_verification=True,
+                read_dictionary=[".".join([self.top, *self.inner])],
+            )
+        return self.pf_dict
+
+    def _check_pages(self, index: int, start: int, end: int) -> None:
+        """Refuse row group `index` before any page of its text column is decompressed when a
+        page's own header proves a value over --max-doc-size: its values average more than
+        the limit (a 300 MB cell is one page of one value; a 10 KB file). The headers are
+        read from the file; the pages are not."""
+        try:
+            with open(self.path, "rb") as fp:
+                pages = list(_pages(fp, start, end))
+        except (OSError, ValueError) as exc:
+            raise _damaged(self.name, self.kind, exc) from None
+        for _kind, size, values in pages:
+            if values and (size - 4 * values) // values > self.max_doc:
+                first = sum(self.groups[:index])
+                last = first + max(1, self.groups[index]) - 1
+                rows = f"row {first}" if first == last else f"rows {first} to {last}"
+                raise FormatError(
+                    extract.INGEST_TOO_LARGE,
+                    f"{rows} (row group {index}) hold a cell larger than --max-doc-size "
+                    f"({self.max_doc:,} bytes): a page of {size:,} bytes for {values:,} "
+                    f"value{'s' if values > 1 else ''}, refused before it is read",
+                    path=self.name,
+                    field=self.field,
+                )
+
+    def _plan(self, index: int) -> tuple[Any, int]:
+        """How row group `index` is read: the file object and rows per batch. A column chunk
+        with a dictionary page has its dictionary looked at first (one row read as a
+        dictionary): its longest entry `n` bounds what a row decodes to, so batches of
+        DECODED // n rows decode to at most DECODED bytes; an entry longer than DECODED or
+        --max-doc-size, and the chunk is read as a dictionary (each cell a view of its entry,
+        its length checked before any text is made). Plain pages hold their text: the
+        footer's sizes are what they decode to."""
+        rows = self.rows[index]
+        if self.chunks is None:
+            try:
+                self.chunks = _column_chunks(self.path, ".".join([self.top, *self.inner]))
+            except (OSError, ValueError, RecursionError) as exc:
+                raise _damaged(self.name, self.kind, exc) from None
+        if index >= len(self.chunks) or self.chunks[index][1] <= self.chunks[index][0]:
+            return self.pf, rows
+        start, end, has_dictionary = self.chunks[index]
+        self._check_pages(index, start, end)
+        if not has_dictionary:
+            return self.pf, rows
+        first = next(
+            self._dict_file().iter_batches(
+                batch_size=1, row_groups=[index], columns=[self.top], use_threads=False
+            ),
+            None,
+        )
+        if first is None:
+            return self.pf, rows
+        col = first.column(0)
+        if self.inner:
+            col = self._inner(col)
+        if not self.pa.types.is_dictionary(col.type):
+            return self.pf, rows
+        longest = _longest_entry(col.dictionary)
+        if longest > min(DECODED, self.max_doc):
+            return self._dict_file(), BATCH_ROWS
+        return self.pf, max(1, min(rows, DECODED // max(1, longest)))
 
     def group_columns(self, index: int) -> Iterator[Any]:
         """The text column of row group / batch `index`, as checked Arrow arrays of at most
         BATCH_ROWS rows (about BATCH_BYTES of text)."""
         try:
             if self.kind == "parquet":
-                for batch in self.pf.iter_batches(
-                    batch_size=self.rows[index],
+                pf, rows = self._plan(index)
+                for batch in pf.iter_batches(
+                    batch_size=rows,
                     row_groups=[index],
                     columns=[self.top],
                     use_threads=False,  # one column: threads only add buffers
                 ):
-                    yield _checked(batch.column(0))
+                    yield self._column(batch.column(0))
             else:
                 col = self.reader.get_batch(index).column(self.top)
                 for start in range(0, len(col), BATCH_ROWS):
-                    yield _checked(col.slice(start, BATCH_ROWS))
+                    yield self._column(col.slice(start, BATCH_ROWS))
         except (OSError, KeyError, UnicodeDecodeError, self.pa.ArrowException) as exc:
             raise _damaged(self.name, self.kind, exc) from None
+
+    def _column(self, col: Any) -> Any:
+        col = _checked(col)
+        return self._inner(col) if self.inner else col
 
     def group_texts(self, index: int) -> Iterator[list[Any]]:
         """The text column of row group / batch `index`, BATCH_ROWS Python values at a time."""
@@ -128,8 +317,6 @@ class Table:
             values: list[Any] = col.to_pylist()
         except (UnicodeDecodeError, self.pa.ArrowException) as exc:
             raise _damaged(self.name, self.kind, exc) from None
-        for key in self.inner:
-            values = [v.get(key) if isinstance(v, dict) else None for v in values]
         return values
 
     def stream_columns(self, groups: tuple[int, int] | None = None) -> Iterator[Any]:
@@ -137,8 +324,14 @@ class Table:
         of `groups` (a range of row group numbers), as checked Arrow arrays."""
         if self.kind == "arrow" and self.reader is None:
             try:
-                for batch in self.batches:
-                    yield _checked(batch.column(self.top))
+                while True:
+                    before = self.source.tell()
+                    try:
+                        batch = self.batches.read_next_batch()
+                    except StopIteration:
+                        break
+                    yield self._column(batch.column(self.top))
+                self._check_end(before)
             except (OSError, KeyError, UnicodeDecodeError, self.pa.ArrowException) as exc:
                 raise _damaged(self.name, self.kind, exc) from None
             return
@@ -146,23 +339,50 @@ class Table:
         for index in range(first, stop):
             yield from self.group_columns(index)
 
+    def _check_end(self, before: int) -> None:
+        """An Arrow stream ends with its end-of-stream marker (or the 4 zero bytes of the
+        format before 0.15): a stream cut between two record batches reads like a whole one
+        to pyarrow, and is an error here."""
+        after = self.source.tell()
+        self.source.seek(before)
+        end = self.source.read(after - before)
+        if end not in (EOS, EOS[4:]):
+            raise FormatError(
+                extract.INGEST_COLUMNAR,
+                "is not a readable Arrow IPC file (truncated: the stream ends after "
+                f"{before:,} bytes without its end-of-stream marker)",
+                path=self.name,
+                offset=before,
+            )
+
     def stream_texts(self, groups: tuple[int, int] | None = None) -> Iterator[list[Any]]:
         """`stream_columns` as lists of Python values."""
         for col in self.stream_columns(groups):
             yield self._values(col)
 
-    def cells(self, col: Any) -> Iterator[str | bytes | memoryview | None]:
+    def cells(self, col: Any) -> Iterator[str | bytes | memoryview | _Oversized | None]:
         """The text of each row of a checked column: a string column's cells straight from
         its Arrow buffers (offsets and UTF-8 data, checked by `_checked`), each a memoryview
         of the column's data (no copy, no Python string), or bytes for a cell holding a
-        carriage return (its CRLF is replaced, so it is copied); None for a null or a value
-        that is not a string. A column of another type (or `a.b` in a struct) goes through
-        Python values (str)."""
+        carriage return (its CRLF is replaced, so it is copied); None for a null. A
+        dictionary-encoded column's cells are views of their entries
+        (`_dictionary_cells`); a string view column goes through Python values (str) in
+        bounded runs (`_other_cells`)."""
         pa = self.pa
         kind = col.type
-        if self.inner or not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-            for value in self._values(col):
-                yield value if isinstance(value, str) else None
+        if pa.types.is_dictionary(kind):
+            # pyarrow gives each batch of a row group its own copy of the dictionary: the
+            # cells of a batch whose dictionary equals the one before are views of that one,
+            # so batches decoded ahead hold one copy, not one each (20 MiB each, measured).
+            values = col.dictionary
+            last = self.last_dictionary
+            if last is not None and len(last) == len(values) and last.equals(values):
+                values = last
+            self.last_dictionary = values
+            yield from _dictionary_cells(pa, col.indices, values)
+            return
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            yield from self._other_cells(col)
             return
         import numpy as np
 
@@ -190,6 +410,107 @@ class Table:
             cell = data[bounds[i] : bounds[i + 1]]
             yield bytes(cell) if i in with_cr else cell
 
+    def _other_cells(self, col: Any) -> Iterator[str | _Oversized | None]:
+        """Cells of another type (a string view, nulls) through Python values, in runs of
+        rows whose text is at most DECODED bytes (a view array can point many rows at one
+        long value); a cell over --max-doc-size is never made (`_Oversized`)."""
+
+        if self.pa.types.is_null(col.type):
+            yield from (None for _ in range(len(col)))
+            return
+        sizes = _view_lengths(col)
+        start = 0
+        while start < len(col):
+            stop, total = start, 0
+            while stop < len(col) and sizes[stop] <= self.max_doc:
+                if stop > start and total + sizes[stop] > DECODED:
+                    break
+                total += sizes[stop]
+                stop += 1
+            for value in self._values(col.slice(start, stop - start)):
+                yield value if isinstance(value, str) else None
+            if stop < len(col) and sizes[stop] > self.max_doc:
+                yield _Oversized(sizes[stop])
+                stop += 1
+            start = stop
+
+
+def _view_lengths(col: Any) -> list[int]:
+    """Each cell's length in bytes, from a string view column's views (16 bytes each, the
+    length first, little-endian int32; checked by the full validation), 0 for a null."""
+    import numpy as np
+
+    views = col.buffers()[1]
+    if views is None or len(col) == 0:
+        return [0] * len(col)
+    lengths = np.frombuffer(views, dtype="<i4").reshape(-1, 4)[
+        col.offset : col.offset + len(col), 0
+    ]
+    out = np.maximum(lengths, 0)
+    if col.null_count:
+        out = np.where(col.is_null().to_numpy(zero_copy_only=False), 0, out)
+    return [int(n) for n in out.tolist()]
+
+
+class _Oversized:
+    """A cell longer than --max-doc-size, not made: only its length."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def _longest_entry(dictionary: Any) -> int:
+    """The longest entry of a dictionary of strings, in bytes (from its offsets)."""
+    from pyarrow import compute
+
+    if len(dictionary) == 0:
+        return 0
+    longest = compute.max(compute.binary_length(dictionary)).as_py()
+    return int(longest or 0)
+
+
+def _dictionary_cells(pa: Any, indices: Any, values: Any) -> Iterator[bytes | memoryview | None]:
+    """The cells of a dictionary-encoded string column, each a view of its entry in the
+    dictionary's data (never decoded per row), or bytes for an entry holding a carriage
+    return (copied once per entry, shared by its rows); None for a null."""
+    import numpy as np
+
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        yield from (None for _ in range(len(indices)))  # not text: refused at open
+        return
+    entries = len(values)
+    if len(indices) == 0:
+        return
+    width = np.int64 if pa.types.is_large_string(values.type) else np.int32
+    _, offsets_buf, data_buf = values.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=width)[values.offset : values.offset + entries + 1]
+    bounds = offsets.tolist()
+    data = memoryview(data_buf if data_buf is not None else b"")
+    empty = values.null_count and values.is_null().to_numpy(zero_copy_only=False).tolist()
+    nulls = (
+        indices.is_null().to_numpy(zero_copy_only=False).tolist() if indices.null_count else None
+    )
+    picks = indices.fill_null(0).to_numpy(zero_copy_only=False).tolist()
+    # The entries with a carriage return, from one scan of the dictionary's text; each is
+    # copied once (`_texts` replaces its CRLF) and the copy shared by its rows.
+    copies: dict[int, bytes] = {}
+    if bounds[-1] > bounds[0]:
+        text = np.frombuffer(data, dtype=np.uint8)[bounds[0] : bounds[-1]]
+        at = np.flatnonzero(text == 13)
+        if at.size:
+            for j in set((np.searchsorted(offsets, at + bounds[0], side="right") - 1).tolist()):
+                copies[j] = bytes(data[bounds[j] : bounds[j + 1]])
+    for i, j in enumerate(picks):
+        if (nulls is not None and nulls[i]) or (empty and empty[j]):
+            yield None
+        elif j in copies:
+            yield copies[j]
+        else:
+            yield data[bounds[j] : bounds[j + 1]]
+
 
 def _checked(col: Any) -> Any:
     """A column with its buffers checked. Arrow IPC buffers are taken as stored: string offsets
@@ -198,11 +519,13 @@ def _checked(col: Any) -> Any:
     validation (offsets, UTF-8) turns damage into ArrowInvalid, reported as
     INGEST_COLUMNAR."""
     col.validate(full=True)
+    if hasattr(col, "dictionary"):  # the entries too; an index past them is refused above
+        col.dictionary.validate(full=True)
     return col
 
 
 def _texts(
-    cells: Iterator[str | bytes | memoryview | None],
+    cells: Iterator[str | bytes | memoryview | _Oversized | None],
     first_row: int,
     name: str,
     opts: extract.Options,
@@ -221,7 +544,7 @@ def _texts(
                 )
             counters.skipped_records += 1
             continue
-        if (
+        if isinstance(value, _Oversized) or (
             len(value) > opts.max_doc // 4
             and (len(value) if not isinstance(value, str) else len(value.encode("utf-8")))
             > opts.max_doc
@@ -232,6 +555,7 @@ def _texts(
                 path=name,
                 field=opts.text_field,
             )
+        assert not isinstance(value, _Oversized)
         if isinstance(value, bytes):  # a cell with a carriage return (`Table.cells`)
             yield row, value.replace(b"\r\n", b"\n")
         elif isinstance(value, memoryview):  # UTF-8 without a carriage return
@@ -244,6 +568,8 @@ def row_group_pieces(path: str, name: str, target: int) -> list[tuple[int, int, 
     """Runs of consecutive row groups of about `target` bytes (uncompressed, as the footer
     says): `(first group, stop, rows before)`, the work units of one large Parquet file."""
     pa = _pyarrow(name)
+    if name == "-":
+        raise _not_a_file(name, "parquet")
     try:
         meta = pa.parquet.ParquetFile(path).metadata
     except (OSError, pa.ArrowException) as exc:
@@ -265,19 +591,182 @@ def row_group_ends(path: str, name: str) -> list[int]:
     footer): how far the progress of a file read in runs of row groups has come."""
     pa = _pyarrow(name)
     try:
-        meta = pa.parquet.ParquetFile(path).metadata
+        groups = pa.parquet.ParquetFile(path).metadata.num_row_groups
         ends: list[int] = []
-        for i in range(meta.num_row_groups):
-            group = meta.row_group(i)
-            end = 0
-            for c in range(group.num_columns):
-                col = group.column(c)
-                begin = col.dictionary_page_offset or col.data_page_offset
-                end = max(end, begin + col.total_compressed_size)
+        for _start, end, _dict in _column_chunks(path, None):
             ends.append(max(end, ends[-1] if ends else 0))
-    except (OSError, pa.ArrowException) as exc:
+    except (OSError, ValueError, RecursionError, pa.ArrowException) as exc:
         raise _damaged(name, "parquet", exc) from None
+    if len(ends) != groups:
+        raise _damaged(name, "parquet", ValueError("the footer's row groups do not add up"))
     return ends
+
+
+MAX_HEADER = 1 << 20  # a Parquet page header longer than this is damage
+MAX_PAGES = 1 << 20  # pages looked at in one column chunk
+
+
+class _Thrift:
+    """Just enough of Thrift's compact protocol to read a Parquet page header from a file:
+    the page's sizes and value count, every other field skipped (binary fields by seeking,
+    so a page's statistics cost nothing). Bounded: depth, lengths and the header's size."""
+
+    def __init__(self, fp: Any, start: int, end: int, limit: int = MAX_HEADER) -> None:
+        self.fp = fp
+        self.pos = start
+        self.start = start
+        self.end = end
+        self.limit = limit
+        fp.seek(start)
+
+    def byte(self) -> int:
+        data = self.fp.read(1)
+        if not data or self.pos >= self.end or self.pos - self.start > self.limit:
+            raise ValueError("a page header runs past its column chunk")
+        self.pos += 1
+        return data[0]
+
+    def varint(self) -> int:
+        out = shift = 0
+        while True:
+            b = self.byte()
+            out |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return out
+            shift += 7
+            if shift > 63:
+                raise ValueError("a varint in a page header is too long")
+
+    def zigzag(self) -> int:
+        n = self.varint()
+        return (n >> 1) ^ -(n & 1)
+
+    def skip_bytes(self, n: int) -> None:
+        if n < 0 or self.pos + n > self.end or self.pos + n - self.start > self.limit:
+            raise ValueError("a page header field runs past its column chunk")
+        self.pos += n
+        self.fp.seek(self.pos)
+
+    def value(self, kind: int, depth: int) -> Any:
+        if depth > 16:
+            raise ValueError("a page header is nested too deeply")
+        if kind in (1, 2):
+            return kind == 1
+        if kind == 3:
+            return self.byte()
+        if kind in (4, 5, 6):
+            return self.zigzag()
+        if kind == 7:
+            self.skip_bytes(8)
+        elif kind == 8:
+            n = self.varint()
+            if n <= 4096:  # a name; longer binaries (statistics) are skipped
+                start = self.pos
+                self.skip_bytes(n)
+                self.fp.seek(start)
+                return self.fp.read(n)
+            self.skip_bytes(n)
+        elif kind in (9, 10):
+            head = self.byte()
+            size = head >> 4 if head >> 4 != 15 else self.varint()
+            if size > self.end - self.pos:
+                raise ValueError("a list in the footer is longer than its bytes")
+            return [
+                self.value(head & 0x0F if head & 0x0F not in (1, 2) else 3, depth + 1)
+                for _ in range(size)
+            ]
+        elif kind == 11:
+            size = self.varint()
+            types = self.byte() if size else 0
+            for _ in range(size):
+                self.value(types >> 4, depth + 1)
+                self.value(types & 0x0F, depth + 1)
+        elif kind == 12:
+            return self.struct(depth + 1)
+        else:
+            raise ValueError(f"a page header has a field of unknown type {kind}")
+        return None
+
+    def struct(self, depth: int = 0) -> dict[int, Any]:
+        fields: dict[int, Any] = {}
+        last = 0
+        while True:
+            head = self.byte()
+            if head == 0:
+                return fields
+            delta, kind = head >> 4, head & 0x0F
+            last = last + delta if delta else self.zigzag()
+            fields[last] = self.value(kind, depth)
+
+
+def _column_chunks(path: str, column: str | None) -> list[tuple[int, int, bool]]:
+    """For each row group, where the column chunk of `column` (a dotted path; None: all the
+    row group's chunks together) is stored: `(start, end, has a dictionary page)`, read from
+    the file's footer here. pyarrow's own
+    accessor of a column chunk's metadata aborts the process on some damaged footers (a C++
+    exception it does not translate: "Definition level histogram size mismatch", found by
+    fuzz/fuzz_columnar_dictionary_parquet.py); this reader raises ValueError instead."""
+    import io
+    import os
+
+    with open(path, "rb") as fp:
+        size = os.fstat(fp.fileno()).st_size
+        if size < 12:
+            raise ValueError("too short for a Parquet footer")
+        fp.seek(size - 8)
+        tail = fp.read(8)
+        length = int.from_bytes(tail[:4], "little")
+        if tail[4:] != b"PAR1" or length > size - 12:
+            raise ValueError("no Parquet footer")
+        fp.seek(size - 8 - length)
+        footer = fp.read(length)
+    meta = _Thrift(io.BytesIO(footer), 0, length, length).struct()
+    want = None if column is None else column.encode("utf-8")
+    out: list[tuple[int, int, bool]] = []
+    for group in meta.get(4) or []:
+        found = (0, 0, False)
+        ends: list[int] = []
+        for chunk in (group.get(1) or []) if isinstance(group, dict) else []:
+            cmeta = chunk.get(3) if isinstance(chunk, dict) else None
+            if not isinstance(cmeta, dict):
+                continue
+            names = cmeta.get(3) or []
+            if not all(isinstance(n, bytes) for n in names):
+                raise ValueError("a column chunk's path is not names")
+            if want is not None and b".".join(names) != want:
+                continue
+            data, stored = cmeta.get(9), cmeta.get(7)
+            dictionary = cmeta.get(11)
+            if not isinstance(data, int) or not isinstance(stored, int):
+                raise ValueError("a column chunk lacks its offsets")
+            has_dict = isinstance(dictionary, int) and dictionary > 0
+            start = min(data, dictionary) if isinstance(dictionary, int) and has_dict else data
+            found = (start, start + stored, has_dict)
+            ends.append(start + stored)
+        out.append(found if want is not None else (0, max(ends, default=0), False))
+    return out
+
+
+def _pages(fp: Any, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(page type, uncompressed size, values) of each page of a column chunk stored in
+    `start`..`end`, from the page headers (the pages themselves are not read)."""
+    pos = start
+    for _ in range(MAX_PAGES):
+        if pos >= end:
+            return
+        reader = _Thrift(fp, pos, end)
+        header = reader.struct()
+        kind, size, stored = header.get(1), header.get(2), header.get(3)
+        if not (isinstance(kind, int) and isinstance(size, int) and isinstance(stored, int)):
+            raise ValueError("a page header lacks its type or sizes")
+        if size < 0 or stored < 0:
+            raise ValueError("a page header has a negative size")
+        inner: dict[int, Any] = next(
+            (header[k] for k in (5, 7, 8) if isinstance(header.get(k), dict)), {}
+        )
+        values = inner.get(1)
+        yield kind, size, values if isinstance(values, int) and values > 0 else 0
+        pos = reader.pos + stored
 
 
 AHEAD_BATCHES = 8  # batches (about BATCH_BYTES each) decoded ahead of the tokenizer
@@ -325,13 +814,15 @@ class _Reader:
 _SHARED: list[_Reader] = []  # readers kept for the next piece of their file (`--jobs 1`)
 
 
-def _shared_reader(kind: str, path: str, name: str, field: str, first: int) -> _Reader:
+def _shared_reader(
+    kind: str, path: str, name: str, field: str, first: int, max_doc: int = extract.MAX_WHOLE
+) -> _Reader:
     """The reader kept for the piece that starts at row group `first` of `path` (left by the
     piece before it, or started by `prefetch`), else a new one."""
     for reader in _SHARED:
         if reader.key == (path, field) and reader.next == first:
             return reader
-    reader = _Reader(Table(kind, path, name, field), first)
+    reader = _Reader(Table(kind, path, name, field, max_doc), first)
     _SHARED.append(reader)
     return reader
 
@@ -378,7 +869,7 @@ def texts(
 
     row = first_row
     if ahead and groups is not None:
-        reader = _shared_reader(kind, path, name, opts.text_field, groups[0])
+        reader = _shared_reader(kind, path, name, opts.text_field, groups[0], opts.max_doc)
         try:
             for rows, made in reader.columns(*groups):
                 yield from _texts(iter(made), row, name, opts, counters)
@@ -389,7 +880,7 @@ def texts(
         if groups[1] >= len(reader.table.groups):
             _release(reader)
         return
-    table = Table(kind, path, name, opts.text_field)
+    table = Table(kind, path, name, opts.text_field, opts.max_doc)
     columns: Iterator[tuple[int, Any]] = (
         (len(col), table.cells(col)) for col in table.stream_columns(groups)
     )

@@ -3,8 +3,10 @@
 - A file (or stdin, `-`) is read through `HashingReader`: the SHA-256 and size in the manifest
   are over the bytes as stored.
 - Compression is recognised by magic bytes, never by name: gzip (`1f 8b`, every member of a
-  multi-member file), zstd (`28 b5 2f fd`, every frame, with or without a content size), xz
-  (`fd 37 7a 58 5a 00`, every stream) and bzip2 (`BZh`, every stream). The stream is
+  multi-member file), zstd (`28 b5 2f fd`, every frame, with or without a content size, and
+  skippable frames `5X 2a 4d 18` anywhere, first included: `pzstd` writes one before each
+  frame), xz (`fd 37 7a 58 5a 00`, every stream) and bzip2 (`BZh`, every stream). Zero bytes
+  between or after members/frames are padding, skipped wherever the reads end. The stream is
   decompressed piece by piece: at most `OUT_PIECE` bytes of output are held at a time, so a
   decompression bomb costs time, never memory. A stream that ends inside a member or frame is
   `INGEST_COMPRESSED` naming the offset into the stored file; so is damaged data.
@@ -42,7 +44,28 @@ MAGICS = (
 )
 
 
+def _skippable(head: bytes) -> bool:
+    """A zstd skippable frame's magic: `50 2a 4d 18` to `5f 2a 4d 18`."""
+    return len(head) >= 4 and 0x50 <= head[0] <= 0x5F and head[1:4] == b"\x2a\x4d\x18"
+
+
+def cut_magic(head: bytes, name: str) -> str | None:
+    """The codec whose magic a whole file shorter than it begins (a file named `x.zst`
+    holding `28 b5 2f`): a compressed file cut inside its magic, not a text."""
+    suffix = name.lower().rsplit(".", 1)[-1] if "." in name else ""
+    codec = {"gz": "gzip", "gzip": "gzip", "zst": "zstd", "zstd": "zstd", "xz": "xz"}.get(suffix)
+    if codec is None or not head:
+        return None
+    magic = next(m for m, c in MAGICS if c == codec)
+    return codec if len(head) < len(magic) and magic.startswith(head) else None
+
+
+_UNIT = {"gzip": "member", "zstd": "frame", "xz": "stream", "bz2": "stream"}
+
+
 def sniff_compression(head: bytes) -> str | None:
+    if _skippable(head):
+        return "zstd"
     for magic, name in MAGICS:
         if head.startswith(magic):
             if name == "bz2" and (len(head) < 4 or not 0x31 <= head[3] <= 0x39):
@@ -145,29 +168,36 @@ class Decompressor(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def _error(self, message: str) -> FormatError:
+    def _error(self, message: str, offset: int | None = None) -> FormatError:
         return FormatError(
             INGEST_COMPRESSED,
             f"{self.kind} stream {message}",
             path=self.name,
-            offset=self.stored,
+            offset=self.stored if offset is None else offset,
             hint="offset into the file as stored",
         )
 
     def _next_member(self, rest: bytes) -> bytes:
-        """After a member/frame ends: the next one, trailing zeros, or an error."""
-        if not rest.strip(b"\0"):
+        """After a member/frame ends: the next one, or the end. Zero bytes before it are
+        padding, skipped whatever the reads (decision: docs/inputs.md, "Compressed inputs");
+        anything else is an error at its offset, naming another codec's magic."""
+        rest = rest.lstrip(b"\0")
+        while len(rest) < 8:
             more = self.raw.read(IN_PIECE)
-            while more and not more.strip(b"\0"):
-                self.stored += len(more)
-                more = self.raw.read(IN_PIECE)
             if not more:
-                self.done = True
-                return b""
+                break
             self.stored += len(more)
-            rest = more.lstrip(b"\0")
-        if sniff_compression(rest[:8]) != self.kind and len(rest) >= 4:
-            raise self._error("is followed by data that is not another member")
+            rest = (rest + more).lstrip(b"\0") if not rest else rest + more
+        if not rest:
+            self.done = True
+            return b""
+        found = sniff_compression(rest[:8])
+        if found != self.kind:
+            what = f"a {found} stream" if found else "data"
+            raise self._error(
+                f"is followed by {what}, not another {_UNIT[self.kind]}",
+                self.stored - len(rest),
+            )
         self.obj = _new(self.kind)
         self.started = True
         return rest

@@ -22,8 +22,10 @@ from matrixctl.ingest.kinds.base import (
     Options,
     SkipFile,
     crlf,
+    no_surrogates,
     text_field,
     too_long,
+    too_many_digits,
     utf8_error,
 )
 
@@ -220,12 +222,15 @@ def _jsonl_slow(
             offset=start + len(line[: exc.pos].encode("utf-8")),
             field=f"line {line_no}",
         ) from None
+    except ValueError:  # an integer longer than Python's int-string limit
+        raise too_many_digits(name, f"line {line_no}", start) from None
     except RecursionError:
         raise FormatError(
             INGEST_JSON, f"line {line_no}: JSON nested too deeply", path=name, offset=start
         ) from None
-    value = text_field(obj, opts, name, f"line {line_no}", counters)
-    return None if value is None else crlf(value)
+    where = f"line {line_no}"
+    value = text_field(obj, opts, name, where, counters)
+    return None if value is None else crlf(no_surrogates(value, opts, name, where, start))
 
 
 def documents(fp: Any, name: str, opts: Options, counters: Counters) -> Iterator[Doc]:
