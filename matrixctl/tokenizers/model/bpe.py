@@ -14,17 +14,27 @@ How a text becomes ids (docs/tokenizers.md, "Byte-level BPE"):
    of equal pairs first, until no adjacent pair is a merge; each final symbol is one token.
    Chunks repeat, so their ids are cached.
 
+Steps 2 and 3 run in the compiled kernel (`matrixctl/_bpe_kernel.c`) for the pre-tokenizers it
+has a scanner for (GPT-2's, Llama 3's, Qwen2's and Qwen3.5's expressions, recognised by the
+expression itself): the whole text in one call, with the GIL released. Every other
+pre-tokenizer runs the Python path below; both give the same ids (tests/tokenizers/model/
+test_bpe_kernel.py checks them against each other).
+
 Decoding is exact: each token's text is spelt in GPT-2's byte alphabet, so the bytes come back.
 """
 
 from __future__ import annotations
 
+import copy
 import heapq
 import re
 import unicodedata
+from array import array
 from collections.abc import Callable, Mapping, Sequence
+from functools import cache
 from typing import Any
 
+from matrixctl import _bpe_kernel
 from matrixctl.errors import FormatError
 from matrixctl.tokenizers.model import llama_special as special
 from matrixctl.tokenizers.model.base import (
@@ -35,7 +45,13 @@ from matrixctl.tokenizers.model.base import (
     kv_get,
     kv_list,
 )
-from matrixctl.tokenizers.model.uclasses import WHITE_SPACE, WS, char_class
+from matrixctl.tokenizers.model.uclasses import (
+    UNICODE_15_1_ADDED,
+    WHITE_SPACE,
+    WS,
+    char_class,
+    group_ranges,
+)
 
 # GPT-2's byte alphabet: printable Latin-1 bytes stand for themselves, the other 68 bytes for
 # U+0100.. in byte order.
@@ -129,6 +145,7 @@ class Step:
         return out
 
 
+@cache
 def _llama_patterns() -> dict[str, str]:
     L, N, P, M = (char_class(g) for g in "LNPM")
     W = WS
@@ -313,6 +330,45 @@ def _split_merge(entry: str) -> tuple[str, str] | None:
     return entry[:pos], entry[pos + 1 :]
 
 
+# The compiled kernel -------------------------------------------------------------------------
+
+# chunks the kernel's cache holds before it starts again (the ids do not depend on it)
+KERNEL_CACHE_LIMIT = 1 << 19
+
+
+@cache
+def _kernel_kinds() -> dict[str, int]:
+    """The expressions the kernel has a scanner for, and the kernel's name of each."""
+    p = _llama_patterns()
+    k = _bpe_kernel
+    return {
+        p["gpt2"]: k.KIND_GPT2,
+        p["llama3"]: k.KIND_LLAMA3,
+        p["qwen2"]: k.KIND_QWEN2,
+        p["qwen35"]: k.KIND_QWEN35,
+    }
+
+
+def kernel_kind(steps: Sequence[Step]) -> int | None:
+    """The kernel's scanner for a pre-tokenizer, or None when it has none (the Python path)."""
+    if len(steps) != 1 or steps[0].wide:
+        return None
+    return _kernel_kinds().get(steps[0].regex.pattern)
+
+
+@cache
+def kernel_classes(marks: bool) -> bytes:
+    """The kernel's class flags of every code point: llama.cpp's letters, numbers and white
+    space (its Unicode 15.1: this Python's data plus the code points 15.0 and 15.1 assigned),
+    and with `marks` its marks (Qwen3.5's expression)."""
+    k = _bpe_kernel
+    flags = {"L": k.CLASS_L, "N": k.CLASS_N}
+    ranges = [(a, b, flags[g]) for a, b, g in UNICODE_15_1_ADDED if g in flags]
+    if marks:
+        ranges += [(a, b, k.CLASS_M) for a, b in group_ranges("M")]
+    return k.classes(ranges, WHITE_SPACE)
+
+
 class ByteLevelBPE(ModelTokenizer):
     """Byte-level BPE; build it with `from_gguf_kv` or `from_tokenizer_json`."""
 
@@ -348,6 +404,8 @@ class ByteLevelBPE(ModelTokenizer):
         self._normalize = normalize
         self._prefix_space = prefix_space
         self._cache: dict[str, tuple[int, ...]] = {}
+        self._kernel: Any = None  # the compiled kernel's model, built on first use
+        self._kernel_state = 0  # 0: not built yet, 1: built, -1: the Python path
         self.notes: list[str] = []
         # bytes no token stands for: llama.cpp drops them from the ids (decoding loses them)
         self.missing_bytes = frozenset(b for b in range(256) if bytes([b]) not in self._vocab)
@@ -450,6 +508,88 @@ class ByteLevelBPE(ModelTokenizer):
 
         return bpe_hf.build(cls, obj)
 
+    # the kernel ------------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the kernel's model does not pickle: it is built again on first use
+        state = dict(self.__dict__)
+        state["_kernel"] = None
+        state["_kernel_state"] = min(self._kernel_state, 0)
+        state["_cache"] = {}
+        return state
+
+    def without_kernel(self) -> ByteLevelBPE:
+        """A copy that encodes with the Python path only (for tests and benchmarks)."""
+        other = copy.copy(self)
+        other._kernel = None
+        other._kernel_state = -1
+        other._cache = {}
+        return other
+
+    @property
+    def kernel(self) -> Any:
+        """The compiled kernel's model, or None when the pre-tokenizer is not one it covers."""
+        if self._kernel_state == 0:
+            self._kernel = self._build_kernel()
+            self._kernel_state = 1 if self._kernel is not None else -1
+        return self._kernel
+
+    def _build_kernel(self) -> Any:
+        kind = kernel_kind(self._steps)
+        if kind is None:
+            return None
+        # symbols: every byte string a merge can make or use, numbered (the bytes first)
+        sym: dict[bytes, int] = {bytes([b]): b for b in range(256)}
+        merges = array("i")
+        for (a, b), rank in self._ranks.items():
+            ia = sym.get(a)
+            if ia is None:
+                ia = sym[a] = len(sym)
+            ib = sym.get(b)
+            if ib is None:
+                ib = sym[b] = len(sym)
+            ab = a + b
+            im = sym.get(ab)
+            if im is None:
+                im = sym[ab] = len(sym)
+            merges.extend((ia, ib, rank, im))
+        vocab = self._vocab
+        sym_token = array("i", [vocab.get(s, -1) for s in sym])
+        missing_off = array("i", [0])
+        missing_ids = array("i")
+        for s, tid in zip(sym, sym_token, strict=True):
+            if tid < 0:
+                try:
+                    missing_ids.extend(self._missing(s))
+                except AssertionError:  # a source that says every symbol is a token
+                    return None
+            missing_off.append(len(missing_ids))
+        if self._ignore_merges:
+            keys = list(vocab)
+            blob = b"".join(keys)
+            offsets = array("i", [0])
+            pos = 0
+            for key in keys:
+                pos += len(key)
+                offsets.append(pos)
+            ids = array("i", vocab.values())
+        else:
+            blob, offsets, ids = b"", array("i", [0]), array("i")
+        return _bpe_kernel.Model(
+            kind,
+            kernel_classes(kind == _bpe_kernel.KIND_QWEN35),
+            array("i", range(256)),
+            sym_token,
+            missing_off,
+            missing_ids,
+            merges,
+            blob,
+            offsets,
+            ids,
+            self._ignore_merges,
+            KERNEL_CACHE_LIMIT,
+        )
+
     # encoding --------------------------------------------------------------------------------
 
     def _chunk_ids(self, chunk: str) -> tuple[int, ...]:
@@ -474,6 +614,10 @@ class ByteLevelBPE(ModelTokenizer):
             text = self._normalize(text)
         if self._prefix_space and not text.startswith(" "):
             text = " " + text
+        kernel = self._kernel if self._kernel_state > 0 else self.kernel
+        if kernel is not None:
+            out.extend(memoryview(kernel.encode(text)).cast("i").tolist())
+            return
         chunks = [text]
         for step in self._steps:
             chunks = step.split(chunks)
