@@ -73,8 +73,12 @@ static PyObject *classes(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
         long first, last, flags;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "lll", &first, &last, &flags))
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "each range must be a tuple (first, last, flags)");
             goto fail;
+        }
+        if (!PyArg_ParseTuple(item, "lll", &first, &last, &flags)) goto fail;
         if (first < 0 || last >= NCODE || first > last || flags < 0 || flags > 255) {
             PyErr_SetString(PyExc_ValueError, "a range is outside the code points");
             goto fail;

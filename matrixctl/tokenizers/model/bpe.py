@@ -510,14 +510,6 @@ class ByteLevelBPE(ModelTokenizer):
 
     # the kernel ------------------------------------------------------------------------------
 
-    def __getstate__(self) -> dict[str, Any]:
-        # the kernel's model does not pickle: it is built again on first use
-        state = dict(self.__dict__)
-        state["_kernel"] = None
-        state["_kernel_state"] = min(self._kernel_state, 0)
-        state["_cache"] = {}
-        return state
-
     def without_kernel(self) -> ByteLevelBPE:
         """A copy that encodes with the Python path only (for tests and benchmarks)."""
         other = copy.copy(self)
