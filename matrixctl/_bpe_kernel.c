@@ -29,6 +29,8 @@
  *     chunks, each chunk's UTF-8 bytes (a lone surrogate as its three "surrogatepass" bytes) are
  *     looked up in the chunk cache (a hash table of chunk bytes -> ids, cleared when it holds
  *     `cache_limit` chunks), and a miss is merged. A lock keeps the cache to one thread at a time.
+ * Model.encode_list(text) -> list[int]: the same ids as a list (each id's int object is made
+ *     once and shared, so a list costs a pointer per id).
  * Model.bounds(text) -> bytes (native int64): the end of each chunk, in code points (for tests).
  */
 #define PY_SSIZE_T_CLEAN
@@ -252,6 +254,8 @@ typedef struct {
     BytesMap cache;
     uint32_t cache_limit;
     PyThread_type_lock lock;
+    PyObject **ints; /* the int object of each id, made on first use (encode_list) */
+    int32_t nints;
     /* scratch, used under the lock */
     uint8_t *key;
     size_t cap_key;
@@ -263,6 +267,10 @@ typedef struct {
 
 static void Model_dealloc(ModelObject *self) {
     Py_XDECREF(self->classes_obj);
+    if (self->ints) {
+        for (int32_t i = 0; i < self->nints; i++) Py_XDECREF(self->ints[i]);
+        PyMem_Free(self->ints);
+    }
     PyMem_RawFree(self->sym_token);
     PyMem_RawFree(self->missing_off);
     PyMem_RawFree(self->missing_ids);
@@ -431,6 +439,14 @@ static int Model_init(ModelObject *self, PyObject *args, PyObject *kwds) {
         PyMem_RawFree(ids);
         offs = ids = NULL;
     }
+    int32_t top = -1; /* the largest id the tables give */
+    for (Py_ssize_t i = 0; i < nsym; i++)
+        if (self->sym_token[i] > top) top = self->sym_token[i];
+    for (Py_ssize_t i = 0; i < nmiss; i++)
+        if (self->missing_ids[i] > top) top = self->missing_ids[i];
+    for (Py_ssize_t i = 0; self->has_vocab && i < (Py_ssize_t)self->vocab.nvals; i++)
+        if (self->vocab.vals[i] > top) top = self->vocab.vals[i];
+    self->nints = top + 1;
     if (map_init(&self->cache, cache_limit) < 0) {
         PyErr_NoMemory();
         goto fail;
@@ -802,8 +818,41 @@ static int model_ready(ModelObject *m) {
     return 1;
 }
 
-/* The text's ids (bounds == NULL) or its chunks' ends. */
-static PyObject *run(ModelObject *self, PyObject *text, int want_bounds) {
+/* A list of the ids (the int objects made once per id and shared). */
+static PyObject *id_list(ModelObject *self, const int32_t *ids, size_t n) {
+    if (!self->ints && self->nints > 0) {
+        self->ints = PyMem_Calloc((size_t)self->nints, sizeof(PyObject *));
+        if (!self->ints) return PyErr_NoMemory();
+    }
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (!list) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        PyObject *v;
+        if (id >= 0 && id < self->nints) {
+            v = self->ints[id];
+            if (!v) {
+                v = self->ints[id] = PyLong_FromLong(id);
+                if (!v) {
+                    Py_DECREF(list);
+                    return NULL;
+                }
+            }
+            Py_INCREF(v);
+        } else if (!(v = PyLong_FromLong(id))) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+    }
+    return list;
+}
+
+enum { RUN_BYTES, RUN_LIST, RUN_BOUNDS };
+
+/* The text's ids (as bytes or a list) or its chunks' ends. */
+static PyObject *run(ModelObject *self, PyObject *text, int what) {
+    int want_bounds = what == RUN_BOUNDS;
     if (!model_ready(self)) return NULL;
     if (!PyUnicode_Check(text)) {
         PyErr_Format(PyExc_TypeError, "text must be str, not %.100s", Py_TYPE(text)->tp_name);
@@ -837,6 +886,8 @@ static PyObject *run(ModelObject *self, PyObject *text, int want_bounds) {
     else if (want_bounds)
         result = PyBytes_FromStringAndSize((const char *)bounds,
                                            (Py_ssize_t)(nbounds * sizeof(int64_t)));
+    else if (what == RUN_LIST)
+        result = id_list(self, o.ids, o.n);
     else
         result = PyBytes_FromStringAndSize((const char *)o.ids, (Py_ssize_t)(o.n * 4));
     PyMem_RawFree(o.ids);
@@ -844,9 +895,17 @@ static PyObject *run(ModelObject *self, PyObject *text, int want_bounds) {
     return result;
 }
 
-static PyObject *Model_encode(ModelObject *self, PyObject *text) { return run(self, text, 0); }
+static PyObject *Model_encode(ModelObject *self, PyObject *text) {
+    return run(self, text, RUN_BYTES);
+}
 
-static PyObject *Model_bounds(ModelObject *self, PyObject *text) { return run(self, text, 1); }
+static PyObject *Model_encode_list(ModelObject *self, PyObject *text) {
+    return run(self, text, RUN_LIST);
+}
+
+static PyObject *Model_bounds(ModelObject *self, PyObject *text) {
+    return run(self, text, RUN_BOUNDS);
+}
 
 static PyObject *Model_cache_size(ModelObject *self, PyObject *Py_UNUSED(ignored)) {
     if (!model_ready(self)) return NULL;
@@ -856,6 +915,8 @@ static PyObject *Model_cache_size(ModelObject *self, PyObject *Py_UNUSED(ignored
 static PyMethodDef Model_methods[] = {
     {"encode", (PyCFunction)Model_encode, METH_O,
      "encode(text) -> bytes: the text's ids as native int32."},
+    {"encode_list", (PyCFunction)Model_encode_list, METH_O,
+     "encode_list(text) -> list[int]: the text's ids."},
     {"bounds", (PyCFunction)Model_bounds, METH_O,
      "bounds(text) -> bytes: the end of each pre-tokenizer chunk (native int64 code points)."},
     {"cache_size", (PyCFunction)Model_cache_size, METH_NOARGS,

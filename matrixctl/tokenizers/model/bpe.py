@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import copy
 import heapq
+import operator
 import re
 import unicodedata
 from array import array
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
+from itertools import accumulate, chain, repeat
 from typing import Any
 
 from matrixctl import _bpe_kernel
@@ -75,12 +78,40 @@ CHAR_TO_BYTE: dict[str, int] = {c: b for b, c in enumerate(BYTE_TO_CHAR)}
 _DECODE_TABLE = {ord(c): b for c, b in CHAR_TO_BYTE.items()}
 
 
+# each alphabet character as the Latin-1 character of its byte; a text of alphabet characters
+# only is a match of _ALPHABET_TEXT
+_ALPHABET_LATIN1 = {ord(c): b for c, b in CHAR_TO_BYTE.items()}
+_ALPHABET_TEXT = re.compile("[" + "".join(re.escape(c) for c in BYTE_TO_CHAR) + "]*")
+
+
 def alphabet_bytes(text: str) -> bytes | None:
     """The bytes `text` spells in GPT-2's byte alphabet, or None when a character is not in it."""
-    try:
-        return bytes(CHAR_TO_BYTE[c] for c in text)
-    except KeyError:
+    if _ALPHABET_TEXT.fullmatch(text) is None:
         return None
+    return text.translate(_ALPHABET_LATIN1).encode("latin-1")
+
+
+_NOT_ALPHABET = re.compile("[^" + "".join(re.escape(c) for c in BYTE_TO_CHAR) + "]")
+
+
+def alphabet_bytes_many(texts: Sequence[str]) -> list[bytes | None]:
+    """`alphabet_bytes` of each text (one pass over them all: building a large vocabulary)."""
+    joined = "".join(texts)
+    bad = [m.start() for m in _NOT_ALPHABET.finditer(joined)]
+    if bad:
+        joined = _NOT_ALPHABET.sub("\x00", joined)
+    data = joined.translate(_ALPHABET_LATIN1).encode("latin-1")
+    out: list[bytes | None] = []
+    pos = 0
+    for t in texts:
+        end = pos + len(t)
+        out.append(data[pos:end])
+        pos = end
+    if bad:
+        ends = list(accumulate(len(t) for t in texts))
+        for at in bad:
+            out[bisect_right(ends, at)] = None
+    return out
 
 
 def alphabet_text(data: bytes) -> str:
@@ -356,6 +387,13 @@ def kernel_kind(steps: Sequence[Step]) -> int | None:
     return _kernel_kinds().get(steps[0].regex.pattern)
 
 
+def kernel_kind_of(kind: str) -> int | None:
+    """The kernel's scanner for one of llama.cpp's pre-tokenizer kinds (`LLAMA_PRE`)."""
+    k = _bpe_kernel
+    names = {"gpt2": k.KIND_GPT2, "llama3": k.KIND_LLAMA3, "qwen2": k.KIND_QWEN2}
+    return {**names, "qwen35": k.KIND_QWEN35}.get(kind)
+
+
 @cache
 def kernel_classes(marks: bool) -> bytes:
     """The kernel's class flags of every code point: llama.cpp's letters, numbers and white
@@ -381,7 +419,7 @@ class ByteLevelBPE(ModelTokenizer):
         token_bytes: Sequence[bytes],
         byte_vocab: Mapping[bytes, int],
         ranks: Ranks,
-        steps: Sequence[Step],
+        steps: Sequence[Step] | Callable[[], Sequence[Step]],
         pre: str | None,
         source: str,
         ignore_merges: bool,
@@ -389,12 +427,18 @@ class ByteLevelBPE(ModelTokenizer):
         splitter: Callable[[str], list[str | int]] | None,
         normalize: Callable[[str], str] | None = None,
         prefix_space: bool = False,
+        kernel_kind: int | None = None,
     ) -> None:
+        """`steps`: the pre-tokenizer's expressions, or a function making them; `kernel_kind`:
+        the kernel's scanner for them when the caller knows it (else found from `steps`)."""
         self.tokens = list(tokens)
         self._token_bytes = list(token_bytes)
         self._vocab = dict(byte_vocab)
         self._ranks = ranks
-        self._steps = list(steps)
+        # the expressions, or what makes them (compiling them costs more than a kernel needs)
+        self._steps_made: list[Step] | None = None if callable(steps) else list(steps)
+        self._make_steps = steps if callable(steps) else None
+        self._kernel_kind = kernel_kind
         self.pre = pre
         self.source = source
         self.vocab_size = len(self.tokens)
@@ -452,19 +496,19 @@ class ByteLevelBPE(ModelTokenizer):
         text_to_id: dict[str, int] = {}
         for i, t in enumerate(tokens):
             text_to_id[t] = i
+        spelt = alphabet_bytes_many(tokens)
         byte_vocab: dict[bytes, int] = {}
-        for t, i in text_to_id.items():
-            b = alphabet_bytes(t)
+        for i in text_to_id.values():
+            b = spelt[i]
             if b is not None:
                 byte_vocab[b] = i
+        pairs = [_split_merge(entry) or ("", "") for entry in merges]
+        firsts = alphabet_bytes_many([p[0] for p in pairs])
+        seconds = alphabet_bytes_many([p[1] for p in pairs])
         ranks: Ranks = {}
-        for r, entry in enumerate(merges):
-            pair = _split_merge(entry)
-            if pair is None:
-                continue
-            a, b = alphabet_bytes(pair[0]), alphabet_bytes(pair[1])
-            if a is None or b is None or not a or not b:
-                continue  # no chunk's symbols can spell it
+        for r, (a, b) in enumerate(zip(firsts, seconds, strict=True)):
+            if not a or not b:
+                continue  # not a pair, or no chunk's symbols can spell it
             ranks.setdefault((a, b), r)  # the first of a repeated merge counts
 
         def missing(symbol: bytes) -> list[int]:
@@ -478,13 +522,16 @@ class ByteLevelBPE(ModelTokenizer):
             return out
 
         splitter = special.SpecialSplitter(tokens, attrs)
-        token_bytes = [_gguf_token_bytes(t, a) for t, a in zip(tokens, attrs, strict=False)]
+        token_bytes = [
+            _gguf_token_bytes(t, a, b) for t, a, b in zip(tokens, attrs, spelt, strict=False)
+        ]
         self = cls(
             tokens=tokens,
             token_bytes=token_bytes,
             byte_vocab=byte_vocab,
             ranks=ranks,
-            steps=llama_steps(kind),
+            steps=lambda: llama_steps(kind),
+            kernel_kind=kernel_kind_of(kind),
             pre=pre,
             source="gguf",
             ignore_merges=ignore_merges,
@@ -508,6 +555,14 @@ class ByteLevelBPE(ModelTokenizer):
 
         return bpe_hf.build(cls, obj)
 
+    @property
+    def _steps(self) -> list[Step]:
+        steps = self._steps_made
+        if steps is None:
+            assert self._make_steps is not None
+            steps = self._steps_made = list(self._make_steps())
+        return steps
+
     # the kernel ------------------------------------------------------------------------------
 
     def without_kernel(self) -> ByteLevelBPE:
@@ -527,46 +582,43 @@ class ByteLevelBPE(ModelTokenizer):
         return self._kernel
 
     def _build_kernel(self) -> Any:
-        kind = kernel_kind(self._steps)
+        kind = self._kernel_kind
+        if kind is None:
+            kind = kernel_kind(self._steps)
         if kind is None:
             return None
         # symbols: every byte string a merge can make or use, numbered (the bytes first)
-        sym: dict[bytes, int] = {bytes([b]): b for b in range(256)}
-        merges = array("i")
-        for (a, b), rank in self._ranks.items():
-            ia = sym.get(a)
-            if ia is None:
-                ia = sym[a] = len(sym)
-            ib = sym.get(b)
-            if ib is None:
-                ib = sym[b] = len(sym)
-            ab = a + b
-            im = sym.get(ab)
-            if im is None:
-                im = sym[ab] = len(sym)
-            merges.extend((ia, ib, rank, im))
+        lefts = [a for a, _ in self._ranks]
+        rights = [b for _, b in self._ranks]
+        made = list(map(operator.add, lefts, rights))
+        singles = [bytes([b]) for b in range(256)]
+        sym = {s: i for i, s in enumerate(dict.fromkeys(chain(singles, lefts, rights, made)))}
+        number = sym.__getitem__
+        merges = array("i", bytes(16 * len(made)))
+        merges[0::4] = array("i", map(number, lefts))
+        merges[1::4] = array("i", map(number, rights))
+        merges[2::4] = array("i", self._ranks.values())
+        merges[3::4] = array("i", map(number, made))
         vocab = self._vocab
-        sym_token = array("i", [vocab.get(s, -1) for s in sym])
-        missing_off = array("i", [0])
+        sym_token = array("i", map(vocab.get, sym, repeat(-1)))
+        # symbols no token spells: the ids `_missing` gives instead (few, or none)
+        counts = [0] * len(sym)
         missing_ids = array("i")
-        for s, tid in zip(sym, sym_token, strict=True):
-            if tid < 0:
-                try:
-                    missing_ids.extend(self._missing(s))
-                except AssertionError:  # a source that says every symbol is a token
-                    return None
-            missing_off.append(len(missing_ids))
+        symbols = list(sym)
+        for i in [i for i, tid in enumerate(sym_token) if tid < 0]:
+            try:
+                ids = self._missing(symbols[i])
+            except AssertionError:  # a source that says every symbol is a token
+                return None
+            missing_ids.extend(ids)
+            counts[i] = len(ids)
+        missing_off = array("i", accumulate(counts, initial=0))
         if self._ignore_merges:
-            keys = list(vocab)
-            blob = b"".join(keys)
-            offsets = array("i", [0])
-            pos = 0
-            for key in keys:
-                pos += len(key)
-                offsets.append(pos)
-            ids = array("i", vocab.values())
+            blob = b"".join(vocab)
+            offsets = array("i", accumulate(map(len, vocab), initial=0))
+            vocab_ids = array("i", vocab.values())
         else:
-            blob, offsets, ids = b"", array("i", [0]), array("i")
+            blob, offsets, vocab_ids = b"", array("i", [0]), array("i")
         return _bpe_kernel.Model(
             kind,
             kernel_classes(kind == _bpe_kernel.KIND_QWEN35),
@@ -577,7 +629,7 @@ class ByteLevelBPE(ModelTokenizer):
             merges,
             blob,
             offsets,
-            ids,
+            vocab_ids,
             self._ignore_merges,
             KERNEL_CACHE_LIMIT,
         )
@@ -608,7 +660,7 @@ class ByteLevelBPE(ModelTokenizer):
             text = " " + text
         kernel = self._kernel if self._kernel_state > 0 else self.kernel
         if kernel is not None:
-            out.extend(memoryview(kernel.encode(text)).cast("i").tolist())
+            out.extend(kernel.encode_list(text))
             return
         chunks = [text]
         for step in self._steps:
@@ -629,6 +681,8 @@ class ByteLevelBPE(ModelTokenizer):
         if not text:
             return out
         if self._splitter is None:
+            if self._kernel_state > 0 and self._normalize is None and not self._prefix_space:
+                return self._kernel.encode_list(text)
             self._encode_text(text, out)
             return out
         for part in self._splitter(text):
@@ -670,7 +724,7 @@ class ByteLevelBPE(ModelTokenizer):
         return b"".join(parts)
 
 
-def _gguf_token_bytes(text: str, attr: int) -> bytes:
+def _gguf_token_bytes(text: str, attr: int, spelt: bytes | None) -> bytes:
     """What llama.cpp's token_to_piece gives for a byte-level BPE token (control tokens: their
     text, as with special=true)."""
     if attr & (special.ATTR_CONTROL | special.ATTR_UNKNOWN | special.ATTR_USER_DEFINED):
@@ -680,9 +734,8 @@ def _gguf_token_bytes(text: str, attr: int) -> bytes:
         if byte is not None:
             return bytes([byte])
     if attr & (special.ATTR_NORMAL | special.ATTR_BYTE):
-        b = alphabet_bytes(text)
-        if b is not None:
-            return b
+        if spelt is not None:  # alphabet_bytes(text)
+            return spelt
         # characters outside the alphabet: their own UTF-8 (llama.cpp writes a marker instead)
         return b"".join(
             bytes([CHAR_TO_BYTE[c]]) if c in CHAR_TO_BYTE else token_utf8(c) for c in text

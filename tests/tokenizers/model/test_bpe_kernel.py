@@ -295,7 +295,9 @@ def test_tokenizer_json_source_equals_the_python_path(text: str) -> None:
 
 def test_threads_share_one_kernel() -> None:
     tok = tokenizer("llama-bpe")
-    texts = [f"thread {i}: " + "The quick brown fox jumps over 1234567 dogs.\n" * 50 for i in range(8)]
+    texts = [
+        f"thread {i}: " + "The quick brown fox jumps over 1234567 dogs.\n" * 50 for i in range(8)
+    ]
     expected = [python_path("llama-bpe").encode(t) for t in texts]
     results: list[list[int]] = [[] for _ in texts]
 
@@ -309,4 +311,3 @@ def test_threads_share_one_kernel() -> None:
     for t in threads:
         t.join()
     assert results == expected
-
