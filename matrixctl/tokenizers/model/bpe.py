@@ -25,7 +25,6 @@ Decoding is exact: each token's text is spelt in GPT-2's byte alphabet, so the b
 
 from __future__ import annotations
 
-import copy
 import heapq
 import operator
 import re
@@ -33,12 +32,13 @@ import unicodedata
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
-from functools import cache
+from functools import cache, partial
 from itertools import accumulate, chain, repeat
 from typing import Any
 
 from matrixctl import _bpe_kernel
 from matrixctl.errors import FormatError
+from matrixctl.tokenizers.model import bpe_cache
 from matrixctl.tokenizers.model import llama_special as special
 from matrixctl.tokenizers.model.base import (
     TOKENIZER_ID,
@@ -418,7 +418,7 @@ class ByteLevelBPE(ModelTokenizer):
         tokens: Sequence[str],
         token_bytes: Sequence[bytes],
         byte_vocab: Mapping[bytes, int],
-        ranks: Ranks,
+        ranks: Ranks | Callable[[], Ranks],
         steps: Sequence[Step] | Callable[[], Sequence[Step]],
         pre: str | None,
         source: str,
@@ -428,13 +428,20 @@ class ByteLevelBPE(ModelTokenizer):
         normalize: Callable[[str], str] | None = None,
         prefix_space: bool = False,
         kernel_kind: int | None = None,
+        kernel_tables: tuple[bytes, ...] | None = None,
+        cache_key: bytes | None = None,
     ) -> None:
-        """`steps`: the pre-tokenizer's expressions, or a function making them; `kernel_kind`:
-        the kernel's scanner for them when the caller knows it (else found from `steps`)."""
+        """`ranks` and `steps`: the merge ranks and the pre-tokenizer's expressions, or functions
+        making them (on first use); `kernel_kind`: the kernel's scanner for the expressions when
+        the caller knows it (else found from `steps`); `kernel_tables`: the kernel's tables
+        from the cache (`bpe_cache`); `cache_key`: where to store them when built."""
         self.tokens = list(tokens)
         self._token_bytes = list(token_bytes)
         self._vocab = dict(byte_vocab)
-        self._ranks = ranks
+        self._ranks_made: Ranks | None = None if callable(ranks) else ranks
+        self._make_ranks = ranks if callable(ranks) else None
+        self._kernel_tables = kernel_tables
+        self._cache_key = cache_key
         # the expressions, or what makes them (compiling them costs more than a kernel needs)
         self._steps_made: list[Step] | None = None if callable(steps) else list(steps)
         self._make_steps = steps if callable(steps) else None
@@ -496,20 +503,26 @@ class ByteLevelBPE(ModelTokenizer):
         text_to_id: dict[str, int] = {}
         for i, t in enumerate(tokens):
             text_to_id[t] = i
-        spelt = alphabet_bytes_many(tokens)
-        byte_vocab: dict[bytes, int] = {}
-        for i in text_to_id.values():
-            b = spelt[i]
-            if b is not None:
-                byte_vocab[b] = i
-        pairs = [_split_merge(entry) or ("", "") for entry in merges]
-        firsts = alphabet_bytes_many([p[0] for p in pairs])
-        seconds = alphabet_bytes_many([p[1] for p in pairs])
-        ranks: Ranks = {}
-        for r, (a, b) in enumerate(zip(firsts, seconds, strict=True)):
-            if not a or not b:
-                continue  # not a pair, or no chunk's symbols can spell it
-            ranks.setdefault((a, b), r)  # the first of a repeated merge counts
+        # the tables the kernel covers are cached per vocabulary (bpe_cache)
+        covered = kernel_kind_of(kind) is not None
+        key = bpe_cache.key_of(pre, tokens, attrs, merges) if covered else None
+        entry = bpe_cache.load(key, n) if key is not None else None
+        ranks: Ranks | Callable[[], Ranks]
+        if entry is not None:
+            token_bytes, byte_vocab, tables = entry
+            ranks = partial(_gguf_ranks, merges)  # the Python path only
+        else:
+            spelt = alphabet_bytes_many(tokens)
+            byte_vocab = {}
+            for i in text_to_id.values():
+                b = spelt[i]
+                if b is not None:
+                    byte_vocab[b] = i
+            ranks = _gguf_ranks(merges)
+            token_bytes = [
+                _gguf_token_bytes(t, a, b) for t, a, b in zip(tokens, attrs, spelt, strict=False)
+            ]
+            tables = None
 
         def missing(symbol: bytes) -> list[int]:
             # llama.cpp looks each byte of the symbol's alphabet spelling up as a one-byte token
@@ -522,9 +535,6 @@ class ByteLevelBPE(ModelTokenizer):
             return out
 
         splitter = special.SpecialSplitter(tokens, attrs)
-        token_bytes = [
-            _gguf_token_bytes(t, a, b) for t, a, b in zip(tokens, attrs, spelt, strict=False)
-        ]
         self = cls(
             tokens=tokens,
             token_bytes=token_bytes,
@@ -537,6 +547,8 @@ class ByteLevelBPE(ModelTokenizer):
             ignore_merges=ignore_merges,
             missing=missing,
             splitter=splitter.split if splitter else None,
+            kernel_tables=tables,
+            cache_key=key,
         )
         self.notes = notes
         self.bos_id = special_id(kv, "tokenizer.ggml.bos_token_id", n, default=11)
@@ -556,6 +568,14 @@ class ByteLevelBPE(ModelTokenizer):
         return bpe_hf.build(cls, obj)
 
     @property
+    def _ranks(self) -> Ranks:
+        ranks = self._ranks_made
+        if ranks is None:
+            assert self._make_ranks is not None
+            ranks = self._ranks_made = self._make_ranks()
+        return ranks
+
+    @property
     def _steps(self) -> list[Step]:
         steps = self._steps_made
         if steps is None:
@@ -567,7 +587,8 @@ class ByteLevelBPE(ModelTokenizer):
 
     def without_kernel(self) -> ByteLevelBPE:
         """A copy that encodes with the Python path only (for tests and benchmarks)."""
-        other = copy.copy(self)
+        other = type(self).__new__(type(self))
+        other.__dict__.update(self.__dict__)
         other._kernel = None
         other._kernel_state = -1
         other._cache = {}
@@ -587,6 +608,43 @@ class ByteLevelBPE(ModelTokenizer):
             kind = kernel_kind(self._steps)
         if kind is None:
             return None
+        tables = self._kernel_tables
+        if tables is not None:
+            try:
+                return self._model(kind, tables)
+            except ValueError:  # a cache entry the kernel refuses: build the tables again
+                self._kernel_tables = None
+        tables = self._make_tables()
+        if tables is None:
+            return None
+        model = self._model(kind, tables)
+        if self._cache_key is not None:
+            entry = (self._token_bytes, self._vocab, tables)
+            bpe_cache.store(self._cache_key, entry)
+        return model
+
+    def _model(self, kind: int, tables: tuple[bytes, ...]) -> Any:
+        if len(tables) != bpe_cache.N_TABLES:
+            raise ValueError("a kernel table is missing")
+        sym_token, missing_off, missing_ids, merges, blob, offsets, vocab_ids = tables
+        return _bpe_kernel.Model(
+            kind,
+            kernel_classes(kind == _bpe_kernel.KIND_QWEN35),
+            array("i", range(256)),
+            sym_token,
+            missing_off,
+            missing_ids,
+            merges,
+            blob,
+            offsets,
+            vocab_ids,
+            self._ignore_merges,
+            KERNEL_CACHE_LIMIT,
+        )
+
+    def _make_tables(self) -> tuple[bytes, ...] | None:
+        """The kernel's tables (`bpe_cache.N_TABLES` of them, as bytes), or None when a symbol
+        has no token and the source says that cannot be."""
         # symbols: every byte string a merge can make or use, numbered (the bytes first)
         lefts = [a for a, _ in self._ranks]
         rights = [b for _, b in self._ranks]
@@ -619,20 +677,8 @@ class ByteLevelBPE(ModelTokenizer):
             vocab_ids = array("i", vocab.values())
         else:
             blob, offsets, vocab_ids = b"", array("i", [0]), array("i")
-        return _bpe_kernel.Model(
-            kind,
-            kernel_classes(kind == _bpe_kernel.KIND_QWEN35),
-            array("i", range(256)),
-            sym_token,
-            missing_off,
-            missing_ids,
-            merges,
-            blob,
-            offsets,
-            vocab_ids,
-            self._ignore_merges,
-            KERNEL_CACHE_LIMIT,
-        )
+        parts = (sym_token, missing_off, missing_ids, merges, blob, offsets, vocab_ids)
+        return tuple(bytes(p) for p in parts)
 
     # encoding --------------------------------------------------------------------------------
 
@@ -722,6 +768,19 @@ class ByteLevelBPE(ModelTokenizer):
                 )
             parts.append(table[i])
         return b"".join(parts)
+
+
+def _gguf_ranks(merges: Sequence[str]) -> Ranks:
+    """A GGUF's merges as ranks of byte-string pairs (the first of a repeated merge counts)."""
+    pairs = [_split_merge(entry) or ("", "") for entry in merges]
+    firsts = alphabet_bytes_many([p[0] for p in pairs])
+    seconds = alphabet_bytes_many([p[1] for p in pairs])
+    ranks: Ranks = {}
+    for r, (a, b) in enumerate(zip(firsts, seconds, strict=True)):
+        if not a or not b:
+            continue  # not a pair, or no chunk's symbols can spell it
+        ranks.setdefault((a, b), r)
+    return ranks
 
 
 def _gguf_token_bytes(text: str, attr: int, spelt: bytes | None) -> bytes:
