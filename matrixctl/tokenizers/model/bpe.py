@@ -508,9 +508,10 @@ class ByteLevelBPE(ModelTokenizer):
         key = bpe_cache.key_of(pre, tokens, attrs, merges) if covered else None
         entry = bpe_cache.load(key, n) if key is not None else None
         ranks: Ranks | Callable[[], Ranks]
+        # the merge ranks, made when the kernel's tables or the Python path need them
+        ranks = partial(_gguf_ranks, merges)
         if entry is not None:
             token_bytes, byte_vocab, tables = entry
-            ranks = partial(_gguf_ranks, merges)  # the Python path only
         else:
             spelt = alphabet_bytes_many(tokens)
             byte_vocab = {}
@@ -518,7 +519,6 @@ class ByteLevelBPE(ModelTokenizer):
                 b = spelt[i]
                 if b is not None:
                     byte_vocab[b] = i
-            ranks = _gguf_ranks(merges)
             token_bytes = [
                 _gguf_token_bytes(t, a, b) for t, a, b in zip(tokens, attrs, spelt, strict=False)
             ]
@@ -618,6 +618,8 @@ class ByteLevelBPE(ModelTokenizer):
         if tables is None:
             return None
         model = self._model(kind, tables)
+        if self._make_ranks is not None:
+            self._ranks_made = None  # made again only if the Python path runs
         if self._cache_key is not None:
             entry = (self._token_bytes, self._vocab, tables)
             bpe_cache.store(self._cache_key, entry)
