@@ -14,7 +14,8 @@
  *       vocab_off, vocab_ids, ignore_merges, cache_limit)
  *     kind: which pre-tokenizer expression (KIND_GPT2, KIND_LLAMA3, KIND_QWEN2, KIND_QWEN35;
  *     bpe.py's `_llama_patterns` holds the expressions these scanners follow, character for
- *     character). The integer tables (native int32 buffers) describe the BPE:
+ *     character; KIND_STARCODER is llama.cpp's two steps for starcoder, refact and command-r:
+ *     every number code point alone, GPT-2's expression on the text between them). The integer tables (native int32 buffers) describe the BPE:
  *     - symbols are byte strings, numbered: byte_sym[b] is the symbol of the single byte b;
  *     - sym_token[s] is the token id of symbol s, or -1 when no token spells it: such a symbol
  *       gives missing_ids[missing_off[s]:missing_off[s + 1]] instead (bpe.py's `_missing`);
@@ -46,7 +47,7 @@
 #define CLASS_W 4
 #define CLASS_M 8
 
-enum { KIND_GPT2 = 1, KIND_LLAMA3 = 2, KIND_QWEN2 = 3, KIND_QWEN35 = 4 };
+enum { KIND_GPT2 = 1, KIND_LLAMA3 = 2, KIND_QWEN2 = 3, KIND_QWEN35 = 4, KIND_STARCODER = 5 };
 
 #define MAX_CACHED_KEY 256 /* longer chunks are merged every time (they rarely repeat) */
 #define SCAN_MAX 256       /* chunks up to this many bytes merge by a scan, longer by a heap */
@@ -327,7 +328,7 @@ static int Model_init(ModelObject *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_TypeError, "Model is already initialized");
         return -1;
     }
-    if (kind < KIND_GPT2 || kind > KIND_QWEN35) {
+    if (kind < KIND_GPT2 || kind > KIND_STARCODER) {
         PyErr_Format(PyExc_ValueError, "unknown kind %d", kind);
         return -1;
     }
@@ -785,10 +786,22 @@ static inline size_t put_utf8(uint8_t *w, Py_UCS4 c) {
                                int64_t **bounds, size_t *nbounds) {                             \
         const uint8_t *cls = m->cls;                                                             \
         size_t cap_bounds = 0;                                                                   \
-        Py_ssize_t i = 0;                                                                        \
+        Py_ssize_t i = 0, limit = 0;                                                             \
         while (i < n) {                                                                          \
-            Py_ssize_t e = m->kind == KIND_GPT2 ? gpt2_##SUFFIX(s, i, n, cls)                    \
-                                                : llama3_##SUFFIX(s, i, n, cls, m->kind);        \
+            Py_ssize_t e;                                                                        \
+            if (m->kind == KIND_GPT2) {                                                          \
+                e = gpt2_##SUFFIX(s, i, n, cls);                                                 \
+            } else if (m->kind != KIND_STARCODER) {                                              \
+                e = llama3_##SUFFIX(s, i, n, cls, m->kind);                                      \
+            } else if (cls[s[i]] & CLASS_N) {                                                    \
+                e = i + 1; /* a number alone */                                                  \
+            } else { /* GPT-2's expression on the text up to the next number */                  \
+                if (limit <= i) {                                                                \
+                    limit = i + 1;                                                               \
+                    while (limit < n && !(cls[s[limit]] & CLASS_N)) limit++;                     \
+                }                                                                                \
+                e = gpt2_##SUFFIX(s, i, limit, cls);                                             \
+            }                                                                                    \
             if (bounds) {                                                                        \
                 if (grow((void **)bounds, &cap_bounds, *nbounds + 1, sizeof(int64_t)) < 0)       \
                     return -1;                                                                   \
@@ -959,7 +972,8 @@ PyMODINIT_FUNC PyInit__bpe_kernel(void) {
         PyModule_AddIntConstant(m, "KIND_GPT2", KIND_GPT2) < 0 ||
         PyModule_AddIntConstant(m, "KIND_LLAMA3", KIND_LLAMA3) < 0 ||
         PyModule_AddIntConstant(m, "KIND_QWEN2", KIND_QWEN2) < 0 ||
-        PyModule_AddIntConstant(m, "KIND_QWEN35", KIND_QWEN35) < 0) {
+        PyModule_AddIntConstant(m, "KIND_QWEN35", KIND_QWEN35) < 0 ||
+        PyModule_AddIntConstant(m, "KIND_STARCODER", KIND_STARCODER) < 0) {
         Py_DECREF(&ModelType);
         Py_DECREF(m);
         return NULL;

@@ -13,6 +13,7 @@ KIND_GPT2: int
 KIND_LLAMA3: int
 KIND_QWEN2: int
 KIND_QWEN35: int
+KIND_STARCODER: int
 
 def classes(ranges: Sequence[tuple[int, int, int]], white: str) -> bytes: ...
 

@@ -15,8 +15,8 @@ How a text becomes ids (docs/tokenizers.md, "Byte-level BPE"):
    Chunks repeat, so their ids are cached.
 
 Steps 2 and 3 run in the compiled kernel (`matrixctl/_bpe_kernel.c`) for the pre-tokenizers it
-has a scanner for (GPT-2's, Llama 3's, Qwen2's and Qwen3.5's expressions, recognised by the
-expression itself): the whole text in one call, with the GIL released. Every other
+has a scanner for (GPT-2's, Llama 3's, Qwen2's and Qwen3.5's expressions, and starcoder's
+digits-then-GPT-2 steps): the whole text in one call, with the GIL released. Every other
 pre-tokenizer runs the Python path below; both give the same ids (tests/tokenizers/model/
 test_bpe_kernel.py checks them against each other).
 
@@ -391,7 +391,7 @@ def kernel_kind_of(kind: str) -> int | None:
     """The kernel's scanner for one of llama.cpp's pre-tokenizer kinds (`LLAMA_PRE`)."""
     k = _bpe_kernel
     names = {"gpt2": k.KIND_GPT2, "llama3": k.KIND_LLAMA3, "qwen2": k.KIND_QWEN2}
-    return {**names, "qwen35": k.KIND_QWEN35}.get(kind)
+    return {**names, "qwen35": k.KIND_QWEN35, "starcoder": k.KIND_STARCODER}.get(kind)
 
 
 @cache
