@@ -52,11 +52,13 @@ def test_building_prints_no_license_warning_and_declares_an_spdx_licence(
 
 
 def test_the_wheel_carries_the_compiled_kernels(built: tuple[str, Path]) -> None:
-    """`pip install`/`pip wheel` compiles matrixctl/_pi_kernel.c and _scx_kernel.c with the
+    """`pip install`/`pip wheel` compiles the C kernels (matrixctl/_*_kernel.c) with the
     machine's compiler (setup.py); the wheel holds each extension and its type stub."""
     _, wheel = built
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
-    for kernel in ("_pi_kernel", "_scx_kernel"):
+    kernels = sorted(p.stem for p in (ROOT / "matrixctl").glob("_*_kernel.c"))
+    assert "_bpe_kernel" in kernels
+    for kernel in kernels:
         assert any(n.startswith(f"matrixctl/{kernel}.") and n.endswith(".so") for n in names)
         assert f"matrixctl/{kernel}.pyi" in names

@@ -14,18 +14,31 @@ How a text becomes ids (docs/tokenizers.md, "Byte-level BPE"):
    of equal pairs first, until no adjacent pair is a merge; each final symbol is one token.
    Chunks repeat, so their ids are cached.
 
+Steps 2 and 3 run in the compiled kernel (`matrixctl/_bpe_kernel.c`) for the pre-tokenizers it
+has a scanner for (GPT-2's, Llama 3's, Qwen2's and Qwen3.5's expressions, and starcoder's
+digits-then-GPT-2 steps): the whole text in one call, with the GIL released. Every other
+pre-tokenizer runs the Python path below; both give the same ids (tests/tokenizers/model/
+test_bpe_kernel.py checks them against each other).
+
 Decoding is exact: each token's text is spelt in GPT-2's byte alphabet, so the bytes come back.
 """
 
 from __future__ import annotations
 
 import heapq
+import operator
 import re
 import unicodedata
+from array import array
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
+from functools import cache, partial
+from itertools import accumulate, chain, repeat
 from typing import Any
 
+from matrixctl import _bpe_kernel
 from matrixctl.errors import FormatError
+from matrixctl.tokenizers.model import bpe_cache
 from matrixctl.tokenizers.model import llama_special as special
 from matrixctl.tokenizers.model.base import (
     TOKENIZER_ID,
@@ -35,7 +48,13 @@ from matrixctl.tokenizers.model.base import (
     kv_get,
     kv_list,
 )
-from matrixctl.tokenizers.model.uclasses import WHITE_SPACE, WS, char_class
+from matrixctl.tokenizers.model.uclasses import (
+    UNICODE_15_1_ADDED,
+    WHITE_SPACE,
+    WS,
+    char_class,
+    group_ranges,
+)
 
 # GPT-2's byte alphabet: printable Latin-1 bytes stand for themselves, the other 68 bytes for
 # U+0100.. in byte order.
@@ -59,12 +78,40 @@ CHAR_TO_BYTE: dict[str, int] = {c: b for b, c in enumerate(BYTE_TO_CHAR)}
 _DECODE_TABLE = {ord(c): b for c, b in CHAR_TO_BYTE.items()}
 
 
+# each alphabet character as the Latin-1 character of its byte; a text of alphabet characters
+# only is a match of _ALPHABET_TEXT
+_ALPHABET_LATIN1 = {ord(c): b for c, b in CHAR_TO_BYTE.items()}
+_ALPHABET_TEXT = re.compile("[" + "".join(re.escape(c) for c in BYTE_TO_CHAR) + "]*")
+
+
 def alphabet_bytes(text: str) -> bytes | None:
     """The bytes `text` spells in GPT-2's byte alphabet, or None when a character is not in it."""
-    try:
-        return bytes(CHAR_TO_BYTE[c] for c in text)
-    except KeyError:
+    if _ALPHABET_TEXT.fullmatch(text) is None:
         return None
+    return text.translate(_ALPHABET_LATIN1).encode("latin-1")
+
+
+_NOT_ALPHABET = re.compile("[^" + "".join(re.escape(c) for c in BYTE_TO_CHAR) + "]")
+
+
+def alphabet_bytes_many(texts: Sequence[str]) -> list[bytes | None]:
+    """`alphabet_bytes` of each text (one pass over them all: building a large vocabulary)."""
+    joined = "".join(texts)
+    bad = [m.start() for m in _NOT_ALPHABET.finditer(joined)]
+    if bad:
+        joined = _NOT_ALPHABET.sub("\x00", joined)
+    data = joined.translate(_ALPHABET_LATIN1).encode("latin-1")
+    out: list[bytes | None] = []
+    pos = 0
+    for t in texts:
+        end = pos + len(t)
+        out.append(data[pos:end])
+        pos = end
+    if bad:
+        ends = list(accumulate(len(t) for t in texts))
+        for at in bad:
+            out[bisect_right(ends, at)] = None
+    return out
 
 
 def alphabet_text(data: bytes) -> str:
@@ -129,6 +176,7 @@ class Step:
         return out
 
 
+@cache
 def _llama_patterns() -> dict[str, str]:
     L, N, P, M = (char_class(g) for g in "LNPM")
     W = WS
@@ -313,6 +361,52 @@ def _split_merge(entry: str) -> tuple[str, str] | None:
     return entry[:pos], entry[pos + 1 :]
 
 
+# The compiled kernel -------------------------------------------------------------------------
+
+# chunks the kernel's cache holds before it starts again (the ids do not depend on it)
+KERNEL_CACHE_LIMIT = 1 << 19
+
+
+@cache
+def _kernel_kinds() -> dict[str, int]:
+    """The expressions the kernel has a scanner for, and the kernel's name of each."""
+    p = _llama_patterns()
+    k = _bpe_kernel
+    return {
+        p["gpt2"]: k.KIND_GPT2,
+        p["llama3"]: k.KIND_LLAMA3,
+        p["qwen2"]: k.KIND_QWEN2,
+        p["qwen35"]: k.KIND_QWEN35,
+    }
+
+
+def kernel_kind(steps: Sequence[Step]) -> int | None:
+    """The kernel's scanner for a pre-tokenizer, or None when it has none (the Python path)."""
+    if len(steps) != 1 or steps[0].wide:
+        return None
+    return _kernel_kinds().get(steps[0].regex.pattern)
+
+
+def kernel_kind_of(kind: str) -> int | None:
+    """The kernel's scanner for one of llama.cpp's pre-tokenizer kinds (`LLAMA_PRE`)."""
+    k = _bpe_kernel
+    names = {"gpt2": k.KIND_GPT2, "llama3": k.KIND_LLAMA3, "qwen2": k.KIND_QWEN2}
+    return {**names, "qwen35": k.KIND_QWEN35, "starcoder": k.KIND_STARCODER}.get(kind)
+
+
+@cache
+def kernel_classes(marks: bool) -> bytes:
+    """The kernel's class flags of every code point: llama.cpp's letters, numbers and white
+    space (its Unicode 15.1: this Python's data plus the code points 15.0 and 15.1 assigned),
+    and with `marks` its marks (Qwen3.5's expression)."""
+    k = _bpe_kernel
+    flags = {"L": k.CLASS_L, "N": k.CLASS_N}
+    ranges = [(a, b, flags[g]) for a, b, g in UNICODE_15_1_ADDED if g in flags]
+    if marks:
+        ranges += [(a, b, k.CLASS_M) for a, b in group_ranges("M")]
+    return k.classes(ranges, WHITE_SPACE)
+
+
 class ByteLevelBPE(ModelTokenizer):
     """Byte-level BPE; build it with `from_gguf_kv` or `from_tokenizer_json`."""
 
@@ -324,8 +418,8 @@ class ByteLevelBPE(ModelTokenizer):
         tokens: Sequence[str],
         token_bytes: Sequence[bytes],
         byte_vocab: Mapping[bytes, int],
-        ranks: Ranks,
-        steps: Sequence[Step],
+        ranks: Ranks | Callable[[], Ranks],
+        steps: Sequence[Step] | Callable[[], Sequence[Step]],
         pre: str | None,
         source: str,
         ignore_merges: bool,
@@ -333,12 +427,25 @@ class ByteLevelBPE(ModelTokenizer):
         splitter: Callable[[str], list[str | int]] | None,
         normalize: Callable[[str], str] | None = None,
         prefix_space: bool = False,
+        kernel_kind: int | None = None,
+        kernel_tables: tuple[bytes, ...] | None = None,
+        cache_key: bytes | None = None,
     ) -> None:
+        """`ranks` and `steps`: the merge ranks and the pre-tokenizer's expressions, or functions
+        making them (on first use); `kernel_kind`: the kernel's scanner for the expressions when
+        the caller knows it (else found from `steps`); `kernel_tables`: the kernel's tables
+        from the cache (`bpe_cache`); `cache_key`: where to store them when built."""
         self.tokens = list(tokens)
         self._token_bytes = list(token_bytes)
         self._vocab = dict(byte_vocab)
-        self._ranks = ranks
-        self._steps = list(steps)
+        self._ranks_made: Ranks | None = None if callable(ranks) else ranks
+        self._make_ranks = ranks if callable(ranks) else None
+        self._kernel_tables = kernel_tables
+        self._cache_key = cache_key
+        # the expressions, or what makes them (compiling them costs more than a kernel needs)
+        self._steps_made: list[Step] | None = None if callable(steps) else list(steps)
+        self._make_steps = steps if callable(steps) else None
+        self._kernel_kind = kernel_kind
         self.pre = pre
         self.source = source
         self.vocab_size = len(self.tokens)
@@ -348,6 +455,8 @@ class ByteLevelBPE(ModelTokenizer):
         self._normalize = normalize
         self._prefix_space = prefix_space
         self._cache: dict[str, tuple[int, ...]] = {}
+        self._kernel: Any = None  # the compiled kernel's model, built on first use
+        self._kernel_state = 0  # 0: not built yet, 1: built, -1: the Python path
         self.notes: list[str] = []
         # bytes no token stands for: llama.cpp drops them from the ids (decoding loses them)
         self.missing_bytes = frozenset(b for b in range(256) if bytes([b]) not in self._vocab)
@@ -394,20 +503,26 @@ class ByteLevelBPE(ModelTokenizer):
         text_to_id: dict[str, int] = {}
         for i, t in enumerate(tokens):
             text_to_id[t] = i
-        byte_vocab: dict[bytes, int] = {}
-        for t, i in text_to_id.items():
-            b = alphabet_bytes(t)
-            if b is not None:
-                byte_vocab[b] = i
-        ranks: Ranks = {}
-        for r, entry in enumerate(merges):
-            pair = _split_merge(entry)
-            if pair is None:
-                continue
-            a, b = alphabet_bytes(pair[0]), alphabet_bytes(pair[1])
-            if a is None or b is None or not a or not b:
-                continue  # no chunk's symbols can spell it
-            ranks.setdefault((a, b), r)  # the first of a repeated merge counts
+        # the tables the kernel covers are cached per vocabulary (bpe_cache)
+        covered = kernel_kind_of(kind) is not None
+        key = bpe_cache.key_of(pre, tokens, attrs, merges) if covered else None
+        entry = bpe_cache.load(key, n) if key is not None else None
+        ranks: Ranks | Callable[[], Ranks]
+        # the merge ranks, made when the kernel's tables or the Python path need them
+        ranks = partial(_gguf_ranks, merges)
+        if entry is not None:
+            token_bytes, byte_vocab, tables = entry
+        else:
+            spelt = alphabet_bytes_many(tokens)
+            byte_vocab = {}
+            for i in text_to_id.values():
+                b = spelt[i]
+                if b is not None:
+                    byte_vocab[b] = i
+            token_bytes = [
+                _gguf_token_bytes(t, a, b) for t, a, b in zip(tokens, attrs, spelt, strict=False)
+            ]
+            tables = None
 
         def missing(symbol: bytes) -> list[int]:
             # llama.cpp looks each byte of the symbol's alphabet spelling up as a one-byte token
@@ -420,18 +535,20 @@ class ByteLevelBPE(ModelTokenizer):
             return out
 
         splitter = special.SpecialSplitter(tokens, attrs)
-        token_bytes = [_gguf_token_bytes(t, a) for t, a in zip(tokens, attrs, strict=False)]
         self = cls(
             tokens=tokens,
             token_bytes=token_bytes,
             byte_vocab=byte_vocab,
             ranks=ranks,
-            steps=llama_steps(kind),
+            steps=lambda: llama_steps(kind),
+            kernel_kind=kernel_kind_of(kind),
             pre=pre,
             source="gguf",
             ignore_merges=ignore_merges,
             missing=missing,
             splitter=splitter.split if splitter else None,
+            kernel_tables=tables,
+            cache_key=key,
         )
         self.notes = notes
         self.bos_id = special_id(kv, "tokenizer.ggml.bos_token_id", n, default=11)
@@ -449,6 +566,121 @@ class ByteLevelBPE(ModelTokenizer):
         from matrixctl.tokenizers.model import bpe_hf
 
         return bpe_hf.build(cls, obj)
+
+    @property
+    def _ranks(self) -> Ranks:
+        ranks = self._ranks_made
+        if ranks is None:
+            assert self._make_ranks is not None
+            ranks = self._ranks_made = self._make_ranks()
+        return ranks
+
+    @property
+    def _steps(self) -> list[Step]:
+        steps = self._steps_made
+        if steps is None:
+            assert self._make_steps is not None
+            steps = self._steps_made = list(self._make_steps())
+        return steps
+
+    # the kernel ------------------------------------------------------------------------------
+
+    def without_kernel(self) -> ByteLevelBPE:
+        """A copy that encodes with the Python path only (for tests and benchmarks)."""
+        other = type(self).__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other._kernel = None
+        other._kernel_state = -1
+        other._cache = {}
+        return other
+
+    @property
+    def kernel(self) -> Any:
+        """The compiled kernel's model, or None when the pre-tokenizer is not one it covers."""
+        if self._kernel_state == 0:
+            self._kernel = self._build_kernel()
+            self._kernel_state = 1 if self._kernel is not None else -1
+        return self._kernel
+
+    def _build_kernel(self) -> Any:
+        kind = self._kernel_kind
+        if kind is None:
+            kind = kernel_kind(self._steps)
+        if kind is None:
+            return None
+        tables = self._kernel_tables
+        if tables is not None:
+            try:
+                return self._model(kind, tables)
+            except ValueError:  # a cache entry the kernel refuses: build the tables again
+                self._kernel_tables = None
+        tables = self._make_tables()
+        if tables is None:
+            return None
+        model = self._model(kind, tables)
+        if self._make_ranks is not None:
+            self._ranks_made = None  # made again only if the Python path runs
+        if self._cache_key is not None:
+            entry = (self._token_bytes, self._vocab, tables)
+            bpe_cache.store(self._cache_key, entry)
+        return model
+
+    def _model(self, kind: int, tables: tuple[bytes, ...]) -> Any:
+        if len(tables) != bpe_cache.N_TABLES:
+            raise ValueError("a kernel table is missing")
+        sym_token, missing_off, missing_ids, merges, blob, offsets, vocab_ids = tables
+        return _bpe_kernel.Model(
+            kind,
+            kernel_classes(kind == _bpe_kernel.KIND_QWEN35),
+            array("i", range(256)),
+            sym_token,
+            missing_off,
+            missing_ids,
+            merges,
+            blob,
+            offsets,
+            vocab_ids,
+            self._ignore_merges,
+            KERNEL_CACHE_LIMIT,
+        )
+
+    def _make_tables(self) -> tuple[bytes, ...] | None:
+        """The kernel's tables (`bpe_cache.N_TABLES` of them, as bytes), or None when a symbol
+        has no token and the source says that cannot be."""
+        # symbols: every byte string a merge can make or use, numbered (the bytes first)
+        lefts = [a for a, _ in self._ranks]
+        rights = [b for _, b in self._ranks]
+        made = list(map(operator.add, lefts, rights))
+        singles = [bytes([b]) for b in range(256)]
+        sym = {s: i for i, s in enumerate(dict.fromkeys(chain(singles, lefts, rights, made)))}
+        number = sym.__getitem__
+        merges = array("i", bytes(16 * len(made)))
+        merges[0::4] = array("i", map(number, lefts))
+        merges[1::4] = array("i", map(number, rights))
+        merges[2::4] = array("i", self._ranks.values())
+        merges[3::4] = array("i", map(number, made))
+        vocab = self._vocab
+        sym_token = array("i", map(vocab.get, sym, repeat(-1)))
+        # symbols no token spells: the ids `_missing` gives instead (few, or none)
+        counts = [0] * len(sym)
+        missing_ids = array("i")
+        symbols = list(sym)
+        for i in [i for i, tid in enumerate(sym_token) if tid < 0]:
+            try:
+                ids = self._missing(symbols[i])
+            except AssertionError:  # a source that says every symbol is a token
+                return None
+            missing_ids.extend(ids)
+            counts[i] = len(ids)
+        missing_off = array("i", accumulate(counts, initial=0))
+        if self._ignore_merges:
+            blob = b"".join(vocab)
+            offsets = array("i", accumulate(map(len, vocab), initial=0))
+            vocab_ids = array("i", vocab.values())
+        else:
+            blob, offsets, vocab_ids = b"", array("i", [0]), array("i")
+        parts = (sym_token, missing_off, missing_ids, merges, blob, offsets, vocab_ids)
+        return tuple(bytes(p) for p in parts)
 
     # encoding --------------------------------------------------------------------------------
 
@@ -474,6 +706,10 @@ class ByteLevelBPE(ModelTokenizer):
             text = self._normalize(text)
         if self._prefix_space and not text.startswith(" "):
             text = " " + text
+        kernel = self._kernel if self._kernel_state > 0 else self.kernel
+        if kernel is not None:
+            out.extend(kernel.encode_list(text))
+            return
         chunks = [text]
         for step in self._steps:
             chunks = step.split(chunks)
@@ -493,6 +729,8 @@ class ByteLevelBPE(ModelTokenizer):
         if not text:
             return out
         if self._splitter is None:
+            if self._kernel_state > 0 and self._normalize is None and not self._prefix_space:
+                return self._kernel.encode_list(text)
             self._encode_text(text, out)
             return out
         for part in self._splitter(text):
@@ -534,7 +772,20 @@ class ByteLevelBPE(ModelTokenizer):
         return b"".join(parts)
 
 
-def _gguf_token_bytes(text: str, attr: int) -> bytes:
+def _gguf_ranks(merges: Sequence[str]) -> Ranks:
+    """A GGUF's merges as ranks of byte-string pairs (the first of a repeated merge counts)."""
+    pairs = [_split_merge(entry) or ("", "") for entry in merges]
+    firsts = alphabet_bytes_many([p[0] for p in pairs])
+    seconds = alphabet_bytes_many([p[1] for p in pairs])
+    ranks: Ranks = {}
+    for r, (a, b) in enumerate(zip(firsts, seconds, strict=True)):
+        if not a or not b:
+            continue  # not a pair, or no chunk's symbols can spell it
+        ranks.setdefault((a, b), r)
+    return ranks
+
+
+def _gguf_token_bytes(text: str, attr: int, spelt: bytes | None) -> bytes:
     """What llama.cpp's token_to_piece gives for a byte-level BPE token (control tokens: their
     text, as with special=true)."""
     if attr & (special.ATTR_CONTROL | special.ATTR_UNKNOWN | special.ATTR_USER_DEFINED):
@@ -544,9 +795,8 @@ def _gguf_token_bytes(text: str, attr: int) -> bytes:
         if byte is not None:
             return bytes([byte])
     if attr & (special.ATTR_NORMAL | special.ATTR_BYTE):
-        b = alphabet_bytes(text)
-        if b is not None:
-            return b
+        if spelt is not None:  # alphabet_bytes(text)
+            return spelt
         # characters outside the alphabet: their own UTF-8 (llama.cpp writes a marker instead)
         return b"".join(
             bytes([CHAR_TO_BYTE[c]]) if c in CHAR_TO_BYTE else token_utf8(c) for c in text

@@ -15,6 +15,7 @@ White space is llama.cpp's set: Unicode's White_Space property (Python's `str.is
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from functools import cache
 
@@ -122,6 +123,14 @@ def char_class(groups: str, table: str = "llama") -> str:
             parts.append(_escape(start) if start == cp else f"{_escape(start)}-{_escape(cp)}")
         cp += 1
     return "".join(parts)
+
+
+def group_ranges(group: str, table: str = "llama") -> list[tuple[int, int]]:
+    """The (first, last) code point ranges whose category group is `group` (e.g. "M")."""
+    if group not in GROUPS or len(group) != 1:
+        raise ValueError(f"unknown category group {group!r}")
+    runs = re.finditer(re.escape(group.encode()) + b"+", _groups(table))
+    return [(m.start(), m.end() - 1) for m in runs]
 
 
 def group_of(cp: int, table: str = "llama") -> str:
