@@ -178,7 +178,7 @@ def gguf_tokenizer_kv(gf: Any, buf: Any) -> dict[str, Any]:
             out[name] = value.decode("utf-8", "surrogateescape")
         elif isinstance(value, gguf_format.GgufArray):
             if value.item_type == STRING:
-                out[name] = [s.decode("utf-8", "surrogateescape") for s in value.strings(buf)]
+                out[name] = _strings(value, buf)
             elif value.item_type in SCALARS and value.item_type != BOOL:
                 out[name] = value.numpy(buf).tolist()
             else:
@@ -188,6 +188,18 @@ def gguf_tokenizer_kv(gf: Any, buf: Any) -> dict[str, Any]:
         else:
             out[name] = value
     return out
+
+
+def _strings(arr: Any, buf: Any) -> list[str]:
+    """A GGUF string array as `str`s (surrogate escapes for bytes that are not UTF-8): the
+    items joined by NUL in one copy and decoded at once when no item holds a NUL (a vocabulary
+    of 128k tokens and 280k merges in milliseconds), else item by item."""
+    if arr.count == 0:
+        return []
+    joined = arr.joined(buf)
+    if joined.count(b"\x00") == arr.count - 1:
+        return joined.decode("utf-8", "surrogateescape").split("\x00")
+    return [s.decode("utf-8", "surrogateescape") for s in arr.strings(buf)]
 
 
 def _from_gguf(path: str) -> ModelSource:

@@ -148,6 +148,9 @@ def kv_list(
     value = kv_get(kv, key, (list, tuple))
     if n is not None and len(value) != n:
         raise FormatError(TOKENIZER_VOCAB, f"{key} has {len(value)} items, expected {n}", field=key)
+    kinds = item if isinstance(item, tuple) else (item,)
+    if set(map(type, value)) <= set(kinds):  # the common case, at C speed (400k items: ms)
+        return value
     for i, v in enumerate(value):
         if not isinstance(v, item) or (isinstance(v, bool) and item is not bool):
             raise FormatError(TOKENIZER_VOCAB, f"{key}[{i}] is {type(v).__name__}", field=key)
