@@ -65,3 +65,7 @@ say "tokenize English with it: whole words, not bytes"
 echo "The quick brown dog is in the house." \
   | matrixctl tokenize pi encode -s "$out/llama-spm/pi_symbol_map.json" \
   | matrixctl tokenize pi decode -s "$out/llama-spm/pi_symbol_map.json"
+say "the model's own tokenizer: exactly the ids llama.cpp gives this vocabulary, and a pack of them"
+echo "The quick brown dog is in the house." | matrixctl tokenize model encode -m "$gguf" --ids
+matrixctl ingest docs fixtures/corpus -o "$out/llama-pack" --tokenizer "$gguf" -q
+matrixctl verify "$out/llama-pack"
