@@ -340,6 +340,10 @@ DICTIONARY_RSS_MB = 512  # memory the dictionary target may add (libFuzzer's -rs
 DICTIONARY_CAP = 64 << 20  # text bytes one input may give before the target stops
 
 
+WRITER_DECODED = 64 << 20  # bytes of cells pyarrow decodes to write one row group
+WRITER_GROUPS = 16  # row groups of one built file
+
+
 def dictionary_target(kind: str) -> Callable[[bytes], None]:
     """A dictionary-encoded text column built from the input (`ingest/kinds/columnar.py`):
     the first bytes choose the entries' lengths (up to 2 MiB each), the rows (up to 50,000)
@@ -370,13 +374,21 @@ def dictionary_target(kind: str) -> Callable[[bytes], None]:
         entries = 1 + head[0] % 8
         lengths = [(head[1 + i] << (head[9] % 16)) % (2 << 20) for i in range(entries)]
         rows = (int.from_bytes(head[10:12], "little") * 8) % 50_000 + 1
+        group = max(rows // 4 + 1, 1 + head[14] * 64)  # each row group repeats the dictionary
+        # pyarrow's writer decodes each row group it writes (2 GiB of cells overflow it: "Take
+        # operation overflowed binary array capacity") and compresses every group's dictionary
+        # page: its memory and time count against the bounds, so a row group's cells stay
+        # under WRITER_DECODED and a file has at most WRITER_GROUPS of them. The file's whole
+        # decoded size (rows x the longest entry, up to GBs) is still the bomb the reader must
+        # not build.
+        group = min(group, max(1, WRITER_DECODED // max(1, *lengths)))
+        rows = min(rows, group * WRITER_GROUPS)
         picks = np.frombuffer((data[16:] or b"\0") * (rows // max(1, len(data) - 16) + 1), np.uint8)
         indices = pa.array((picks[:rows] % entries).astype(np.int32))
         values = pa.array([chr(97 + i) * n for i, n in enumerate(lengths)])
         table = pa.table({"text": pa.DictionaryArray.from_arrays(indices, values)})
         compression = ("zstd", "none", "snappy")[head[12] % 3]
         max_doc = (64, 4096, 1 << 20, 64 << 20)[head[13] % 4]
-        group = max(rows // 4 + 1, 1 + head[14] * 64)  # each row group repeats the dictionary
         if kind == "parquet":
             pa.parquet.write_table(  # dictionary pages of any size: never plain (decoded) pages
                 table,
