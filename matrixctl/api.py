@@ -294,7 +294,18 @@ def _options(
     atoms: str | None = None,
     vocab_size: int | None = None,
 ) -> dict[str, Any]:
-    """The converter's options from the API's keywords, as the CLI gives them."""
+    """The converter's options from the API's keywords, as the CLI gives them (a wrong
+    Python type is a TypeError first)."""
+    _check_scalars(
+        compress=compress,
+        digest=digest,
+        quantize=quantize,
+        per_file=per_file,
+        densify=densify,
+        keep_quantized=keep_quantized,
+        atoms=atoms,
+        vocab_size=vocab_size,
+    )
     return {
         "atoms": atoms,
         "select": _patterns("select", select),
@@ -342,15 +353,7 @@ def save(
     _check_text(tensors.keys(), "a tensor name")
     _check_text(metadata, "metadata")
     _check_text(meta, "meta")
-    _check_scalars(
-        format=format,
-        zt_version=zt_version,
-        compress=compress,
-        digest=digest,
-        quantize=quantize,
-        per_file=per_file,
-        densify=densify,
-    )
+    _check_scalars(format=format, zt_version=zt_version)
     dst_fmt = ztensor_version(destination_format(dst, format), zt_version)
     container = next((c for c in TENSOR_CONTAINERS if c.format == dst_fmt), None)
     sink_cls = container.io()[1] if container is not None else None
@@ -401,18 +404,7 @@ def convert(
 
     src_path, dst_path = _path(src), _path(dst, output=True)
     _check_text(meta, "meta")
-    _check_scalars(
-        to=to,
-        zt_version=zt_version,
-        compress=compress,
-        digest=digest,
-        quantize=quantize,
-        keep_quantized=keep_quantized,
-        densify=densify,
-        per_file=per_file,
-        vocab_size=vocab_size,
-        atoms=atoms,
-    )
+    _check_scalars(to=to, zt_version=zt_version)
     given = _options(
         select=select,
         exclude=exclude,
