@@ -23,7 +23,6 @@ version: another interpreter never reads it.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import marshal
 import os
@@ -33,25 +32,11 @@ from typing import Any
 
 from matrixctl.crc import crc32
 from matrixctl.tokenizers import pi
+from matrixctl.tokenizers.cache_files import cache_dir, write_entry
 
 FORMAT_VERSION = 2
 MAGIC = b"MXPICACH"
 HEAD = struct.Struct("<8sII32sQQQ")  # magic, version, payload CRC-32, map BLAKE3, 3 lengths
-ENV_DIR = "MATRIXCTL_CACHE_DIR"
-ENV_OFF = "MATRIXCTL_NO_CACHE"
-
-
-def cache_dir() -> str | None:
-    """The cache folder, or None when the cache is turned off."""
-    if os.environ.get(ENV_OFF, "") not in ("", "0"):
-        return None
-    explicit = os.environ.get(ENV_DIR)
-    if explicit:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME")
-    if not base or not os.path.isabs(base):  # XDG: a relative path is invalid, ignore it
-        base = os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "matrixctl")
 
 
 def map_digest(raw: bytes) -> bytes:
@@ -162,26 +147,7 @@ def store(raw: bytes, smap: pi.SymbolMap, trie: Any) -> None:
     compiled = trie.to_bytes()
     crc = crc32(compiled, crc32(symbols, crc32(fields)))
     head = HEAD.pack(MAGIC, FORMAT_VERSION, crc, digest, len(fields), len(symbols), len(compiled))
-    path = entry_path(folder, digest)
-    tmp = None
-    try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        import tempfile
-
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
-        with os.fdopen(fd, "wb") as fp:
-            fp.write(head)
-            fp.write(fields)
-            fp.write(symbols)
-            fp.write(compiled)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError:
-        pass
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    write_entry(entry_path(folder, digest), head, fields, symbols, compiled)
 
 
 def load_tokenizer(path: str) -> tuple[pi.SymbolMap, bytes, pi.Tokenizer]:

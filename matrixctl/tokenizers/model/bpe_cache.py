@@ -19,7 +19,6 @@ symbols, which a cache entry replaces by one read.
 
 from __future__ import annotations
 
-import contextlib
 import marshal
 import os
 import struct
@@ -29,32 +28,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from matrixctl.crc import crc32
+from matrixctl.tokenizers.cache_files import cache_dir, write_entry
 
 FORMAT_VERSION = 1
 MAGIC = b"MXBPECAC"
 HEAD = struct.Struct("<8sII32sQ")  # magic, version, payload CRC-32, key, payload length
 N_TABLES = 7  # sym_token, missing_off, missing_ids, merges, vocab_blob, vocab_off, vocab_ids
 
-ENV_DIR = "MATRIXCTL_CACHE_DIR"
-ENV_OFF = "MATRIXCTL_NO_CACHE"
 
 # (token bytes per id, bytes -> id of the tokens GPT-2's alphabet spells, the kernel's tables)
 Entry = tuple[list[bytes], dict[bytes, int], tuple[bytes, ...]]
-
-
-def cache_dir() -> str | None:
-    """The cache folder, or None when the cache is turned off: the π cache's rules
-    (`pi_cache.cache_dir`, not imported: it brings the π tokenizer in; a test checks they
-    agree)."""
-    if os.environ.get(ENV_OFF, "") not in ("", "0"):
-        return None
-    explicit = os.environ.get(ENV_DIR)
-    if explicit:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME")
-    if not base or not os.path.isabs(base):
-        base = os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "matrixctl")
 
 
 def key_of(
@@ -133,21 +116,4 @@ def store(key: bytes, entry: Entry) -> None:
         return
     payload = marshal.dumps(entry)
     head = HEAD.pack(MAGIC, FORMAT_VERSION, crc32(payload), key, len(payload))
-    path = entry_path(folder, key)
-    tmp = None
-    try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        import tempfile
-
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
-        with os.fdopen(fd, "wb") as fp:
-            fp.write(head)
-            fp.write(payload)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError:
-        pass
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    write_entry(entry_path(folder, key), head, payload)
